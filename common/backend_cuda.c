@@ -1,0 +1,783 @@
+/* backend_cuda.c: the "cuda" backend: backend.h's contract on the CUDA driver
+ * API (virtual memory management), with libcuda.so.1 loaded at run time so
+ * binaries start on hosts without a driver. The only file that includes <cuda.h>. */
+#include "backend.h"
+
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cuda.h>
+
+#include <moonbright/mbclient.h>
+
+#include "log.h"
+
+/* FRAME SIZE POLICY (a proposal for the daemon's frame pool)
+ *
+ * Costs that decide it (FACTS.md, H200, CUDA 13): cuMemCreate ~20 us and
+ * export ~0.6 ms per handle, map + set access ~30-40 us per handle, all
+ * whatever the handle's size; a handle maps whole or not at all; scrubbing
+ * costs bytes (memset bandwidth, ~0.3-0.5 ms per GiB). So bytes are cheap and
+ * handles are expensive: serve large requests with few, large handles.
+ *
+ * Orders. G = b->granularity (2 MiB). A frame of order k holds G << k bytes,
+ * k = 0..9 (2 MiB .. 1 GiB). Nothing larger: a 1 GiB order already maps a
+ * GiB in one ~40 us call, and bigger handles only hurt reclaim and scrub.
+ *
+ * Request -> frames. Round a request of R bytes up to a quantum
+ *     q = max(G, 2^floor(log2 R) / 8)      (waste < 12.5 %, and < G below 16 G)
+ * then split R' = roundup(R, q) into 1 GiB frames plus the binary digits of
+ * the remainder, largest first. R' / q lies in [8, 16), so below 2 GiB a
+ * request needs at most 4 handles; above, R / 1 GiB + 4. Example: 300 MiB ->
+ * q = 32 MiB, R' = 320 MiB = 256 + 64: 2 handles instead of 150.
+ * Map them largest first at offset 0 of a reservation aligned to the largest
+ * order not above R' (reserve() below does this): every frame then lands on a
+ * multiple of its own size. Quotas and stats charge R' (handle bytes).
+ *
+ * Where large frames come from. The warm reserve keeps a free list per order,
+ * created and exported in the background by two worker threads (two were
+ * fastest in FACTS.md), with a per-order low watermark that follows recent
+ * demand (e.g. the peak of the last minute). A request never waits for an
+ * export when smaller free frames can cover it: it gets smaller frames at
+ * once (more handles, more map time, no 0.6 ms stall) and the miss queues a
+ * background refill of the order it wanted. Only an empty pool creates on the
+ * request path.
+ *
+ * Split and merge by re-creation. A handle cannot be split or joined, so the
+ * pool changes its mix by releasing and creating: when an order has more free
+ * frames than twice its watermark for some seconds (hysteresis, e.g. 5 s)
+ * while another order is below its watermark, release free frames of the
+ * rich order (cuMemRelease: the memory goes back to the driver once no
+ * process maps it) and create the poor order's frames from that budget,
+ * release first so physical use never exceeds the budget. Only frames free in
+ * the daemon (granted to nobody, mapped by no client) are re-created.
+ *
+ * Release. A frame back from a client is scrubbed before it goes to another
+ * tenant (not before a re-grant to the same tenant). Physical memory goes
+ * back to the driver only above the pool's high watermark, for re-creation,
+ * or on drain/shutdown. The daemon's scrub mapping of a frame counts one
+ * mapping whatever its size, so large orders also keep the daemon far from
+ * the ~512 Ki live-mapping limit reported for 580 drivers. */
+
+/* The driver entry points this backend calls, resolved once per process with
+ * cuGetProcAddress for the CUDA version of the headers we were built with. */
+#define MB_CUDA_FUNCS(X)                                                                           \
+    X(cuInit) X(cuDriverGetVersion) X(cuGetErrorString) X(cuDeviceGetCount) X(cuDeviceGet)        \
+    X(cuDeviceGetName) X(cuDeviceGetAttribute) X(cuDevicePrimaryCtxRetain)                         \
+    X(cuDevicePrimaryCtxRelease) X(cuCtxGetCurrent) X(cuCtxSetCurrent) X(cuCtxPushCurrent)         \
+    X(cuCtxPopCurrent) X(cuMemGetAllocationGranularity) X(cuMemCreate) X(cuMemRelease)             \
+    X(cuMemExportToShareableHandle) X(cuMemImportFromShareableHandle) X(cuMemAddressReserve)       \
+    X(cuMemAddressFree) X(cuMemMap) X(cuMemUnmap) X(cuMemSetAccess) X(cuMemsetD8Async)             \
+    X(cuStreamCreate) X(cuStreamDestroy) X(cuStreamSynchronize) X(cuEventCreate)                   \
+    X(cuEventDestroy) X(cuEventRecord) X(cuEventQuery)
+
+static struct {
+#define X(name) __typeof__(&name) p_##name;
+    MB_CUDA_FUNCS(X)
+#undef X
+} cu;
+
+#define CU(name) (cu.p_##name)
+
+/* Result of loading the driver once: 0 or MB_EDEVICE, and why. */
+static pthread_once_t g_load_once = PTHREAD_ONCE_INIT;
+static int g_load_rc;
+static int g_load_level;    /* MB_LOG_INFO when no driver is expected (no GPU), else WARN */
+static char g_load_why[256];
+
+/* Page size ceiling of reservations: see reserve_align(). */
+#define CUDA_MAX_ALIGN ((size_t)1 << 30)
+
+/* One scrub mapping: the private range a mem is mapped at for scrubbing. */
+struct scrub_map {
+    uint64_t h;
+    CUdeviceptr va;
+    size_t bytes;
+    struct scrub_map *next;
+};
+
+struct cuda_priv {
+    CUdevice dev;
+    CUcontext ctx;          /* the device's primary context, retained */
+    CUstream scrub_stream;  /* internal, non-blocking */
+    pthread_mutex_t lock;   /* guards the scrub table */
+    struct scrub_map **buckets;
+    size_t nbuckets;        /* a power of two */
+    size_t nmaps;           /* entries in the table; grows it at 2 * nbuckets */
+};
+
+static struct cuda_priv *P(mb_backend *b) { return b->priv; }
+
+static const char *cu_errstr(CUresult r)
+{
+    const char *s = NULL;
+    if (!CU(cuGetErrorString) || CU(cuGetErrorString)(r, &s) != CUDA_SUCCESS || !s)
+        return "unknown CUDA error";
+    return s;
+}
+
+static int cu_status(CUresult r)
+{
+    switch (r) {
+    case CUDA_SUCCESS:
+        return 0;
+    case CUDA_ERROR_OUT_OF_MEMORY:
+        return MB_ENOMEM;
+    case CUDA_ERROR_INVALID_VALUE:
+        return MB_EINVAL;
+    case CUDA_ERROR_ECC_UNCORRECTABLE:
+    case CUDA_ERROR_LAUNCH_FAILED:
+    case CUDA_ERROR_ILLEGAL_ADDRESS:
+    case CUDA_ERROR_ILLEGAL_INSTRUCTION:
+    case CUDA_ERROR_MISALIGNED_ADDRESS:
+    case CUDA_ERROR_INVALID_PC:
+    case CUDA_ERROR_HARDWARE_STACK_ERROR:
+    case CUDA_ERROR_NVLINK_UNCORRECTABLE:
+    case CUDA_ERROR_DEVICE_UNAVAILABLE:
+    case CUDA_ERROR_DEVICE_NOT_LICENSED:
+    case CUDA_ERROR_NO_DEVICE:
+    case CUDA_ERROR_INVALID_DEVICE:
+    case CUDA_ERROR_SYSTEM_NOT_READY:
+    case CUDA_ERROR_SYSTEM_DRIVER_MISMATCH:
+    case CUDA_ERROR_DEINITIALIZED:
+    case CUDA_ERROR_NOT_INITIALIZED:
+    case CUDA_ERROR_CONTEXT_IS_DESTROYED:
+        return MB_EDEVICE;
+    default:
+        return MB_EBACKEND;
+    }
+}
+
+/* Log "failed to <what>: <driver's text>" and map the result to a status. */
+static int cu_fail(CUresult r, const char *what)
+{
+    mb_log(MB_LOG_ERR, "failed to %s: %s", what, cu_errstr(r));
+    return cu_status(r);
+}
+
+static void load_driver(void)
+{
+    g_load_rc = MB_EDEVICE;
+    g_load_level = MB_LOG_INFO;
+    void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!lib) {
+        snprintf(g_load_why, sizeof(g_load_why), "cannot load libcuda.so.1 (no NVIDIA driver?): %s",
+                 dlerror());
+        return;
+    }
+    g_load_level = MB_LOG_WARN;
+    /* The CUDA 12+ form of cuGetProcAddress; older drivers lack it. */
+    CUresult (*get_proc)(const char *, void **, int, cuuint64_t, CUdriverProcAddressQueryResult *);
+    *(void **)&get_proc = dlsym(lib, "cuGetProcAddress_v2");
+    if (!get_proc) {
+        snprintf(g_load_why, sizeof(g_load_why),
+                 "libcuda.so.1 has no cuGetProcAddress_v2: driver older than CUDA 12");
+        return;
+    }
+#define X(name)                                                                                    \
+    {                                                                                              \
+        void *fn = NULL;                                                                           \
+        CUdriverProcAddressQueryResult found = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;               \
+        CUresult r = get_proc(#name, &fn, CUDA_VERSION, CU_GET_PROC_ADDRESS_LEGACY_STREAM, &found);      \
+        if (r != CUDA_SUCCESS || !fn || found != CU_GET_PROC_ADDRESS_SUCCESS) {                    \
+            snprintf(g_load_why, sizeof(g_load_why),                                               \
+                     "driver lacks %s for CUDA %d (driver too old?)", #name, CUDA_VERSION);        \
+            return;                                                                                \
+        }                                                                                          \
+        *(void **)&cu.p_##name = fn;                                                               \
+    }
+    MB_CUDA_FUNCS(X)
+#undef X
+    CUresult r = CU(cuInit)(0);
+    if (r != CUDA_SUCCESS) {
+        snprintf(g_load_why, sizeof(g_load_why), "cuInit failed: %s", cu_errstr(r));
+        if (r == CUDA_ERROR_NO_DEVICE)
+            g_load_level = MB_LOG_INFO;
+        return;
+    }
+    g_load_rc = 0;
+}
+
+/* Make the backend's context current for the calling thread. Threads with no
+ * context (or ours) keep ours current afterwards; a thread that had another
+ * context current gets it back in ctx_leave(). */
+static int ctx_enter(mb_backend *b, int *pushed)
+{
+    CUcontext cur = NULL;
+    *pushed = 0;
+    CUresult r = CU(cuCtxGetCurrent)(&cur);
+    if (r == CUDA_SUCCESS && cur == P(b)->ctx)
+        return 0;
+    if (r == CUDA_SUCCESS && cur) {
+        r = CU(cuCtxPushCurrent)(P(b)->ctx);
+        *pushed = r == CUDA_SUCCESS;
+    } else {
+        r = CU(cuCtxSetCurrent)(P(b)->ctx);
+    }
+    return r == CUDA_SUCCESS ? 0 : cu_fail(r, "make the device's context current");
+}
+
+static void ctx_leave(int pushed)
+{
+    CUcontext prev;
+    if (pushed)
+        CU(cuCtxPopCurrent)(&prev);
+}
+
+#define ENTER(b)                                                                                   \
+    int pushed_;                                                                                   \
+    do {                                                                                           \
+        int rc_ = ctx_enter((b), &pushed_);                                                        \
+        if (rc_ != 0)                                                                              \
+            return rc_;                                                                            \
+    } while (0)
+#define LEAVE() ctx_leave(pushed_)
+
+static int check_size(mb_backend *b, size_t bytes, const char *what)
+{
+    if (bytes == 0 || bytes % b->granularity) {
+        mb_log(MB_LOG_ERR, "failed to %s: size %zu is not a multiple of %zu", what, bytes,
+               b->granularity);
+        return MB_EINVAL;
+    }
+    return 0;
+}
+
+/* ---- scrub table: handle -> private mapping ---- */
+
+static size_t scrub_slot(const struct cuda_priv *p, uint64_t h)
+{
+    return (size_t)((h * 0x9E3779B97F4A7C15ull) >> 32) & (p->nbuckets - 1);
+}
+
+/* Caller holds p->lock. Returns the entry, unlinked when `unlink` is set. */
+static struct scrub_map *scrub_find(struct cuda_priv *p, uint64_t h, int unlink)
+{
+    if (!p->buckets)
+        return NULL;
+    for (struct scrub_map **pp = &p->buckets[scrub_slot(p, h)]; *pp; pp = &(*pp)->next) {
+        struct scrub_map *e = *pp;
+        if (e->h == h) {
+            if (unlink) {
+                *pp = e->next;
+                p->nmaps--;
+            }
+            return e;
+        }
+    }
+    return NULL;
+}
+
+/* Caller holds p->lock. */
+static int scrub_insert(struct cuda_priv *p, struct scrub_map *e)
+{
+    if (!p->buckets || p->nmaps >= 2 * p->nbuckets) {
+        size_t n = p->buckets ? p->nbuckets * 4 : 64;
+        struct scrub_map **nb = calloc(n, sizeof(*nb));
+        if (!nb)
+            return MB_ENOMEM;
+        struct scrub_map **old = p->buckets;
+        size_t oldn = p->nbuckets;
+        p->buckets = nb;
+        p->nbuckets = n;
+        for (size_t i = 0; i < oldn; i++) {
+            while (old[i]) {
+                struct scrub_map *m = old[i];
+                old[i] = m->next;
+                size_t s = scrub_slot(p, m->h);
+                m->next = nb[s];
+                nb[s] = m;
+            }
+        }
+        free(old);
+    }
+    size_t s = scrub_slot(p, e->h);
+    e->next = p->buckets[s];
+    p->buckets[s] = e;
+    p->nmaps++;
+    return 0;
+}
+
+/* Context must be current. */
+static void scrub_unmap(struct scrub_map *e)
+{
+    CUresult r = CU(cuMemUnmap)(e->va, e->bytes);
+    if (r != CUDA_SUCCESS)
+        cu_fail(r, "unmap a frame's scrub mapping");
+    r = CU(cuMemAddressFree)(e->va, e->bytes);
+    if (r != CUDA_SUCCESS)
+        cu_fail(r, "free a frame's scrub range");
+    free(e);
+}
+
+/* ---- frames ---- */
+
+static int cuda_create(mb_backend *b, size_t bytes, struct mb_mem *out)
+{
+    int rc = check_size(b, bytes, "create frame");
+    if (rc)
+        return rc;
+    CUmemAllocationProp prop;
+    memset(&prop, 0, sizeof(prop));
+    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    prop.location.id = P(b)->dev;
+    prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+    CUmemGenericAllocationHandle h;
+    ENTER(b);
+    CUresult r = CU(cuMemCreate)(&h, bytes, &prop, 0);
+    LEAVE();
+    if (r != CUDA_SUCCESS) {
+        mb_log(MB_LOG_ERR, "failed to create frame of %zu bytes: %s", bytes, cu_errstr(r));
+        return cu_status(r);
+    }
+    out->h = (uint64_t)h;
+    out->fd = -1;
+    out->bytes = bytes;
+    return 0;
+}
+
+static int cuda_export_fd(mb_backend *b, struct mb_mem *m)
+{
+    if (m->fd >= 0)
+        return 0;
+    int fd = -1;
+    ENTER(b);
+    CUresult r = CU(cuMemExportToShareableHandle)(&fd, (CUmemGenericAllocationHandle)m->h,
+                                                  CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+    LEAVE();
+    if (r != CUDA_SUCCESS)
+        return cu_fail(r, "export frame to an fd");
+    m->fd = fd;
+    return 0;
+}
+
+/* The imported handle keeps the memory alive: the fd is closed at once. */
+static int cuda_import_fd(mb_backend *b, int fd, size_t bytes, struct mb_mem *out)
+{
+    if (fd < 0)
+        return MB_EINVAL;
+    int rc = check_size(b, bytes, "import frame");
+    if (rc) {
+        close(fd);
+        return rc;
+    }
+    CUmemGenericAllocationHandle h;
+    int pushed;
+    rc = ctx_enter(b, &pushed);
+    if (rc) {
+        close(fd);
+        return rc;
+    }
+    CUresult r = CU(cuMemImportFromShareableHandle)(&h, (void *)(uintptr_t)fd,
+                                                    CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+    ctx_leave(pushed);
+    close(fd);
+    if (r != CUDA_SUCCESS)
+        return cu_fail(r, "import frame from an fd");
+    out->h = (uint64_t)h;
+    out->fd = -1;
+    out->bytes = bytes;
+    return 0;
+}
+
+static void cuda_release(mb_backend *b, struct mb_mem *m)
+{
+    int pushed;
+    if (ctx_enter(b, &pushed) == 0) {
+        pthread_mutex_lock(&P(b)->lock);
+        struct scrub_map *e = scrub_find(P(b), m->h, 1);
+        pthread_mutex_unlock(&P(b)->lock);
+        if (e)
+            scrub_unmap(e);
+        CUresult r = CU(cuMemRelease)((CUmemGenericAllocationHandle)m->h);
+        if (r != CUDA_SUCCESS)
+            cu_fail(r, "release frame");
+        ctx_leave(pushed);
+    }
+    if (m->fd >= 0)
+        close(m->fd);
+    m->h = 0;
+    m->fd = -1;
+}
+
+/* ---- virtual ranges ---- */
+
+/* Reservations are aligned to the largest power of two not above their size,
+ * between the granularity and 1 GiB: a range of one frame is aligned to its
+ * own size (the slab finds a chunk's header from any pointer inside it), and
+ * frames mapped largest first each land on a multiple of their own size. */
+static size_t reserve_align(mb_backend *b, size_t bytes)
+{
+    size_t a = b->granularity;
+    while (a < CUDA_MAX_ALIGN && a * 2 <= bytes)
+        a *= 2;
+    return a;
+}
+
+static int cuda_reserve(mb_backend *b, size_t bytes, void **va)
+{
+    int rc = check_size(b, bytes, "reserve a range");
+    if (rc)
+        return rc;
+    CUdeviceptr p = 0;
+    ENTER(b);
+    CUresult r = CU(cuMemAddressReserve)(&p, bytes, reserve_align(b, bytes), 0, 0);
+    LEAVE();
+    if (r != CUDA_SUCCESS) {
+        mb_log(MB_LOG_ERR, "failed to reserve %zu bytes: %s", bytes, cu_errstr(r));
+        return cu_status(r);
+    }
+    *va = (void *)(uintptr_t)p;
+    return 0;
+}
+
+static void cuda_free_va(mb_backend *b, void *va, size_t bytes)
+{
+    int pushed;
+    if (!va || ctx_enter(b, &pushed) != 0)
+        return;
+    CUresult r = CU(cuMemAddressFree)((CUdeviceptr)(uintptr_t)va, bytes);
+    ctx_leave(pushed);
+    if (r != CUDA_SUCCESS)
+        cu_fail(r, "free a reserved range");
+}
+
+static int cuda_map(mb_backend *b, void *va, const struct mb_mem *m)
+{
+    ENTER(b);
+    CUresult r = CU(cuMemMap)((CUdeviceptr)(uintptr_t)va, m->bytes, 0,
+                              (CUmemGenericAllocationHandle)m->h, 0);
+    LEAVE();
+    if (r != CUDA_SUCCESS) {
+        mb_log(MB_LOG_ERR, "failed to map frame at %p: %s", va, cu_errstr(r));
+        return r == CUDA_ERROR_OUT_OF_MEMORY ? MB_ELIMIT : cu_status(r);
+    }
+    return 0;
+}
+
+static int cuda_set_access(mb_backend *b, void *va, size_t bytes)
+{
+    CUmemAccessDesc d;
+    memset(&d, 0, sizeof(d));
+    d.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    d.location.id = P(b)->dev;
+    d.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    ENTER(b);
+    CUresult r = CU(cuMemSetAccess)((CUdeviceptr)(uintptr_t)va, bytes, &d, 1);
+    LEAVE();
+    if (r != CUDA_SUCCESS) {
+        mb_log(MB_LOG_ERR, "failed to set access on %p+%zu: %s", va, bytes, cu_errstr(r));
+        return r == CUDA_ERROR_OUT_OF_MEMORY ? MB_ELIMIT : cu_status(r);
+    }
+    return 0;
+}
+
+static int cuda_unmap(mb_backend *b, void *va, size_t bytes)
+{
+    ENTER(b);
+    CUresult r = CU(cuMemUnmap)((CUdeviceptr)(uintptr_t)va, bytes);
+    LEAVE();
+    if (r != CUDA_SUCCESS) {
+        mb_log(MB_LOG_ERR, "failed to unmap %p+%zu: %s", va, bytes, cu_errstr(r));
+        return cu_status(r);
+    }
+    return 0;
+}
+
+/* ---- fills ---- */
+
+/* Context must be current. Maps m into a private range on first use. */
+static int scrub_va(mb_backend *b, struct mb_mem *m, CUdeviceptr *va)
+{
+    struct cuda_priv *p = P(b);
+    pthread_mutex_lock(&p->lock);
+    struct scrub_map *e = scrub_find(p, m->h, 0);
+    if (e)
+        *va = e->va;
+    pthread_mutex_unlock(&p->lock);
+    if (e)
+        return 0;
+
+    e = calloc(1, sizeof(*e));
+    if (!e)
+        return MB_ENOMEM;
+    e->h = m->h;
+    e->bytes = m->bytes;
+    CUresult r = CU(cuMemAddressReserve)(&e->va, m->bytes, reserve_align(b, m->bytes), 0, 0);
+    if (r != CUDA_SUCCESS) {
+        free(e);
+        return cu_fail(r, "reserve a scrub range");
+    }
+    r = CU(cuMemMap)(e->va, m->bytes, 0, (CUmemGenericAllocationHandle)m->h, 0);
+    if (r != CUDA_SUCCESS) {
+        CU(cuMemAddressFree)(e->va, m->bytes);
+        free(e);
+        return cu_fail(r, "map a frame for scrubbing");
+    }
+    CUmemAccessDesc d;
+    memset(&d, 0, sizeof(d));
+    d.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    d.location.id = p->dev;
+    d.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    r = CU(cuMemSetAccess)(e->va, m->bytes, &d, 1);
+    if (r != CUDA_SUCCESS) {
+        scrub_unmap(e);
+        return cu_fail(r, "set access on a scrub mapping");
+    }
+    pthread_mutex_lock(&p->lock);
+    struct scrub_map *raced = scrub_find(p, m->h, 0);
+    int rc = raced ? 0 : scrub_insert(p, e);
+    if (raced)
+        *va = raced->va;
+    else if (rc == 0)
+        *va = e->va;
+    pthread_mutex_unlock(&p->lock);
+    if (raced || rc)
+        scrub_unmap(e);
+    return rc;
+}
+
+static int cuda_scrub(mb_backend *b, struct mb_mem *m)
+{
+    CUdeviceptr va;
+    ENTER(b);
+    int rc = scrub_va(b, m, &va);
+    if (rc == 0) {
+        CUresult r = CU(cuMemsetD8Async)(va, 0, m->bytes, P(b)->scrub_stream);
+        if (r == CUDA_SUCCESS)
+            r = CU(cuStreamSynchronize)(P(b)->scrub_stream);
+        if (r != CUDA_SUCCESS)
+            rc = cu_fail(r, "scrub frame");
+    }
+    LEAVE();
+    return rc;
+}
+
+static int cuda_memset(mb_backend *b, void *va, int value, size_t bytes, void *stream)
+{
+    ENTER(b);
+    CUresult r = CU(cuMemsetD8Async)((CUdeviceptr)(uintptr_t)va, (unsigned char)value, bytes,
+                                     (CUstream)stream);
+    LEAVE();
+    if (r != CUDA_SUCCESS) {
+        mb_log(MB_LOG_ERR, "failed to memset %p+%zu: %s", va, bytes, cu_errstr(r));
+        return cu_status(r);
+    }
+    return 0;
+}
+
+/* ---- streams and events ---- */
+
+static int cuda_event_create(mb_backend *b, void **ev)
+{
+    CUevent e;
+    ENTER(b);
+    CUresult r = CU(cuEventCreate)(&e, CU_EVENT_DISABLE_TIMING);
+    LEAVE();
+    if (r != CUDA_SUCCESS)
+        return cu_fail(r, "create event");
+    *ev = e;
+    return 0;
+}
+
+static void cuda_event_destroy(mb_backend *b, void *ev)
+{
+    int pushed;
+    if (!ev || ctx_enter(b, &pushed) != 0)
+        return;
+    CUresult r = CU(cuEventDestroy)((CUevent)ev);
+    ctx_leave(pushed);
+    if (r != CUDA_SUCCESS)
+        cu_fail(r, "destroy event");
+}
+
+static int cuda_event_record(mb_backend *b, void *ev, void *stream)
+{
+    ENTER(b);
+    CUresult r = CU(cuEventRecord)((CUevent)ev, (CUstream)stream);
+    LEAVE();
+    return r == CUDA_SUCCESS ? 0 : cu_fail(r, "record event");
+}
+
+static int cuda_event_query(mb_backend *b, void *ev)
+{
+    ENTER(b);
+    CUresult r = CU(cuEventQuery)((CUevent)ev);
+    LEAVE();
+    if (r == CUDA_SUCCESS)
+        return 1;
+    if (r == CUDA_ERROR_NOT_READY)
+        return 0;
+    return cu_fail(r, "query event");
+}
+
+static int cuda_stream_sync(mb_backend *b, void *stream)
+{
+    ENTER(b);
+    CUresult r = CU(cuStreamSynchronize)((CUstream)stream);
+    LEAVE();
+    return r == CUDA_SUCCESS ? 0 : cu_fail(r, "synchronize stream");
+}
+
+/* ---- open and close ---- */
+
+static void cuda_close(mb_backend *b)
+{
+    struct cuda_priv *p = P(b);
+    int pushed;
+    if (ctx_enter(b, &pushed) == 0) {
+        for (size_t i = 0; i < p->nbuckets; i++) {
+            while (p->buckets[i]) {
+                struct scrub_map *e = p->buckets[i];
+                p->buckets[i] = e->next;
+                scrub_unmap(e);
+            }
+        }
+        if (p->scrub_stream)
+            CU(cuStreamDestroy)(p->scrub_stream);
+        ctx_leave(pushed);
+    }
+    CUcontext cur = NULL;
+    if (CU(cuCtxGetCurrent)(&cur) == CUDA_SUCCESS && cur == p->ctx)
+        CU(cuCtxSetCurrent)(NULL);
+    CU(cuDevicePrimaryCtxRelease)(p->dev);
+    free(p->buckets);
+    pthread_mutex_destroy(&p->lock);
+    free(p);
+    free(b);
+}
+
+static const struct mb_backend_ops cuda_ops = {
+    .create = cuda_create,
+    .export_fd = cuda_export_fd,
+    .import_fd = cuda_import_fd,
+    .release = cuda_release,
+    .reserve = cuda_reserve,
+    .free_va = cuda_free_va,
+    .map = cuda_map,
+    .set_access = cuda_set_access,
+    .unmap = cuda_unmap,
+    .scrub = cuda_scrub,
+    .memset = cuda_memset,
+    .event_create = cuda_event_create,
+    .event_destroy = cuda_event_destroy,
+    .event_record = cuda_event_record,
+    .event_query = cuda_event_query,
+    .stream_sync = cuda_stream_sync,
+    .close = cuda_close,
+};
+
+/* Checks that make a device unusable for this backend; 0 when usable. */
+static int probe_device(int device, CUdevice *dev, char *name, size_t name_len)
+{
+    int count = 0;
+    CUresult r = CU(cuDeviceGetCount)(&count);
+    if (r != CUDA_SUCCESS || count == 0) {
+        mb_log(MB_LOG_WARN, "cuda backend unusable: no CUDA device (%s)",
+               r != CUDA_SUCCESS ? cu_errstr(r) : "count is 0");
+        return MB_EDEVICE;
+    }
+    if (device < 0 || device >= count) {
+        mb_log(MB_LOG_WARN, "cuda backend unusable: no device %d (this host has %d)", device, count);
+        return MB_EDEVICE;
+    }
+    r = CU(cuDeviceGet)(dev, device);
+    if (r != CUDA_SUCCESS) {
+        mb_log(MB_LOG_WARN, "cuda backend unusable: device %d: %s", device, cu_errstr(r));
+        return MB_EDEVICE;
+    }
+    if (CU(cuDeviceGetName)(name, (int)name_len, *dev) != CUDA_SUCCESS)
+        snprintf(name, name_len, "?");
+    int vmm = 0, posix_fd = 0;
+    CU(cuDeviceGetAttribute)(&vmm, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, *dev);
+    CU(cuDeviceGetAttribute)(&posix_fd, CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED,
+                             *dev);
+    if (!vmm || !posix_fd) {
+        mb_log(MB_LOG_WARN, "cuda backend unusable: device %d (%s) lacks %s", device, name,
+               !vmm ? "virtual memory management" : "POSIX-fd memory handles");
+        return MB_EDEVICE;
+    }
+    return 0;
+}
+
+int mb_backend_cuda_open(int device, mb_backend **out)
+{
+    pthread_once(&g_load_once, load_driver);
+    if (g_load_rc != 0) {
+        /* No driver is normal on CPU hosts; a broken one is worth a warning. */
+        mb_log(g_load_level, "cuda backend unusable: %s", g_load_why);
+        return g_load_rc;
+    }
+    CUdevice dev;
+    char name[128];
+    int rc = probe_device(device, &dev, name, sizeof(name));
+    if (rc)
+        return rc;
+
+    mb_backend *b = calloc(1, sizeof(*b));
+    struct cuda_priv *p = calloc(1, sizeof(*p));
+    if (!b || !p) {
+        free(b);
+        free(p);
+        return MB_ENOMEM;
+    }
+    p->dev = dev;
+    pthread_mutex_init(&p->lock, NULL);
+    b->name = "cuda";
+    b->device = device;
+    b->ops = &cuda_ops;
+    b->priv = p;
+
+    CUresult r = CU(cuDevicePrimaryCtxRetain)(&p->ctx, dev);
+    if (r != CUDA_SUCCESS) {
+        mb_log(MB_LOG_WARN, "cuda backend unusable: failed to retain device %d's context: %s",
+               device, cu_errstr(r));
+        pthread_mutex_destroy(&p->lock);
+        free(p);
+        free(b);
+        return MB_EDEVICE;
+    }
+
+    CUmemAllocationProp prop;
+    memset(&prop, 0, sizeof(prop));
+    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    prop.location.id = dev;
+    prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+    size_t gran = 0, recommended = 0;
+    int pushed;
+    rc = ctx_enter(b, &pushed);
+    if (rc == 0) {
+        r = CU(cuMemGetAllocationGranularity)(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM);
+        if (r == CUDA_SUCCESS)
+            r = CU(cuMemGetAllocationGranularity)(&recommended, &prop,
+                                                  CU_MEM_ALLOC_GRANULARITY_RECOMMENDED);
+        if (r != CUDA_SUCCESS) {
+            rc = cu_fail(r, "query allocation granularity");
+        } else if (gran == 0 || (gran & (gran - 1))) {
+            mb_log(MB_LOG_ERR, "cuda backend unusable: granularity %zu is not a power of two", gran);
+            rc = MB_EBACKEND;
+        }
+        if (rc == 0) {
+            r = CU(cuStreamCreate)(&p->scrub_stream, CU_STREAM_NON_BLOCKING);
+            if (r != CUDA_SUCCESS)
+                rc = cu_fail(r, "create the scrub stream");
+        }
+        ctx_leave(pushed);
+    }
+    if (rc) {
+        b->granularity = gran ? gran : 1;
+        cuda_close(b);
+        return rc;
+    }
+    b->granularity = gran;
+    mb_log(MB_LOG_INFO, "cuda backend: device %d (%s), frame granularity %zu KiB (recommended %zu KiB)",
+           device, name, gran >> 10, recommended >> 10);
+    *out = b;
+    return 0;
+}
