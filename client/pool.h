@@ -1,0 +1,81 @@
+/* pool.h: the fast tier of libmbclient's stream-ordered allocator: best fit
+ * with coalescing over arenas (mapped ranges from a grow callback).
+ *
+ * Glossary
+ *   arena    one mapped range from ops->grow, tiled exactly by blocks.
+ *   block    a piece of an arena: live (handed out), ready (free, usable by
+ *            every stream) or pending on stream S (freed on S: usable at
+ *            once by later allocations on S, by other streams only once the
+ *            work S had queued when it was freed is known complete).
+ *   seq      the group a pending block belongs to; a stream's pending
+ *            blocks are kept in free order, seq non-decreasing.
+ *   fence    an event recorded on S covering every block of S with
+ *            seq <= fence seq; when event_query says 1 they become ready.
+ *   bucket   a size-segregated free list: 16 exact buckets (1..15 units of
+ *            align), then 8 per doubling.
+ *
+ * Fit: the smallest block found among the request's own bucket (up to 16
+ * entries examined) and the first non-empty larger bucket, searched in the
+ * ready lists and the requesting stream's pending lists; so the choice is
+ * best fit to within one bucket (1/8 of a doubling), exact below 16 units.
+ * The remainder of a split stays free (it is a multiple of align).
+ *
+ * Events are recorded lazily: a free costs no driver call. Only when a
+ * stream misses (nothing fits), or on trim or mb_pool_fence, is one event
+ * recorded per stream with unfenced frees; an event recorded later on S
+ * completes after all the work S had when each of those blocks was freed,
+ * so this is never earlier than a per-free event. A stream must therefore
+ * stay alive while blocks freed on it are unfenced: call mb_pool_fence(p, S)
+ * before destroying S. With ops->event_record NULL (no streams, e.g. the
+ * host backend) frees are ready at once. No call ever waits for a device.
+ *
+ * The managed memory may be device memory: all metadata lives in host
+ * memory and the pool never reads or writes the arenas.
+ * Not thread-safe: the caller serialises calls on one mb_pool. */
+#ifndef MB_POOL_H
+#define MB_POOL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+struct mb_pool_ops {
+    /* A new mapped arena of *bytes >= min_bytes, *base aligned to align. */
+    int  (*grow)(void *ctx, size_t min_bytes, void **base, size_t *bytes);
+    /* Give back an arena that is entirely free and ready. */
+    void (*shrink)(void *ctx, void *base, size_t bytes);
+    /* Record "work on stream so far"; NULL: no streams, frees are ready at once. */
+    int  (*event_record)(void *ctx, void *stream, void **ev);
+    /* 1 complete, 0 pending, < 0 error (treated as pending). */
+    int  (*event_query)(void *ctx, void *ev);
+    void (*event_release)(void *ctx, void *ev);
+};
+
+struct mb_pool;
+
+/* align: a power of two >= 256; arena_bytes: default growth unit (> 0). */
+int  mb_pool_new(struct mb_pool **out, const struct mb_pool_ops *ops, void *ctx,
+                 size_t align, size_t arena_bytes);
+/* Releases every event and shrinks every arena; the caller guarantees no
+ * pending work uses the memory. NULL is a no-op. */
+void mb_pool_free(struct mb_pool *p);
+
+/* size is rounded up to align. MB_EINVAL for 0 or an overflowing size;
+ * otherwise what grow returned on failure. */
+int  mb_pool_alloc(struct mb_pool *p, size_t size, void *stream, void **ptr);
+/* Stream-ordered free: the block is reusable on stream at once. MB_ENOENT
+ * for a pointer that is not live here (unknown, interior, double free). */
+int  mb_pool_release(struct mb_pool *p, void *ptr, void *stream);
+/* The rounded size of a live block, or MB_ENOENT. */
+int  mb_pool_usable_size(const struct mb_pool *p, const void *ptr, size_t *size);
+/* Record an event now covering every unfenced block freed on stream. */
+int  mb_pool_fence(struct mb_pool *p, void *stream);
+/* Fence every stream, collect completed events, then shrink arenas that are
+ * entirely free and ready until mapped - live <= keep_bytes or none is
+ * left. Returns the bytes given back. */
+size_t mb_pool_trim(struct mb_pool *p, size_t keep_bytes);
+/* live: bytes handed out (rounded sizes); mapped: bytes of all arenas. */
+void mb_pool_stats(const struct mb_pool *p, size_t *live, size_t *mapped);
+/* Full invariant check (O(blocks + buckets)); false on the first violation. */
+bool mb_pool_is_valid(const struct mb_pool *p);
+
+#endif
