@@ -1,0 +1,796 @@
+/* pool.c: the fast tier's best fit with coalescing: arenas tiled by blocks,
+ * bucketed free lists (ready, and pending per stream), the live-pointer
+ * hash, and the lazy fences that move pending blocks to ready. */
+#include "pool.h"
+
+#include <assert.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "moonbright/mbclient.h"
+
+#ifndef MB_DEBUG
+#define MB_DEBUG 0
+#endif
+#if MB_DEBUG
+#define POOL_CHECK(p) assert(mb_pool_is_valid(p))
+#else
+#define POOL_CHECK(p) ((void)0)
+#endif
+
+#define NBUCKETS 448                    /* 16 exact + 8 per doubling up to 2^58 units */
+#define NBWORDS ((NBUCKETS + 63) / 64)
+#define FIT_SCAN 16                     /* entries examined per bucket */
+
+enum { B_LIVE, B_READY, B_PENDING };
+
+struct arena;
+struct pstream;
+
+struct blk {
+    uintptr_t addr;              /* addr % align == 0 */
+    size_t size;                 /* > 0, size % align == 0 */
+    struct blk *aprev, *anext;   /* address order: aprev->addr + aprev->size == addr */
+    struct arena *arena;
+    struct blk *fprev, *fnext;   /* free: bucket list of its free list */
+    struct blk *oprev, *onext;   /* pending: owner's free-order list */
+    struct blk *hnext;           /* live: hash chain; spare: free-struct list */
+    struct pstream *owner;       /* pending: the stream it was freed on; else NULL */
+    uint64_t seq;                /* pending: completes with a fence of seq >= this */
+    uint32_t bucket;             /* free: == bucket_of(size) */
+    uint8_t state;               /* B_LIVE, B_READY, B_PENDING */
+};
+
+struct arena {
+    uintptr_t base;              /* == first->addr */
+    size_t bytes;                /* == sum of its blocks' sizes; live + free == bytes */
+    size_t live;                 /* sum of its live blocks' sizes */
+    struct blk *first;           /* lowest block; first->aprev == NULL */
+    struct arena *prev, *next;
+};
+
+struct flist {                   /* bucketed free lists of one owner */
+    struct blk *head[NBUCKETS];  /* map bit b set <=> head[b] != NULL */
+    uint64_t map[NBWORDS];
+    size_t count, bytes;         /* blocks and bytes listed */
+};
+
+struct fence {
+    void *ev;
+    uint64_t seq;                /* completes pending blocks with seq <= this */
+    struct fence *next;
+};
+
+struct pstream {
+    void *stream;
+    struct flist fl;             /* pending blocks freed on stream */
+    struct blk *ohead, *otail;   /* the same blocks, seq non-decreasing from ohead */
+    uint64_t open_seq;           /* seq of blocks freed now; every block's seq <= open_seq */
+    struct fence *fhead, *ftail; /* seq strictly increasing, every fence seq < open_seq */
+    struct pstream *next;
+};
+
+struct mb_pool {
+    struct mb_pool_ops ops;
+    void *ctx;
+    size_t align;                /* power of two >= 256 */
+    unsigned lg_align;
+    size_t arena_bytes;
+    struct flist ready;          /* free blocks usable by every stream */
+    struct pstream *streams, *last;
+    struct arena *arenas;
+    size_t mapped;               /* == sum of arena bytes */
+    size_t live;                 /* == sum of arena live */
+    size_t nlive;                /* live blocks == entries in hash */
+    struct blk **hash;           /* live addr -> block; 2^hlg buckets */
+    unsigned hlg;
+    struct blk *spare;           /* recycled block structs, via hnext */
+};
+
+static unsigned lg_floor(uint64_t x) { return 63u - (unsigned)__builtin_clzll(x); }
+
+static uint32_t bucket_of(const struct mb_pool *p, size_t size)
+{
+    uint64_t u = size >> p->lg_align;
+    if (u < 16)
+        return (uint32_t)u;
+    unsigned lg = lg_floor(u);
+    return 16 + (lg - 4) * 8 + (uint32_t)((u >> (lg - 3)) & 7);
+}
+
+/* ---- block structs ---- */
+
+static struct blk *blk_get(struct mb_pool *p)
+{
+    struct blk *b = p->spare;
+    if (b) {
+        p->spare = b->hnext;
+        return b;
+    }
+    return malloc(sizeof *b);
+}
+
+static void blk_put(struct mb_pool *p, struct blk *b)
+{
+    b->hnext = p->spare;
+    p->spare = b;
+}
+
+/* ---- live hash ---- */
+
+static size_t hash_slot(unsigned hlg, uintptr_t addr)
+{
+    return (size_t)(((uint64_t)addr * 0x9E3779B97F4A7C15ull) >> (64 - hlg));
+}
+
+static struct blk *hash_find(const struct mb_pool *p, uintptr_t addr)
+{
+    struct blk *b = p->hash[hash_slot(p->hlg, addr)];
+    while (b && b->addr != addr)
+        b = b->hnext;
+    return b;
+}
+
+static int hash_reserve(struct mb_pool *p)
+{
+    if (p->nlive < ((size_t)1 << p->hlg))
+        return 0;
+    unsigned lg = p->hlg + 1;
+    struct blk **h = calloc((size_t)1 << lg, sizeof *h);
+    if (!h)
+        return MB_ENOMEM;
+    for (size_t i = 0; i < ((size_t)1 << p->hlg); i++) {
+        struct blk *b = p->hash[i];
+        while (b) {
+            struct blk *nx = b->hnext;
+            size_t s = hash_slot(lg, b->addr);
+            b->hnext = h[s];
+            h[s] = b;
+            b = nx;
+        }
+    }
+    free(p->hash);
+    p->hash = h;
+    p->hlg = lg;
+    return 0;
+}
+
+/* ---- free lists ---- */
+
+static void fl_insert(struct mb_pool *p, struct flist *fl, struct blk *b)
+{
+    uint32_t k = bucket_of(p, b->size);
+    b->bucket = k;
+    b->fprev = NULL;
+    b->fnext = fl->head[k];
+    if (b->fnext)
+        b->fnext->fprev = b;
+    fl->head[k] = b;
+    fl->map[k / 64] |= 1ull << (k % 64);
+    fl->count++;
+    fl->bytes += b->size;
+}
+
+static void fl_remove(struct flist *fl, struct blk *b)
+{
+    uint32_t k = b->bucket;
+    if (b->fprev)
+        b->fprev->fnext = b->fnext;
+    else if (!(fl->head[k] = b->fnext))
+        fl->map[k / 64] &= ~(1ull << (k % 64));
+    if (b->fnext)
+        b->fnext->fprev = b->fprev;
+    fl->count--;
+    fl->bytes -= b->size;
+}
+
+static struct blk *scan_bucket(struct blk *b, size_t size)
+{
+    struct blk *best = NULL;
+    for (int n = 0; b && n < FIT_SCAN; b = b->fnext, n++) {
+        if (b->size >= size && (!best || b->size < best->size)) {
+            best = b;
+            if (b->size == size)
+                break;
+        }
+    }
+    return best;
+}
+
+static struct blk *fl_find(const struct mb_pool *p, const struct flist *fl, size_t size)
+{
+    uint32_t k = bucket_of(p, size);
+    if (fl->head[k]) {
+        struct blk *b = k < 16 ? fl->head[k] : scan_bucket(fl->head[k], size);
+        if (b)
+            return b;
+    }
+    k++;
+    for (uint32_t w = k / 64; w < NBWORDS; w++) {
+        uint64_t m = fl->map[w];
+        if (w == k / 64)
+            m &= k % 64 ? ~0ull << (k % 64) : ~0ull;
+        if (m) {
+            uint32_t j = w * 64 + (uint32_t)__builtin_ctzll(m);
+            return j < 16 ? fl->head[j] : scan_bucket(fl->head[j], size);
+        }
+    }
+    return NULL;
+}
+
+/* ---- streams ---- */
+
+static struct pstream *stream_find(struct mb_pool *p, void *stream)
+{
+    if (p->last && p->last->stream == stream)
+        return p->last;
+    for (struct pstream *s = p->streams; s; s = s->next)
+        if (s->stream == stream)
+            return p->last = s;
+    return NULL;
+}
+
+static struct pstream *stream_get(struct mb_pool *p, void *stream)
+{
+    struct pstream *s = stream_find(p, stream);
+    if (s)
+        return s;
+    s = calloc(1, sizeof *s);
+    if (!s)
+        return NULL;
+    s->stream = stream;
+    s->next = p->streams;
+    p->streams = s;
+    return p->last = s;
+}
+
+static void olist_unlink(struct pstream *s, struct blk *b)
+{
+    if (b->oprev) b->oprev->onext = b->onext; else s->ohead = b->onext;
+    if (b->onext) b->onext->oprev = b->oprev; else s->otail = b->oprev;
+}
+
+static void olist_append(struct pstream *s, struct blk *b)
+{
+    b->onext = NULL;
+    b->oprev = s->otail;
+    if (s->otail) s->otail->onext = b; else s->ohead = b;
+    s->otail = b;
+}
+
+/* Take b out of whatever free list holds it. */
+static void free_unlink(struct mb_pool *p, struct blk *b)
+{
+    if (b->state == B_READY) {
+        fl_remove(&p->ready, b);
+    } else {
+        fl_remove(&b->owner->fl, b);
+        olist_unlink(b->owner, b);
+    }
+}
+
+/* keep takes over gone's range; gone is adjacent to keep and on no list. */
+static void absorb(struct mb_pool *p, struct blk *keep, struct blk *gone)
+{
+    if (gone->addr < keep->addr) {
+        keep->addr = gone->addr;
+        keep->aprev = gone->aprev;
+        if (keep->aprev)
+            keep->aprev->anext = keep;
+        else
+            keep->arena->first = keep;
+    } else {
+        keep->anext = gone->anext;
+        if (keep->anext)
+            keep->anext->aprev = keep;
+    }
+    keep->size += gone->size;
+    blk_put(p, gone);
+}
+
+/* b (on no list) becomes ready: merge with ready neighbours, list it. */
+static void ready_insert(struct mb_pool *p, struct blk *b)
+{
+    b->state = B_READY;
+    b->owner = NULL;
+    struct blk *n;
+    if ((n = b->aprev) && n->state == B_READY) {
+        fl_remove(&p->ready, n);
+        absorb(p, b, n);
+    }
+    if ((n = b->anext) && n->state == B_READY) {
+        fl_remove(&p->ready, n);
+        absorb(p, b, n);
+    }
+    fl_insert(p, &p->ready, b);
+}
+
+/* ---- fences ---- */
+
+static int fence_stream(struct mb_pool *p, struct pstream *s)
+{
+    if (!s->otail || s->otail->seq != s->open_seq)
+        return 0;                                  /* nothing unfenced */
+    struct fence *f = malloc(sizeof *f);
+    if (!f)
+        return MB_ENOMEM;
+    void *ev = NULL;
+    int rc = p->ops.event_record(p->ctx, s->stream, &ev);
+    if (rc) {
+        free(f);
+        return rc;
+    }
+    f->ev = ev;
+    f->seq = s->open_seq++;
+    f->next = NULL;
+    if (s->ftail) s->ftail->next = f; else s->fhead = f;
+    s->ftail = f;
+    return 0;
+}
+
+/* Fence every stream (if fence), then turn blocks whose fence completed
+ * ready. Returns the number of blocks made ready. */
+static size_t poll_streams(struct mb_pool *p, bool fence)
+{
+    size_t n = 0;
+    for (struct pstream *s = p->streams; s; s = s->next) {
+        if (fence)
+            (void)fence_stream(p, s);
+        struct fence *f;
+        while ((f = s->fhead) && p->ops.event_query(p->ctx, f->ev) == 1) {
+            struct blk *b;
+            while ((b = s->ohead) && b->seq <= f->seq) {
+                fl_remove(&s->fl, b);
+                olist_unlink(s, b);
+                ready_insert(p, b);
+                n++;
+            }
+            p->ops.event_release(p->ctx, f->ev);
+            if (!(s->fhead = f->next))
+                s->ftail = NULL;
+            free(f);
+        }
+    }
+    return n;
+}
+
+/* ---- alloc / release ---- */
+
+static struct blk *best_fit(struct mb_pool *p, struct pstream *s, size_t size)
+{
+    struct blk *a = s && s->fl.count ? fl_find(p, &s->fl, size) : NULL;
+    struct blk *r = p->ready.count ? fl_find(p, &p->ready, size) : NULL;
+    return a && (!r || a->size <= r->size) ? a : r;
+}
+
+static bool mergeable_for(const struct blk *b, const struct pstream *s)
+{
+    return b && (b->state == B_READY || (b->state == B_PENDING && b->owner == s));
+}
+
+/* The pending block of s whose run of neighbours (ready, or pending on s)
+ * is the smallest one holding size; it absorbs that run and is returned.
+ * Usable by s at once: the ready part by anyone, the rest by stream order. */
+static struct blk *gather_for(struct mb_pool *p, struct pstream *s, size_t size)
+{
+    struct blk *best = NULL;
+    size_t best_ext = SIZE_MAX;
+    for (struct blk *b = s->ohead; b; b = b->onext) {
+        size_t ext = 0;
+        struct blk *x = b;
+        while (mergeable_for(x->aprev, s))
+            x = x->aprev;
+        for (; mergeable_for(x, s); x = x->anext)
+            ext += x->size;
+        if (ext >= size && ext < best_ext) {
+            best = b;
+            best_ext = ext;
+        }
+    }
+    if (!best)
+        return NULL;
+    fl_remove(&s->fl, best);
+    struct blk *n;
+    while (mergeable_for(n = best->aprev, s) || mergeable_for(n = best->anext, s)) {
+        if (n->state == B_PENDING && n->seq > best->seq) {
+            /* keep the later fence: best moves to just after n in free order */
+            olist_unlink(s, best);
+            best->seq = n->seq;
+            best->oprev = n;
+            best->onext = n->onext;
+            if (n->onext) n->onext->oprev = best; else s->otail = best;
+            n->onext = best;
+        }
+        free_unlink(p, n);
+        absorb(p, best, n);
+    }
+    fl_insert(p, &s->fl, best);
+    return best;
+}
+
+static int add_arena(struct mb_pool *p, size_t size, struct blk **out)
+{
+    size_t want = size > p->arena_bytes ? size : p->arena_bytes;
+    struct arena *a = malloc(sizeof *a);
+    struct blk *b = blk_get(p);
+    if (!a || !b) {
+        free(a);
+        if (b)
+            blk_put(p, b);
+        return MB_ENOMEM;
+    }
+    void *base = NULL;
+    size_t bytes = 0;
+    int rc = p->ops.grow(p->ctx, want, &base, &bytes);
+    if (rc == 0 && (!base || ((uintptr_t)base & (p->align - 1)) || (bytes & ~(p->align - 1)) < size)) {
+        if (base)
+            p->ops.shrink(p->ctx, base, bytes);
+        rc = MB_EBACKEND;
+    }
+    if (rc) {
+        free(a);
+        blk_put(p, b);
+        return rc;
+    }
+    a->base = (uintptr_t)base;
+    a->bytes = bytes & ~(p->align - 1);
+    a->live = 0;
+    a->first = b;
+    a->prev = NULL;
+    a->next = p->arenas;
+    if (p->arenas)
+        p->arenas->prev = a;
+    p->arenas = a;
+    p->mapped += a->bytes;
+    b->addr = a->base;
+    b->size = a->bytes;
+    b->aprev = b->anext = NULL;
+    b->arena = a;
+    b->owner = NULL;
+    b->state = B_READY;
+    fl_insert(p, &p->ready, b);
+    *out = b;
+    return 0;
+}
+
+int mb_pool_alloc(struct mb_pool *p, size_t size, void *stream, void **ptr)
+{
+    if (!p || !ptr || size == 0 || size > SIZE_MAX - p->align)
+        return MB_EINVAL;
+    size = (size + p->align - 1) & ~(p->align - 1);
+    int rc = hash_reserve(p);
+    if (rc)
+        return rc;
+    struct pstream *s = stream_find(p, stream);
+    struct blk *b = best_fit(p, s, size);
+    if (!b && p->ops.event_record && poll_streams(p, true))
+        b = best_fit(p, s, size);
+    if (!b && s && s->ohead)
+        b = gather_for(p, s, size);
+    if (!b && (rc = add_arena(p, size, &b)))
+        return rc;
+    struct blk *live = b;
+    if (b->size > size) {
+        live = blk_get(p);
+        if (!live)
+            return MB_ENOMEM;
+        /* the low part is handed out, the remainder keeps b's lists and seq */
+        uint32_t old = b->bucket;
+        struct flist *fl = b->state == B_READY ? &p->ready : &b->owner->fl;
+        live->addr = b->addr;
+        live->size = size;
+        live->arena = b->arena;
+        live->aprev = b->aprev;
+        live->anext = b;
+        if (live->aprev)
+            live->aprev->anext = live;
+        else
+            b->arena->first = live;
+        b->aprev = live;
+        b->addr += size;
+        if (bucket_of(p, b->size - size) != old) {
+            fl_remove(fl, b);
+            b->size -= size;
+            fl_insert(p, fl, b);
+        } else {
+            b->size -= size;
+            fl->bytes -= size;
+        }
+    } else {
+        free_unlink(p, b);
+    }
+    live->state = B_LIVE;
+    live->owner = NULL;
+    size_t h = hash_slot(p->hlg, live->addr);
+    live->hnext = p->hash[h];
+    p->hash[h] = live;
+    p->nlive++;
+    live->arena->live += size;
+    p->live += size;
+    *ptr = (void *)live->addr;
+    POOL_CHECK(p);
+    return 0;
+}
+
+int mb_pool_release(struct mb_pool *p, void *ptr, void *stream)
+{
+    if (!p || !ptr)
+        return MB_ENOENT;
+    uintptr_t addr = (uintptr_t)ptr;
+    struct blk **pp = &p->hash[hash_slot(p->hlg, addr)];
+    while (*pp && (*pp)->addr != addr)
+        pp = &(*pp)->hnext;
+    struct blk *b = *pp;
+    if (!b)
+        return MB_ENOENT;
+    struct pstream *s = NULL;
+    if (p->ops.event_record && !(s = stream_get(p, stream)))
+        return MB_ENOMEM;
+    *pp = b->hnext;
+    p->nlive--;
+    b->arena->live -= b->size;
+    p->live -= b->size;
+    if (!s) {
+        ready_insert(p, b);
+    } else {
+        /* pending on s with the newest seq: neighbours pending on s merge in */
+        b->state = B_PENDING;
+        b->owner = s;
+        b->seq = s->open_seq;
+        struct blk *n;
+        if ((n = b->aprev) && n->state == B_PENDING && n->owner == s) {
+            free_unlink(p, n);
+            absorb(p, b, n);
+        }
+        if ((n = b->anext) && n->state == B_PENDING && n->owner == s) {
+            free_unlink(p, n);
+            absorb(p, b, n);
+        }
+        fl_insert(p, &s->fl, b);
+        olist_append(s, b);
+    }
+    POOL_CHECK(p);
+    return 0;
+}
+
+int mb_pool_usable_size(const struct mb_pool *p, const void *ptr, size_t *size)
+{
+    struct blk *b = p && ptr ? hash_find(p, (uintptr_t)ptr) : NULL;
+    if (!b)
+        return MB_ENOENT;
+    if (size)
+        *size = b->size;
+    return 0;
+}
+
+int mb_pool_fence(struct mb_pool *p, void *stream)
+{
+    if (!p)
+        return MB_EINVAL;
+    if (!p->ops.event_record)
+        return 0;
+    struct pstream *s = stream_find(p, stream);
+    int rc = s ? fence_stream(p, s) : 0;
+    POOL_CHECK(p);
+    return rc;
+}
+
+static void arena_unlink(struct mb_pool *p, struct arena *a)
+{
+    if (a->prev) a->prev->next = a->next; else p->arenas = a->next;
+    if (a->next) a->next->prev = a->prev;
+}
+
+size_t mb_pool_trim(struct mb_pool *p, size_t keep_bytes)
+{
+    size_t freed = 0;
+    if (p->ops.event_record)
+        poll_streams(p, true);
+    for (struct arena *a = p->arenas, *nx; a && p->mapped - p->live > keep_bytes; a = nx) {
+        nx = a->next;
+        struct blk *b = a->first;
+        if (b->anext || b->state != B_READY)
+            continue;
+        fl_remove(&p->ready, b);
+        blk_put(p, b);
+        arena_unlink(p, a);
+        p->mapped -= a->bytes;
+        freed += a->bytes;
+        p->ops.shrink(p->ctx, (void *)a->base, a->bytes);
+        free(a);
+    }
+    /* forget streams with nothing pending */
+    for (struct pstream **sp = &p->streams; *sp;) {
+        struct pstream *s = *sp;
+        if (!s->ohead && !s->fhead) {
+            *sp = s->next;
+            if (p->last == s)
+                p->last = NULL;
+            free(s);
+        } else {
+            sp = &s->next;
+        }
+    }
+    POOL_CHECK(p);
+    return freed;
+}
+
+void mb_pool_stats(const struct mb_pool *p, size_t *live, size_t *mapped)
+{
+    if (live)
+        *live = p->live;
+    if (mapped)
+        *mapped = p->mapped;
+}
+
+int mb_pool_new(struct mb_pool **out, const struct mb_pool_ops *ops, void *ctx,
+                size_t align, size_t arena_bytes)
+{
+    if (!out || !ops || !ops->grow || !ops->shrink || align < 256 || (align & (align - 1)) ||
+        arena_bytes == 0 || arena_bytes > SIZE_MAX / 2 ||
+        (ops->event_record && (!ops->event_query || !ops->event_release)))
+        return MB_EINVAL;
+    struct mb_pool *p = calloc(1, sizeof *p);
+    if (!p)
+        return MB_ENOMEM;
+    p->ops = *ops;
+    p->ctx = ctx;
+    p->align = align;
+    p->lg_align = lg_floor(align);
+    p->arena_bytes = (arena_bytes + align - 1) & ~(align - 1);
+    p->hlg = 6;
+    p->hash = calloc((size_t)1 << p->hlg, sizeof *p->hash);
+    if (!p->hash) {
+        free(p);
+        return MB_ENOMEM;
+    }
+    *out = p;
+    POOL_CHECK(p);
+    return 0;
+}
+
+void mb_pool_free(struct mb_pool *p)
+{
+    if (!p)
+        return;
+    while (p->streams) {
+        struct pstream *s = p->streams;
+        while (s->fhead) {
+            struct fence *f = s->fhead;
+            s->fhead = f->next;
+            p->ops.event_release(p->ctx, f->ev);
+            free(f);
+        }
+        p->streams = s->next;
+        free(s);
+    }
+    while (p->arenas) {
+        struct arena *a = p->arenas;
+        p->arenas = a->next;
+        for (struct blk *b = a->first, *nx; b; b = nx) {
+            nx = b->anext;
+            free(b);
+        }
+        p->ops.shrink(p->ctx, (void *)a->base, a->bytes);
+        free(a);
+    }
+    while (p->spare) {
+        struct blk *b = p->spare;
+        p->spare = b->hnext;
+        free(b);
+    }
+    free(p->hash);
+    free(p);
+}
+
+/* ---- invariants ---- */
+
+static bool flist_is_valid(const struct mb_pool *p, const struct flist *fl,
+                           const struct pstream *owner, size_t *count)
+{
+    size_t n = 0, bytes = 0;
+    for (uint32_t k = 0; k < NBUCKETS; k++) {
+        bool bit = (fl->map[k / 64] >> (k % 64)) & 1;
+        if (bit != (fl->head[k] != NULL))
+            return false;
+        const struct blk *prev = NULL;
+        for (const struct blk *b = fl->head[k]; b; prev = b, b = b->fnext) {
+            if (b->fprev != prev || b->bucket != k || bucket_of(p, b->size) != k)
+                return false;
+            if (owner ? (b->state != B_PENDING || b->owner != owner) : (b->state != B_READY || b->owner))
+                return false;
+            n++;
+            bytes += b->size;
+        }
+    }
+    for (uint32_t k = NBUCKETS; k < NBWORDS * 64; k++)
+        if ((fl->map[k / 64] >> (k % 64)) & 1)
+            return false;
+    *count += n;
+    return n == fl->count && bytes == fl->bytes;
+}
+
+static bool compatible(const struct blk *a, const struct blk *b)
+{
+    return (a->state == B_READY && b->state == B_READY) ||
+           (a->state == B_PENDING && b->state == B_PENDING && a->owner == b->owner);
+}
+
+bool mb_pool_is_valid(const struct mb_pool *p)
+{
+    if (!p || !p->hash || p->align < 256 || (p->align & (p->align - 1)) ||
+        p->align != ((size_t)1 << p->lg_align))
+        return false;
+    size_t mapped = 0, live = 0, nlive = 0, nfree = 0, listed = 0;
+    for (const struct arena *a = p->arenas; a; a = a->next) {
+        if ((a->next && a->next->prev != a) || (!a->prev && p->arenas != a))
+            return false;
+        if (!a->first || a->first->addr != a->base || a->first->aprev)
+            return false;
+        uintptr_t at = a->base;
+        size_t alive = 0;
+        const struct blk *prev = NULL;
+        for (const struct blk *b = a->first; b; prev = b, b = b->anext) {
+            /* blocks tile the arena exactly, in address order */
+            if (b->aprev != prev || b->addr != at || b->arena != a || b->size == 0 ||
+                (b->addr | b->size) & (p->align - 1))
+                return false;
+            if (prev && prev->state != B_LIVE && b->state != B_LIVE && compatible(prev, b))
+                return false;                       /* compatible free neighbours are merged */
+            if (b->state == B_LIVE) {
+                if (hash_find(p, b->addr) != b)
+                    return false;
+                alive += b->size;
+                nlive++;
+            } else if (b->state == B_READY || b->state == B_PENDING) {
+                if ((b->state == B_PENDING) != (b->owner != NULL))
+                    return false;
+                nfree++;
+            } else {
+                return false;
+            }
+            at += b->size;
+        }
+        if (at != a->base + a->bytes || alive != a->live)
+            return false;                           /* live + free == bytes */
+        mapped += a->bytes;
+        live += a->live;
+    }
+    if (mapped != p->mapped || live != p->live || nlive != p->nlive)
+        return false;
+    size_t hashed = 0;
+    for (size_t i = 0; i < ((size_t)1 << p->hlg); i++)
+        for (const struct blk *b = p->hash[i]; b; b = b->hnext) {
+            if (b->state != B_LIVE || hash_slot(p->hlg, b->addr) != i)
+                return false;
+            hashed++;
+        }
+    if (hashed != p->nlive)
+        return false;
+    if (!flist_is_valid(p, &p->ready, NULL, &listed))
+        return false;
+    bool last_seen = p->last == NULL;
+    for (const struct pstream *s = p->streams; s; s = s->next) {
+        last_seen |= s == p->last;
+        if (!flist_is_valid(p, &s->fl, s, &listed))
+            return false;
+        size_t n = 0;
+        const struct blk *prev = NULL;
+        for (const struct blk *b = s->ohead; b; prev = b, b = b->onext) {
+            if (b->oprev != prev || b->owner != s || b->state != B_PENDING ||
+                b->seq > s->open_seq || (prev && prev->seq > b->seq))
+                return false;
+            n++;
+        }
+        if (s->otail != prev || n != s->fl.count)
+            return false;
+        const struct fence *fprev = NULL;
+        for (const struct fence *f = s->fhead; f; fprev = f, f = f->next)
+            if (f->seq >= s->open_seq || (fprev && fprev->seq >= f->seq))
+                return false;
+        if (s->ftail != fprev)
+            return false;
+    }
+    return last_seen && listed == nfree;
+}
