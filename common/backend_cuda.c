@@ -127,8 +127,6 @@ static int cu_status(CUresult r)
         return 0;
     case CUDA_ERROR_OUT_OF_MEMORY:
         return MB_ENOMEM;
-    case CUDA_ERROR_INVALID_VALUE:
-        return MB_EINVAL;
     case CUDA_ERROR_ECC_UNCORRECTABLE:
     case CUDA_ERROR_LAUNCH_FAILED:
     case CUDA_ERROR_ILLEGAL_ADDRESS:
