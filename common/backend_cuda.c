@@ -157,6 +157,21 @@ static int cu_fail(CUresult r, const char *what)
     return cu_status(r);
 }
 
+typedef CUresult (*get_proc_fn)(const char *, void **, int, cuuint64_t,
+                                CUdriverProcAddressQueryResult *);
+
+/* The entry point of `name` matching the CUDA version of our headers. */
+static int resolve(get_proc_fn get_proc, const char *name, void **fn)
+{
+    CUdriverProcAddressQueryResult found = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
+    CUresult r = get_proc(name, fn, CUDA_VERSION, CU_GET_PROC_ADDRESS_LEGACY_STREAM, &found);
+    if (r == CUDA_SUCCESS && *fn && found == CU_GET_PROC_ADDRESS_SUCCESS)
+        return 0;
+    snprintf(g_load_why, sizeof(g_load_why), "driver lacks %s for CUDA %d (driver too old?)", name,
+             CUDA_VERSION);
+    return MB_EDEVICE;
+}
+
 static void load_driver(void)
 {
     g_load_rc = MB_EDEVICE;
@@ -169,7 +184,7 @@ static void load_driver(void)
     }
     g_load_level = MB_LOG_WARN;
     /* The CUDA 12+ form of cuGetProcAddress; older drivers lack it. */
-    CUresult (*get_proc)(const char *, void **, int, cuuint64_t, CUdriverProcAddressQueryResult *);
+    get_proc_fn get_proc;
     *(void **)&get_proc = dlsym(lib, "cuGetProcAddress_v2");
     if (!get_proc) {
         snprintf(g_load_why, sizeof(g_load_why),
@@ -177,17 +192,8 @@ static void load_driver(void)
         return;
     }
 #define X(name)                                                                                    \
-    {                                                                                              \
-        void *fn = NULL;                                                                           \
-        CUdriverProcAddressQueryResult found = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;               \
-        CUresult r = get_proc(#name, &fn, CUDA_VERSION, CU_GET_PROC_ADDRESS_LEGACY_STREAM, &found);      \
-        if (r != CUDA_SUCCESS || !fn || found != CU_GET_PROC_ADDRESS_SUCCESS) {                    \
-            snprintf(g_load_why, sizeof(g_load_why),                                               \
-                     "driver lacks %s for CUDA %d (driver too old?)", #name, CUDA_VERSION);        \
-            return;                                                                                \
-        }                                                                                          \
-        *(void **)&cu.p_##name = fn;                                                               \
-    }
+    if (resolve(get_proc, #name, (void **)&cu.p_##name) != 0)                                      \
+        return;
     MB_CUDA_FUNCS(X)
 #undef X
     CUresult r = CU(cuInit)(0);
@@ -681,7 +687,8 @@ static int probe_device(int device, CUdevice *dev, char *name, size_t name_len)
         return MB_EDEVICE;
     }
     if (device < 0 || device >= count) {
-        mb_log(MB_LOG_WARN, "cuda backend unusable: no device %d (this host has %d)", device, count);
+        mb_log(MB_LOG_WARN, "cuda backend unusable: no device %d (this host has %d)", device,
+               count);
         return MB_EDEVICE;
     }
     r = CU(cuDeviceGet)(dev, device);
@@ -693,8 +700,8 @@ static int probe_device(int device, CUdevice *dev, char *name, size_t name_len)
         snprintf(name, name_len, "?");
     int vmm = 0, posix_fd = 0;
     CU(cuDeviceGetAttribute)(&vmm, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, *dev);
-    CU(cuDeviceGetAttribute)(&posix_fd, CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED,
-                             *dev);
+    CU(cuDeviceGetAttribute)(&posix_fd,
+                             CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED, *dev);
     if (!vmm || !posix_fd) {
         mb_log(MB_LOG_WARN, "cuda backend unusable: device %d (%s) lacks %s", device, name,
                !vmm ? "virtual memory management" : "POSIX-fd memory handles");
@@ -758,7 +765,8 @@ int mb_backend_cuda_open(int device, mb_backend **out)
         if (r != CUDA_SUCCESS) {
             rc = cu_fail(r, "query allocation granularity");
         } else if (gran == 0 || (gran & (gran - 1))) {
-            mb_log(MB_LOG_ERR, "cuda backend unusable: granularity %zu is not a power of two", gran);
+            mb_log(MB_LOG_ERR, "cuda backend unusable: granularity %zu is not a power of two",
+                   gran);
             rc = MB_EBACKEND;
         }
         if (rc == 0) {
@@ -774,8 +782,9 @@ int mb_backend_cuda_open(int device, mb_backend **out)
         return rc;
     }
     b->granularity = gran;
-    mb_log(MB_LOG_INFO, "cuda backend: device %d (%s), frame granularity %zu KiB (recommended %zu KiB)",
-           device, name, gran >> 10, recommended >> 10);
+    mb_log(MB_LOG_INFO,
+           "cuda backend: device %d (%s), frame granularity %zu KiB (recommended %zu KiB)", device,
+           name, gran >> 10, recommended >> 10);
     *out = b;
     return 0;
 }
