@@ -1,0 +1,179 @@
+/* client.c: libmbclient's public entry points: opening a session, the
+ * synchronous and stream-ordered allocation calls over the tiers, trimming,
+ * statistics. Every call takes the client's mutex. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "client.h"
+#include "log.h"
+#include "size.h"
+
+/* Cached frames kept after frees unless $MOONBRIGHT_CACHE says otherwise. */
+#define DEFAULT_CACHE_BYTES ((size_t)1 << 30)
+#define DEFAULT_TIMEOUT_MS 5000
+
+static long env_long(const char *name, long dflt, long lo, long hi)
+{
+    const char *v = getenv(name);
+    if (!v || !*v)
+        return dflt;
+    char *end;
+    long x = strtol(v, &end, 10);
+    if (*end || x < lo || x > hi) {
+        mb_log(MB_LOG_WARN, "ignoring %s=%s (expected %ld..%ld)", name, v, lo, hi);
+        return dflt;
+    }
+    return x;
+}
+
+int mb_open(mb_client **out, const char *tenant_name)
+{
+    if (!out)
+        return MB_EINVAL;
+    *out = NULL;
+    mb_log_set_ident("mbclient");
+    const char *lv = getenv("MOONBRIGHT_LOG");
+    mb_log_set_level(lv && mb_log_parse_level(lv) >= 0 ? mb_log_parse_level(lv) : MB_LOG_WARN);
+    mb_client *c = calloc(1, sizeof(*c));
+    if (!c)
+        return MB_ENOMEM;
+    pthread_mutex_init(&c->lock, NULL);
+    c->chan = -1;
+    c->device = (int)env_long("MOONBRIGHT_DEVICE", 0, 0, 255);
+    c->timeout_ms = (int)env_long("MOONBRIGHT_TIMEOUT_MS", DEFAULT_TIMEOUT_MS, 1, 3600000);
+    c->fc.keep_bytes = DEFAULT_CACHE_BYTES;
+    const char *cache = getenv("MOONBRIGHT_CACHE");
+    uint64_t v;
+    if (cache && *cache) {
+        if (mb_parse_size(cache, &v) == 0)
+            c->fc.keep_bytes = (size_t)v;
+        else
+            mb_log(MB_LOG_WARN, "ignoring MOONBRIGHT_CACHE=%s (expected a size)", cache);
+    }
+    const char *tenant = tenant_name ? tenant_name : getenv("MOONBRIGHT_TENANT");
+    int rc = rpc_connect(c, tenant && *tenant ? tenant : "default");
+    if (rc == 0) {
+        if (strcmp(c->backend_name, "host") == 0)
+            rc = mb_backend_host_open(c->device, &c->be);
+        else if (strcmp(c->backend_name, "cuda") == 0)
+            rc = mb_backend_cuda_open(c->device, &c->be);
+        else
+            rc = MB_EPROTO;
+        if (rc != 0)
+            mb_log(MB_LOG_ERR, "failed to open the daemon's '%s' backend in this process: %s",
+                   c->backend_name, mb_strerror(rc));
+        else if (c->frame_bytes % c->be->granularity)
+            rc = MB_EPROTO;
+    }
+    if (rc != 0) {
+        rpc_disconnect(c);
+        mb_backend_close(c->be);
+        pthread_mutex_destroy(&c->lock);
+        free(c);
+        return rc;
+    }
+    c->st.frame_bytes = c->frame_bytes;
+    *out = c;
+    return 0;
+}
+
+void mb_close(mb_client *c)
+{
+    if (!c)
+        return;
+    pthread_mutex_lock(&c->lock);
+    c->be->ops->stream_sync(c->be, NULL);
+    for (size_t i = 0; i < c->live.cap; i++) {
+        struct ptrmap_slot *sl = &c->live.slots[i];
+        if (sl->key > 1) {
+            struct stitched *s = sl->val;
+            c->be->ops->unmap(c->be, s->va, s->bytes);
+            c->be->ops->free_va(c->be, s->va, s->bytes);
+            free(s);
+        }
+    }
+    ptrmap_destroy(&c->live);
+    /* Handles go first; closing the channel then ends the session and the
+     * daemon takes every frame back. */
+    fcache_release_all(c);
+    rpc_disconnect(c);
+    mb_backend_close(c->be);
+    pthread_mutex_unlock(&c->lock);
+    pthread_mutex_destroy(&c->lock);
+    free(c);
+}
+
+static int do_malloc(mb_client *c, size_t size, void *stream, void **ptr)
+{
+    if (!c || !ptr || size == 0)
+        return MB_EINVAL;
+    pthread_mutex_lock(&c->lock);
+    struct stitched *s;
+    int rc = stitch_alloc(c, size, &s);
+    if (rc == 0 && (rc = ptrmap_put(&c->live, s->va, s)) != 0)
+        stitch_free(c, s, stream);
+    if (rc == 0) {
+        c->st.stitch_live += s->bytes;
+        c->st.bytes_live += size;
+        *ptr = s->va;
+    }
+    pthread_mutex_unlock(&c->lock);
+    return rc;
+}
+
+static int do_free(mb_client *c, void *ptr, void *stream)
+{
+    if (!c)
+        return MB_EINVAL;
+    if (!ptr)
+        return 0;
+    pthread_mutex_lock(&c->lock);
+    struct stitched *s = ptrmap_get(&c->live, ptr);
+    int rc = s ? 0 : MB_ENOENT;
+    if (s) {
+        size_t bytes = s->bytes;
+        rc = stitch_free(c, s, stream);
+        if (rc == 0) {
+            ptrmap_del(&c->live, ptr);
+            c->st.stitch_live -= bytes;
+            c->st.bytes_live = c->st.bytes_live > bytes ? c->st.bytes_live - bytes : 0;
+            if ((size_t)c->fc.n_cached * c->frame_bytes > c->fc.keep_bytes)
+                fcache_trim(c, c->fc.keep_bytes);
+        }
+    }
+    pthread_mutex_unlock(&c->lock);
+    return rc;
+}
+
+int mb_malloc(mb_client *c, size_t size, void **ptr) { return do_malloc(c, size, NULL, ptr); }
+int mb_free(mb_client *c, void *ptr) { return do_free(c, ptr, NULL); }
+int mb_malloc_async(mb_client *c, size_t size, void *stream, void **ptr)
+{
+    return do_malloc(c, size, stream, ptr);
+}
+int mb_free_async(mb_client *c, void *ptr, void *stream) { return do_free(c, ptr, stream); }
+
+int mb_trim(mb_client *c, size_t keep_bytes)
+{
+    if (!c)
+        return MB_EINVAL;
+    pthread_mutex_lock(&c->lock);
+    int rc = fcache_trim(c, keep_bytes);
+    pthread_mutex_unlock(&c->lock);
+    return rc;
+}
+
+int mb_stats(mb_client *c, mb_client_stats *out)
+{
+    if (!c || !out)
+        return MB_EINVAL;
+    pthread_mutex_lock(&c->lock);
+    *out = c->st;
+    out->bytes_cached = (size_t)c->fc.n_cached * c->frame_bytes;
+    out->bytes_granted = (size_t)c->fc.n_held * c->frame_bytes;
+    pthread_mutex_unlock(&c->lock);
+    return 0;
+}
+
+const char *mb_backend_name(const mb_client *c) { return c ? c->backend_name : "none"; }

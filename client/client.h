@@ -1,0 +1,99 @@
+/* client.h: libmbclient's internal types, declared once for its files.
+ *
+ * Glossary
+ *   cframe    a frame this process imported from the daemon: granted to the
+ *             session, its handle held here; either in use (mapped into a
+ *             stitched range) or cached (unmapped, ready to be reused).
+ *   stitched  one virtual range with frames mapped side by side; the slow
+ *             tier, and the backing of the slab's chunks and the pool's
+ *             arenas.
+ * One mutex guards the whole client. */
+#ifndef MB_CLIENT_INTERNAL_H
+#define MB_CLIENT_INTERNAL_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <moonbright/mbclient.h>
+
+#include "backend.h"
+#include "fdpass.h"
+#include "moonbright.pb-c.h"
+
+struct cframe {
+    uint32_t id;                 /* the daemon's frame id */
+    struct mb_mem mem;           /* imported handle */
+    bool in_use;                 /* mapped into a stitched range */
+    struct cframe *next_cached;  /* cache link while !in_use */
+};
+
+/* Frames this process holds. Invariants (fcache_is_valid):
+ *   n_cached + n_in_use == n_held
+ *   the cached list holds exactly the held frames with !in_use */
+struct frame_cache {
+    struct cframe **by_id;       /* indexed by frame id; NULL when not held */
+    uint32_t cap;
+    uint32_t n_held, n_cached, n_in_use;
+    struct cframe *cached;       /* LIFO: the most recently used first */
+    size_t keep_bytes;           /* cached bytes kept when frames are freed */
+};
+
+struct stitched {
+    void *va;
+    size_t bytes;                /* reserved and mapped: n * frame_bytes */
+    size_t n;
+    struct cframe *frames[];     /* frames[i] mapped at va + i * frame_bytes */
+};
+
+/* ptr -> stitched, open addressing with linear probing. */
+struct ptrmap {
+    struct ptrmap_slot { uintptr_t key; void *val; } *slots;
+    size_t cap, n, tombs;
+};
+
+struct mb_client {
+    pthread_mutex_t lock;
+    mb_backend *be;
+    int device;
+    size_t frame_bytes;
+    char backend_name[16];
+    /* control plane */
+    void *zctx, *dealer;
+    int chan;
+    uint64_t session_id;
+    uint64_t next_id;
+    int timeout_ms;
+    bool broken;                 /* the daemon went away; calls that need it fail */
+    /* memory */
+    struct frame_cache fc;
+    struct ptrmap live;          /* stitched allocations handed to the caller */
+    mb_client_stats st;
+};
+
+/* rpc.c */
+int rpc_connect(mb_client *c, const char *tenant);
+void rpc_disconnect(mb_client *c);
+/* Send req (its id is set here) and wait for the reply. Non-zero reply
+ * codes come back as the return value, with the text logged. */
+int rpc_call(mb_client *c, Mb__Request *req, Mb__Reply **rep);
+
+/* frames.c */
+int fcache_take(mb_client *c, size_t n, struct cframe **out);
+void fcache_put(mb_client *c, struct cframe *f);
+int fcache_trim(mb_client *c, size_t keep_bytes);
+void fcache_release_all(mb_client *c);
+bool fcache_is_valid(const struct frame_cache *fc);
+
+/* stitch.c */
+int stitch_alloc(mb_client *c, size_t bytes, struct stitched **out);
+int stitch_free(mb_client *c, struct stitched *s, void *stream);
+
+/* ptrmap.c */
+int ptrmap_put(struct ptrmap *m, const void *key, void *val);
+void *ptrmap_get(const struct ptrmap *m, const void *key);
+void *ptrmap_del(struct ptrmap *m, const void *key);
+void ptrmap_destroy(struct ptrmap *m);
+
+#endif

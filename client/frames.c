@@ -1,0 +1,239 @@
+/* frames.c: the frames this process holds from the daemon: taking them
+ * (own cache first, then a grant whose handles arrive on the handle channel
+ * and are imported once), caching them unmapped, and handing them back. */
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "client.h"
+#include "log.h"
+
+#ifdef MB_DEBUG
+#define FC_CHECK(fc) do { if (!fcache_is_valid(fc)) abort(); } while (0)
+#else
+#define FC_CHECK(fc) ((void)0)
+#endif
+
+static int hold(struct frame_cache *fc, struct cframe *f)
+{
+    if (f->id >= fc->cap) {
+        uint32_t cap = fc->cap ? fc->cap : 256;
+        while (cap <= f->id)
+            cap *= 2;
+        struct cframe **nb = realloc(fc->by_id, cap * sizeof(*nb));
+        if (!nb)
+            return MB_ENOMEM;
+        memset(nb + fc->cap, 0, (cap - fc->cap) * sizeof(*nb));
+        fc->by_id = nb;
+        fc->cap = cap;
+    }
+    if (fc->by_id[f->id])
+        return MB_EPROTO;   /* the daemon granted a frame we already hold */
+    fc->by_id[f->id] = f;
+    fc->n_held++;
+    return 0;
+}
+
+/* Tell the daemon these frames are gone from this process. */
+static int return_ids(mb_client *c, uint32_t *ids, size_t n)
+{
+    int rc = 0;
+    for (size_t off = 0; off < n; off += 4096) {
+        Mb__Request req = MB__REQUEST__INIT;
+        Mb__Return r = MB__RETURN__INIT;
+        r.ids = ids + off;
+        r.n_ids = n - off < 4096 ? n - off : 4096;
+        req.body_case = MB__REQUEST__BODY_RET;
+        req.ret = &r;
+        Mb__Reply *rep;
+        int e = rpc_call(c, &req, &rep);
+        if (e == 0)
+            mb__reply__free_unpacked(rep, NULL);
+        else
+            rc = e;
+    }
+    return rc;
+}
+
+/* Ask the daemon for n frames; import their handles; they arrive in use. */
+static int grant(mb_client *c, size_t n, struct cframe **out)
+{
+    Mb__Request req = MB__REQUEST__INIT;
+    Mb__Grant g = MB__GRANT__INIT;
+    g.bytes = (uint64_t)n * c->frame_bytes;
+    req.body_case = MB__REQUEST__BODY_GRANT;
+    req.grant = &g;
+    Mb__Reply *rep;
+    int rc = rpc_call(c, &req, &rep);
+    if (rc != 0)
+        return rc;
+    if (rep->body_case != MB__REPLY__BODY_GRANT || rep->grant->n_frames != n) {
+        mb__reply__free_unpacked(rep, NULL);
+        return MB_EPROTO;
+    }
+    size_t got = 0;
+    uint32_t *ids = malloc(n * sizeof(*ids));
+    for (size_t i = 0; i < n; i++) {
+        ids[i] = rep->grant->frames[i]->id;
+        if (rep->grant->frames[i]->bytes != c->frame_bytes || !rep->grant->frames[i]->fd_follows)
+            rc = MB_EPROTO;
+    }
+    mb__reply__free_unpacked(rep, NULL);
+    /* The handles were sent before the reply: they are waiting. */
+    while (rc == 0 && got < n) {
+        struct mb_chan_msg m;
+        int fds[MB_CHAN_MAX_FDS];
+        rc = mb_chan_recv(c->chan, &m, fds, c->timeout_ms);
+        if (rc != 0)
+            break;
+        if (m.type != MB_CHAN_FRAMES || got + m.count > n) {
+            for (uint32_t i = 0; i < m.count; i++)
+                close(fds[i]);
+            rc = MB_EPROTO;
+            break;
+        }
+        for (uint32_t i = 0; i < m.count; i++) {
+            struct cframe *f = calloc(1, sizeof(*f));
+            if (!f || m.ids[i] != ids[got]) {
+                free(f);
+                close(fds[i]);
+                rc = MB_EPROTO;
+                continue;
+            }
+            f->id = m.ids[i];
+            f->in_use = true;
+            int e = c->be->ops->import_fd(c->be, fds[i], c->frame_bytes, &f->mem);
+            if (e == 0 && (e = hold(&c->fc, f)) != 0)
+                c->be->ops->release(c->be, &f->mem);
+            if (e != 0) {
+                free(f);
+                rc = e;
+                continue;
+            }
+            c->fc.n_in_use++;
+            c->st.frames_imported++;
+            out[got++] = f;
+        }
+    }
+    if (rc != 0) {
+        mb_log(MB_LOG_WARN, "failed to import granted frames: %s", mb_strerror(rc));
+        struct mb_chan_msg m;   /* drop whatever else of this grant arrived */
+        int fds[MB_CHAN_MAX_FDS];
+        while (mb_chan_recv(c->chan, &m, fds, 0) == 0)
+            for (uint32_t i = 0; i < m.count; i++)
+                close(fds[i]);
+        for (size_t i = 0; i < got; i++) {
+            c->fc.by_id[out[i]->id] = NULL;
+            c->fc.n_held--;
+            c->fc.n_in_use--;
+            c->be->ops->release(c->be, &out[i]->mem);
+            free(out[i]);
+        }
+        return_ids(c, ids, n);
+    }
+    free(ids);
+    return rc;
+}
+
+int fcache_take(mb_client *c, size_t n, struct cframe **out)
+{
+    struct frame_cache *fc = &c->fc;
+    size_t i = 0;
+    for (; i < n && fc->cached; i++) {
+        struct cframe *f = fc->cached;
+        fc->cached = f->next_cached;
+        f->next_cached = NULL;
+        f->in_use = true;
+        fc->n_cached--;
+        fc->n_in_use++;
+        out[i] = f;
+    }
+    int rc = 0;
+    while (rc == 0 && i < n) {
+        size_t chunk = n - i < 256 ? n - i : 256;
+        rc = grant(c, chunk, out + i);
+        if (rc == 0)
+            i += chunk;
+    }
+    if (rc != 0)
+        while (i > 0)
+            fcache_put(c, out[--i]);
+    FC_CHECK(fc);
+    return rc;
+}
+
+void fcache_put(mb_client *c, struct cframe *f)
+{
+    struct frame_cache *fc = &c->fc;
+    f->in_use = false;
+    f->next_cached = fc->cached;
+    fc->cached = f;
+    fc->n_in_use--;
+    fc->n_cached++;
+}
+
+int fcache_trim(mb_client *c, size_t keep_bytes)
+{
+    struct frame_cache *fc = &c->fc;
+    size_t keep = keep_bytes / c->frame_bytes;
+    if (fc->n_cached <= keep)
+        return 0;
+    size_t n = fc->n_cached - keep;
+    uint32_t *ids = malloc(n * sizeof(*ids));
+    if (!ids)
+        return MB_ENOMEM;
+    /* Drop the least recently used: walk past the first `keep`. */
+    struct cframe **pp = &fc->cached;
+    for (size_t i = 0; i < keep; i++)
+        pp = &(*pp)->next_cached;
+    size_t k = 0;
+    while (*pp) {
+        struct cframe *f = *pp;
+        *pp = f->next_cached;
+        c->be->ops->release(c->be, &f->mem);
+        fc->by_id[f->id] = NULL;
+        ids[k++] = f->id;
+        free(f);
+    }
+    fc->n_cached -= k;
+    fc->n_held -= k;
+    int rc = return_ids(c, ids, k);
+    free(ids);
+    FC_CHECK(fc);
+    return rc;
+}
+
+/* Drop every handle (in use or cached); the caller unmapped them. */
+void fcache_release_all(mb_client *c)
+{
+    struct frame_cache *fc = &c->fc;
+    for (uint32_t id = 0; id < fc->cap; id++) {
+        struct cframe *f = fc->by_id[id];
+        if (f) {
+            c->be->ops->release(c->be, &f->mem);
+            free(f);
+        }
+    }
+    free(fc->by_id);
+    memset(fc, 0, sizeof(*fc));
+}
+
+bool fcache_is_valid(const struct frame_cache *fc)
+{
+    uint32_t held = 0, cached = 0, in_use = 0;
+    for (uint32_t id = 0; id < fc->cap; id++) {
+        const struct cframe *f = fc->by_id[id];
+        if (!f)
+            continue;
+        if (f->id != id)
+            return false;
+        held++;
+        in_use += f->in_use;
+    }
+    for (const struct cframe *f = fc->cached; f; f = f->next_cached) {
+        if (f->in_use || fc->by_id[f->id] != f || ++cached > held)
+            return false;
+    }
+    return held == fc->n_held && cached == fc->n_cached && in_use == fc->n_in_use &&
+           fc->n_cached + fc->n_in_use == fc->n_held;
+}

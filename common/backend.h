@@ -1,0 +1,90 @@
+/* backend.h: the one interface every device-memory call sits behind.
+ *
+ * Two implementations share this contract: "cuda" (the CUDA driver API,
+ * loaded at run time; backend_cuda.c is the only file that includes
+ * <cuda.h>) and "host" (the same contract on host memory: memfd frames,
+ * export = the fd, reserve = an inaccessible anonymous mapping, map =
+ * mmap(MAP_FIXED|MAP_SHARED)).
+ *
+ * Glossary
+ *   mem      one physical allocation (a "frame"): created, exported to a
+ *            POSIX fd, imported in another process from that fd, released.
+ *   reserve  a range of virtual addresses with nothing behind it.
+ *   map      put one whole mem at an address inside a reservation; a handle
+ *            is mapped whole or not at all (CUDA cannot map part of one).
+ *   access   mapped memory is unusable until set_access makes it
+ *            read-write for the device (host: for the process).
+ *
+ * Every call returns 0 or a negative mb_status and logs "failed to ...".
+ * Calls may come from any thread. */
+#ifndef MB_BACKEND_H
+#define MB_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct mb_mem {
+    uint64_t h;      /* backend handle: host = memfd, cuda = CUmemGenericAllocationHandle */
+    int fd;          /* exported POSIX fd owned by this mem, or -1 until exported */
+    size_t bytes;    /* size; a multiple of the backend's granularity */
+};
+#define MB_MEM_INIT { 0, -1, 0 }
+
+typedef struct mb_backend mb_backend;
+
+struct mb_backend_ops {
+    /* Create `bytes` of physical memory, exportable as a POSIX fd. */
+    int (*create)(mb_backend *b, size_t bytes, struct mb_mem *out);
+    /* Make m->fd valid (idempotent); the fd stays owned by m. */
+    int (*export_fd)(mb_backend *b, struct mb_mem *m);
+    /* Import a mem from an fd received from another process. Takes ownership
+     * of fd whatever the outcome (keeps it as the handle or closes it). */
+    int (*import_fd)(mb_backend *b, int fd, size_t bytes, struct mb_mem *out);
+    /* Drop this process's reference; the memory lives on while mapped or
+     * held elsewhere. Closes m->fd. */
+    void (*release)(mb_backend *b, struct mb_mem *m);
+
+    int (*reserve)(mb_backend *b, size_t bytes, void **va);
+    void (*free_va)(mb_backend *b, void *va, size_t bytes);
+    /* Map the whole of m at va (inside a reservation); no access yet. */
+    int (*map)(mb_backend *b, void *va, const struct mb_mem *m);
+    /* Give read-write access to [va, va+bytes), all of it mapped. */
+    int (*set_access)(mb_backend *b, void *va, size_t bytes);
+    /* Unmap [va, va+bytes); the range stays reserved. */
+    int (*unmap)(mb_backend *b, void *va, size_t bytes);
+
+    /* Zero the whole of m. Synchronous: the memory reads zero when this
+     * returns. May map m internally once (kept until release). */
+    int (*scrub)(mb_backend *b, struct mb_mem *m);
+    /* Fill mapped memory, ordered on stream (host: at once). */
+    int (*memset)(mb_backend *b, void *va, int value, size_t bytes, void *stream);
+
+    /* Events order frees across streams: record at free time, query later.
+     * query returns 1 when complete, 0 while pending, <0 on error. */
+    int (*event_create)(mb_backend *b, void **ev);
+    void (*event_destroy)(mb_backend *b, void *ev);
+    int (*event_record)(mb_backend *b, void *ev, void *stream);
+    int (*event_query)(mb_backend *b, void *ev);
+    int (*stream_sync)(mb_backend *b, void *stream);
+
+    void (*close)(mb_backend *b);
+};
+
+struct mb_backend {
+    const char *name;                  /* "cuda" or "host" */
+    int device;                        /* ordinal this backend serves */
+    size_t granularity;                /* smallest mem size, a power of two */
+    const struct mb_backend_ops *ops;
+    void *priv;
+};
+
+/* Open "auto", "cuda" or "host" for device ordinal `device`. "auto" picks
+ * cuda when a usable GPU is present, else host, and logs which and why. */
+int mb_backend_open(const char *kind, int device, mb_backend **out);
+void mb_backend_close(mb_backend *b);
+
+/* Implementations (each returns MB_EDEVICE/MB_EBACKEND when unusable). */
+int mb_backend_host_open(int device, mb_backend **out);
+int mb_backend_cuda_open(int device, mb_backend **out);
+
+#endif

@@ -1,0 +1,197 @@
+/* backend_host.c: the "host" backend: backend.h's contract on host memory.
+ * A frame is a memfd, its export is that same fd, a reservation is an
+ * inaccessible anonymous mapping, and map is mmap(MAP_FIXED|MAP_SHARED). */
+#include "backend.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <moonbright/mbclient.h>
+
+#include "log.h"
+
+/* Reservations are aligned to the largest power of two not above their size,
+ * capped at 2 MiB, so a range of one frame is aligned to its own size (the
+ * slab finds a chunk's header from any pointer inside it). */
+#define HOST_MAX_ALIGN ((size_t)2 << 20)
+
+static size_t reserve_align(size_t bytes)
+{
+    size_t a = (size_t)sysconf(_SC_PAGESIZE);
+    while (a < HOST_MAX_ALIGN && a * 2 <= bytes)
+        a *= 2;
+    return a;
+}
+
+static int host_create(mb_backend *b, size_t bytes, struct mb_mem *out)
+{
+    if (bytes == 0 || bytes % b->granularity) {
+        mb_log(MB_LOG_ERR, "failed to create frame: size %zu is not a multiple of %zu",
+               bytes, b->granularity);
+        return MB_EINVAL;
+    }
+    int fd = memfd_create("moonbright-frame", MFD_CLOEXEC);
+    if (fd < 0) {
+        mb_log(MB_LOG_ERR, "failed to create frame: memfd_create: %s", strerror(errno));
+        return errno == EMFILE || errno == ENFILE ? MB_ELIMIT : MB_ESYS;
+    }
+    if (ftruncate(fd, (off_t)bytes) != 0) {
+        mb_log(MB_LOG_ERR, "failed to size frame to %zu bytes: %s", bytes, strerror(errno));
+        close(fd);
+        return MB_ENOMEM;
+    }
+    out->h = (uint64_t)fd;
+    out->fd = -1;
+    out->bytes = bytes;
+    return 0;
+}
+
+/* The memfd is its own export: fd and handle are one descriptor. */
+static int host_export_fd(mb_backend *b, struct mb_mem *m)
+{
+    m->fd = (int)m->h;
+    return 0;
+}
+
+static int host_import_fd(mb_backend *b, int fd, size_t bytes, struct mb_mem *out)
+{
+    off_t end = lseek(fd, 0, SEEK_END);
+    if (end < 0 || (size_t)end < bytes) {
+        mb_log(MB_LOG_ERR, "failed to import frame: fd %d holds %lld bytes, expected %zu",
+               fd, (long long)end, bytes);
+        close(fd);
+        return MB_EPROTO;
+    }
+    out->h = (uint64_t)fd;
+    out->fd = fd;
+    out->bytes = bytes;
+    return 0;
+}
+
+static void host_release(mb_backend *b, struct mb_mem *m)
+{
+    if ((int)m->h >= 0)
+        close((int)m->h);
+    m->h = (uint64_t)-1;
+    m->fd = -1;
+}
+
+static int host_reserve(mb_backend *b, size_t bytes, void **va)
+{
+    size_t align = reserve_align(bytes);
+    size_t span = bytes + align;
+    char *p = mmap(NULL, span, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED) {
+        mb_log(MB_LOG_ERR, "failed to reserve %zu bytes: %s", bytes, strerror(errno));
+        return MB_ENOMEM;
+    }
+    char *start = (char *)(((uintptr_t)p + align - 1) & ~(uintptr_t)(align - 1));
+    if (start > p)
+        munmap(p, (size_t)(start - p));
+    size_t tail = (size_t)(p + span - (start + bytes));
+    if (tail)
+        munmap(start + bytes, tail);
+    *va = start;
+    return 0;
+}
+
+static void host_free_va(mb_backend *b, void *va, size_t bytes)
+{
+    if (va && munmap(va, bytes) != 0)
+        mb_log(MB_LOG_ERR, "failed to free range %p+%zu: %s", va, bytes, strerror(errno));
+}
+
+static int host_map(mb_backend *b, void *va, const struct mb_mem *m)
+{
+    void *p = mmap(va, m->bytes, PROT_NONE, MAP_SHARED | MAP_FIXED, (int)m->h, 0);
+    if (p == MAP_FAILED) {
+        mb_log(MB_LOG_ERR, "failed to map frame at %p: %s", va, strerror(errno));
+        return errno == ENOMEM ? MB_ELIMIT : MB_ESYS;
+    }
+    return 0;
+}
+
+static int host_set_access(mb_backend *b, void *va, size_t bytes)
+{
+    if (mprotect(va, bytes, PROT_READ | PROT_WRITE) != 0) {
+        mb_log(MB_LOG_ERR, "failed to set access on %p+%zu: %s", va, bytes, strerror(errno));
+        return MB_ESYS;
+    }
+    return 0;
+}
+
+/* Unmapping puts the reservation back in place rather than leaving a hole. */
+static int host_unmap(mb_backend *b, void *va, size_t bytes)
+{
+    void *p = mmap(va, bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE,
+                   -1, 0);
+    if (p == MAP_FAILED) {
+        mb_log(MB_LOG_ERR, "failed to unmap %p+%zu: %s", va, bytes, strerror(errno));
+        return MB_ESYS;
+    }
+    return 0;
+}
+
+/* Punching the whole file frees its pages: it reads as zeros and costs no
+ * memory until written again. */
+static int host_scrub(mb_backend *b, struct mb_mem *m)
+{
+    if (fallocate((int)m->h, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, (off_t)m->bytes) != 0) {
+        mb_log(MB_LOG_ERR, "failed to scrub frame: %s", strerror(errno));
+        return MB_ESYS;
+    }
+    return 0;
+}
+
+static int host_memset(mb_backend *b, void *va, int value, size_t bytes, void *stream)
+{
+    memset(va, value, bytes);
+    return 0;
+}
+
+/* Host work is complete when the call returns: events are always complete. */
+static char host_event;
+static int host_event_create(mb_backend *b, void **ev) { *ev = &host_event; return 0; }
+static void host_event_destroy(mb_backend *b, void *ev) { }
+static int host_event_record(mb_backend *b, void *ev, void *stream) { return 0; }
+static int host_event_query(mb_backend *b, void *ev) { return 1; }
+static int host_stream_sync(mb_backend *b, void *stream) { return 0; }
+
+static void host_close(mb_backend *b) { free(b); }
+
+static const struct mb_backend_ops host_ops = {
+    .create = host_create,
+    .export_fd = host_export_fd,
+    .import_fd = host_import_fd,
+    .release = host_release,
+    .reserve = host_reserve,
+    .free_va = host_free_va,
+    .map = host_map,
+    .set_access = host_set_access,
+    .unmap = host_unmap,
+    .scrub = host_scrub,
+    .memset = host_memset,
+    .event_create = host_event_create,
+    .event_destroy = host_event_destroy,
+    .event_record = host_event_record,
+    .event_query = host_event_query,
+    .stream_sync = host_stream_sync,
+    .close = host_close,
+};
+
+int mb_backend_host_open(int device, mb_backend **out)
+{
+    mb_backend *b = calloc(1, sizeof(*b));
+    if (!b)
+        return MB_ENOMEM;
+    b->name = "host";
+    b->device = device;
+    b->granularity = (size_t)sysconf(_SC_PAGESIZE);
+    b->ops = &host_ops;
+    *out = b;
+    return 0;
+}

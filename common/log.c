@@ -1,0 +1,46 @@
+/* log.c: the logging sink shared by every MoonBright program: level filter,
+ * identity prefix, journald priority prefix when stderr is the journal. */
+#include "log.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int g_level = MB_LOG_INFO;
+static const char *g_ident = "moonbright";
+static int g_journal = -1;   /* -1 unknown, 0 no, 1 stderr is the journal */
+
+void mb_log_set_level(int level) { g_level = level; }
+int mb_log_level(void) { return g_level; }
+void mb_log_set_ident(const char *ident) { g_ident = ident; }
+
+int mb_log_parse_level(const char *s)
+{
+    static const struct { const char *name; int level; } names[] = {
+        { "err", MB_LOG_ERR }, { "error", MB_LOG_ERR }, { "warn", MB_LOG_WARN },
+        { "warning", MB_LOG_WARN }, { "info", MB_LOG_INFO }, { "debug", MB_LOG_DEBUG },
+    };
+    for (size_t i = 0; s && i < sizeof(names) / sizeof(names[0]); i++)
+        if (strcmp(s, names[i].name) == 0)
+            return names[i].level;
+    return -1;
+}
+
+void mb_log(int level, const char *fmt, ...)
+{
+    if (level > g_level)
+        return;
+    if (g_journal < 0)
+        g_journal = getenv("JOURNAL_STREAM") != NULL;
+    char line[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof(line), fmt, ap);
+    va_end(ap);
+    static const char *tags[8] = { "", "", "", "error: ", "warning: ", "", "", "debug: " };
+    if (g_journal)
+        fprintf(stderr, "<%d>%s\n", level, line);
+    else
+        fprintf(stderr, "%s: %s%s\n", g_ident, tags[level & 7], line);
+}

@@ -1,0 +1,115 @@
+/* wire.c: packing protobuf envelopes into ZeroMQ frames and back, with
+ * request ids and timeouts on the client side. */
+#include "wire.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <zmq.h>
+
+#include <moonbright/mbclient.h>
+
+#include "log.h"
+
+uint64_t mb_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static int send_packed(void *sock, const ProtobufCMessage *m, int flags)
+{
+    size_t len = protobuf_c_message_get_packed_size(m);
+    if (len > MB_WIRE_MAX_BYTES) {
+        mb_log(MB_LOG_ERR, "failed to send message: %zu bytes exceeds the %d-byte limit",
+               len, MB_WIRE_MAX_BYTES);
+        return MB_EINVAL;
+    }
+    uint8_t stackbuf[4096];
+    uint8_t *buf = len <= sizeof(stackbuf) ? stackbuf : malloc(len);
+    if (!buf)
+        return MB_ENOMEM;
+    protobuf_c_message_pack(m, buf);
+    int rc;
+    do
+        rc = zmq_send(sock, buf, len, flags);
+    while (rc < 0 && errno == EINTR);
+    if (buf != stackbuf)
+        free(buf);
+    if (rc < 0) {
+        mb_log(MB_LOG_DEBUG, "failed to send message: %s", zmq_strerror(errno));
+        return MB_EUNAVAIL;
+    }
+    return 0;
+}
+
+int mb_wire_send_request(void *dealer, const Mb__Request *req)
+{
+    return send_packed(dealer, &req->base, ZMQ_DONTWAIT);
+}
+
+int mb_wire_send_reply(void *router, const void *ident, size_t ident_len, const Mb__Reply *rep)
+{
+    if (zmq_send(router, ident, ident_len, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0)
+        return MB_EUNAVAIL;
+    return send_packed(router, &rep->base, ZMQ_DONTWAIT);
+}
+
+int mb_wire_recv_reply(void *dealer, uint64_t id, int timeout_ms, Mb__Reply **out,
+                       void (*on_notice)(void *ctx, const Mb__Reply *r), void *ctx)
+{
+    int64_t deadline = mb_now_ms() + timeout_ms;
+    for (;;) {
+        int64_t left = deadline - mb_now_ms();
+        if (left < 0)
+            return MB_EUNAVAIL;
+        zmq_pollitem_t item = { dealer, 0, ZMQ_POLLIN, 0 };
+        int pr = zmq_poll(&item, 1, (long)left);
+        if (pr < 0 && errno != EINTR)
+            return MB_EUNAVAIL;
+        if (pr <= 0)
+            continue;
+        zmq_msg_t msg;
+        zmq_msg_init(&msg);
+        if (zmq_msg_recv(&msg, dealer, ZMQ_DONTWAIT) < 0) {
+            zmq_msg_close(&msg);
+            continue;
+        }
+        int more = zmq_msg_more(&msg);
+        Mb__Reply *r = more ? NULL
+                            : mb__reply__unpack(NULL, zmq_msg_size(&msg), zmq_msg_data(&msg));
+        zmq_msg_close(&msg);
+        while (more) {  /* a reply is one frame; drain anything else */
+            zmq_msg_init(&msg);
+            zmq_msg_recv(&msg, dealer, 0);
+            more = zmq_msg_more(&msg);
+            zmq_msg_close(&msg);
+        }
+        if (!r) {
+            mb_log(MB_LOG_WARN, "dropped a malformed reply from the daemon");
+            continue;
+        }
+        if (r->id == id) {
+            *out = r;
+            return 0;
+        }
+        if (r->id == 0 && on_notice)
+            on_notice(ctx, r);
+        mb__reply__free_unpacked(r, NULL);
+    }
+}
+
+void mb_reply_error(Mb__Reply *rep, int code, const char *fmt, ...)
+{
+    static __thread char text[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(text, sizeof(text), fmt, ap);
+    va_end(ap);
+    rep->code = code;
+    rep->error = text;
+}

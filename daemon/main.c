@@ -1,0 +1,335 @@
+/* main.c: moonbrightd's start-up and shut-down: options, the runtime
+ * directory and its lock, the backend, the sockets, readiness (sd-daemon
+ * READY=1 only once all of that is done) and STOPPING=1 on every exit. */
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/resource.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+#include <systemd/sd-daemon.h>
+#include <zmq.h>
+
+#include <moonbright/mbclient.h>
+
+#include "daemon.h"
+#include "log.h"
+#include "size.h"
+
+struct options {
+    int device;
+    const char *backend;
+    const char *runtime_dir;
+    uint64_t budget;
+    uint64_t frame_size;
+    uint64_t reserve;
+    bool foreground;
+};
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+        "usage: moonbrightd [options]\n"
+        "  --device N          GPU ordinal to serve (default 0)\n"
+        "  --backend KIND      auto, cuda or host (default auto: cuda when a GPU is usable)\n"
+        "  --runtime-dir DIR   sockets live here (default $MOONBRIGHT_RUNTIME_DIR, else /run/moonbright)\n"
+        "  --budget SIZE       most bytes of frames to create (default 64G)\n"
+        "  --frame-size SIZE   bytes per frame (default 2M; a multiple of the device granularity)\n"
+        "  --reserve SIZE      frames created ahead of demand (default 0)\n"
+        "  --foreground        stay in the foreground (systemd uses this)\n"
+        "  --log-level LEVEL   err, warn, info or debug (default info)\n"
+        "  --help, --version\n"
+        "SIZE takes K, M, G or T suffixes (powers of 1024).\n");
+}
+
+static int parse_size_opt(const char *name, const char *v, uint64_t *out)
+{
+    if (mb_parse_size(v, out) != 0) {
+        mb_log(MB_LOG_ERR, "bad size '%s' for --%s (expected digits and an optional K/M/G/T suffix)",
+               v, name);
+        return -1;
+    }
+    return 0;
+}
+
+static int parse_options(int argc, char **argv, struct options *o)
+{
+    static const struct option longs[] = {
+        { "device", required_argument, 0, 'd' },     { "backend", required_argument, 0, 'b' },
+        { "runtime-dir", required_argument, 0, 'r' }, { "budget", required_argument, 0, 'B' },
+        { "frame-size", required_argument, 0, 'f' },  { "reserve", required_argument, 0, 'R' },
+        { "foreground", no_argument, 0, 'F' },        { "log-level", required_argument, 0, 'l' },
+        { "help", no_argument, 0, 'h' },              { "version", no_argument, 0, 'V' },
+        { 0, 0, 0, 0 },
+    };
+    int c;
+    while ((c = getopt_long(argc, argv, "", longs, NULL)) != -1) {
+        char *end;
+        switch (c) {
+        case 'd':
+            errno = 0;
+            long v = strtol(optarg, &end, 10);
+            if (errno || *end || end == optarg || v < 0 || v > 255) {
+                mb_log(MB_LOG_ERR, "bad device '%s' (expected 0-255)", optarg);
+                return 2;
+            }
+            o->device = (int)v;
+            break;
+        case 'b':
+            if (strcmp(optarg, "auto") && strcmp(optarg, "cuda") && strcmp(optarg, "host")) {
+                mb_log(MB_LOG_ERR, "bad backend '%s' (expected auto, cuda or host)", optarg);
+                return 2;
+            }
+            o->backend = optarg;
+            break;
+        case 'r': o->runtime_dir = optarg; break;
+        case 'B': if (parse_size_opt("budget", optarg, &o->budget)) return 2; break;
+        case 'f': if (parse_size_opt("frame-size", optarg, &o->frame_size)) return 2; break;
+        case 'R': if (parse_size_opt("reserve", optarg, &o->reserve)) return 2; break;
+        case 'F': o->foreground = true; break;
+        case 'l':
+            if (mb_log_parse_level(optarg) < 0) {
+                mb_log(MB_LOG_ERR, "bad log level '%s' (expected err, warn, info or debug)", optarg);
+                return 2;
+            }
+            mb_log_set_level(mb_log_parse_level(optarg));
+            break;
+        case 'h': usage(stdout); exit(0);
+        case 'V': printf("moonbrightd %s\n", MB_VERSION); exit(0);
+        default: usage(stderr); return 2;
+        }
+    }
+    if (optind < argc) {
+        mb_log(MB_LOG_ERR, "unexpected argument '%s'", argv[optind]);
+        return 2;
+    }
+    return 0;
+}
+
+/* One daemon per device and runtime directory: an flock on gpuN.lock. */
+static int take_lock(struct daemon *d)
+{
+    snprintf(d->lock_path, sizeof(d->lock_path), "%s/gpu%d.lock", d->runtime_dir, d->device);
+    d->lock_fd = open(d->lock_path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (d->lock_fd < 0) {
+        mb_log(MB_LOG_ERR, "failed to open %s: %s", d->lock_path, strerror(errno));
+        return -1;
+    }
+    if (flock(d->lock_fd, LOCK_EX | LOCK_NB) != 0) {
+        char buf[32] = "";
+        ssize_t n = pread(d->lock_fd, buf, sizeof(buf) - 1, 0);
+        buf[n > 0 ? n : 0] = '\0';
+        buf[strcspn(buf, "\n")] = '\0';
+        mb_log(MB_LOG_ERR, "another moonbrightd (pid %s) already serves device %d in %s; not starting",
+               *buf ? buf : "?", d->device, d->runtime_dir);
+        close(d->lock_fd);
+        d->lock_fd = -1;
+        return -1;
+    }
+    char pid[32];
+    int len = snprintf(pid, sizeof(pid), "%d\n", (int)getpid());
+    if (ftruncate(d->lock_fd, 0) != 0 || pwrite(d->lock_fd, pid, (size_t)len, 0) != len)
+        mb_log(MB_LOG_WARN, "failed to write pid to %s", d->lock_path);
+    return 0;
+}
+
+static int bind_sockets(struct daemon *d)
+{
+    char ep[300];
+    if (mb_ctl_endpoint(ep, sizeof(ep), d->runtime_dir, d->device) != 0 ||
+        mb_chan_path(d->chan_path, sizeof(d->chan_path), d->runtime_dir, d->device) != 0) {
+        mb_log(MB_LOG_ERR, "runtime directory path too long: %s", d->runtime_dir);
+        return -1;
+    }
+    snprintf(d->ctl_path, sizeof(d->ctl_path), "%s/gpu%d.ctl", d->runtime_dir, d->device);
+    unlink(d->ctl_path);   /* stale from a crashed daemon: we hold the lock */
+    unlink(d->chan_path);
+
+    d->zctx = zmq_ctx_new();
+    d->router = zmq_socket(d->zctx, ZMQ_ROUTER);
+    int64_t maxsz = MB_WIRE_MAX_BYTES;
+    int zero = 0, one = 1;
+    zmq_setsockopt(d->router, ZMQ_MAXMSGSIZE, &maxsz, sizeof(maxsz));
+    zmq_setsockopt(d->router, ZMQ_LINGER, &zero, sizeof(zero));
+    zmq_setsockopt(d->router, ZMQ_ROUTER_MANDATORY, &one, sizeof(one));
+    if (zmq_bind(d->router, ep) != 0) {
+        mb_log(MB_LOG_ERR, "failed to bind %s: %s", ep, zmq_strerror(errno));
+        return -1;
+    }
+    chmod(d->ctl_path, 0666);
+
+    d->chan_listen = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    struct sockaddr_un sa;
+    mb_chan_sockaddr(&sa, d->chan_path);
+    if (d->chan_listen < 0 || bind(d->chan_listen, (struct sockaddr *)&sa, sizeof(sa)) != 0 ||
+        listen(d->chan_listen, 128) != 0) {
+        mb_log(MB_LOG_ERR, "failed to bind %s: %s", d->chan_path, strerror(errno));
+        return -1;
+    }
+    chmod(d->chan_path, 0666);
+    return 0;
+}
+
+static int open_signals(struct daemon *d)
+{
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGINT);
+    sigprocmask(SIG_BLOCK, &set, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    d->sigfd = signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC);
+    return d->sigfd < 0 ? -1 : 0;
+}
+
+/* Every frame is a descriptor: allow as many as the hard limit permits. */
+static void raise_fd_limit(void)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+        rl.rlim_cur = rl.rlim_max;
+        setrlimit(RLIMIT_NOFILE, &rl);
+    }
+}
+
+/* Without --foreground: fork, and let the parent exit once the child is
+ * serving (or report why it could not start). */
+static int daemonize(int *ready_fd)
+{
+    int p[2];
+    if (pipe2(p, O_CLOEXEC) != 0)
+        return -1;
+    pid_t pid = fork();
+    if (pid < 0)
+        return -1;
+    if (pid > 0) {
+        close(p[1]);
+        char c = 0;
+        ssize_t n = read(p[0], &c, 1);
+        _exit(n == 1 && c == 'R' ? 0 : 1);
+    }
+    close(p[0]);
+    setsid();
+    *ready_fd = p[1];
+    return 0;
+}
+
+static void cleanup(struct daemon *d)
+{
+    while (d->sessions)
+        session_close(d, d->sessions);
+    while (d->tenants) {
+        struct tenant *t = d->tenants;
+        d->tenants = t->next;
+        free(t);
+    }
+    if (d->router)
+        zmq_close(d->router);
+    if (d->zctx)
+        zmq_ctx_term(d->zctx);
+    if (d->chan_listen >= 0) {
+        close(d->chan_listen);
+        unlink(d->chan_path);
+        unlink(d->ctl_path);
+    }
+    if (d->pool.frames)
+        frame_pool_destroy(&d->pool);
+    mb_backend_close(d->be);
+    if (d->sigfd >= 0)
+        close(d->sigfd);
+    if (d->lock_fd >= 0)
+        close(d->lock_fd);
+}
+
+int main(int argc, char **argv)
+{
+    mb_log_set_ident("moonbrightd");
+    struct options o = { .device = 0, .backend = "auto", .budget = 64ull << 30,
+                         .frame_size = 2u << 20 };
+    int rc = parse_options(argc, argv, &o);
+    if (rc)
+        return rc;
+    struct daemon d = { .device = o.device, .chan_listen = -1, .sigfd = -1, .lock_fd = -1 };
+    d.runtime_dir = o.runtime_dir ? o.runtime_dir : mb_default_runtime_dir();
+    int ready_fd = -1;
+
+    if (mkdir(d.runtime_dir, 0755) != 0 && errno != EEXIST) {
+        mb_log(MB_LOG_ERR, "failed to create runtime directory %s: %s", d.runtime_dir, strerror(errno));
+        return 1;
+    }
+    if (take_lock(&d) != 0)
+        return 1;
+    if (!o.foreground && daemonize(&ready_fd) != 0) {
+        mb_log(MB_LOG_ERR, "failed to go to the background: %s", strerror(errno));
+        return 1;
+    }
+    if (!o.foreground) {
+        /* The child inherited the locked file: it now records its own pid. */
+        char pid[32];
+        int len = snprintf(pid, sizeof(pid), "%d\n", (int)getpid());
+        if (ftruncate(d.lock_fd, 0) != 0 || pwrite(d.lock_fd, pid, (size_t)len, 0) != len)
+            mb_log(MB_LOG_WARN, "failed to write pid to %s", d.lock_path);
+    }
+    raise_fd_limit();
+    rc = 1;
+    if (open_signals(&d) != 0) {
+        mb_log(MB_LOG_ERR, "failed to set up signals: %s", strerror(errno));
+        goto out;
+    }
+    if (mb_backend_open(o.backend, o.device, &d.be) != 0) {
+        mb_log(MB_LOG_ERR, "failed to open the %s backend for device %d", o.backend, o.device);
+        goto out;
+    }
+    if (o.frame_size == 0 || o.frame_size % d.be->granularity) {
+        mb_log(MB_LOG_ERR, "bad --frame-size %llu: must be a non-zero multiple of %zu (%s granularity)",
+               (unsigned long long)o.frame_size, d.be->granularity, d.be->name);
+        goto out;
+    }
+    if (o.budget < o.frame_size) {
+        mb_log(MB_LOG_ERR, "--budget must hold at least one frame (%llu bytes)",
+               (unsigned long long)o.frame_size);
+        goto out;
+    }
+    if (frame_pool_init(&d.pool, d.be, o.frame_size, o.budget - o.budget % o.frame_size) != 0)
+        goto out;
+    if (o.reserve && frame_pool_prefill(&d.pool, o.reserve) != 0)
+        mb_log(MB_LOG_WARN, "failed to create the %llu-byte reserve; continuing",
+               (unsigned long long)o.reserve);
+    if (bind_sockets(&d) != 0)
+        goto out;
+    d.started_ms = mb_now_ms();
+    char a[32], b[32];
+    mb_log(MB_LOG_INFO, "serving device %d (%s backend) in %s: %s frames, budget %s", d.device,
+           d.be->name, d.runtime_dir, mb_format_size(o.frame_size, a, sizeof(a)),
+           mb_format_size(d.pool.budget_bytes, b, sizeof(b)));
+    sd_notifyf(0, "READY=1\nSTATUS=serving device %d (%s backend)\nMAINPID=%d", d.device,
+               d.be->name, (int)getpid());
+    if (ready_fd >= 0) {
+        if (write(ready_fd, "R", 1) != 1)
+            mb_log(MB_LOG_WARN, "failed to tell the parent we are ready");
+        close(ready_fd);
+        ready_fd = -1;
+        int devnull = open("/dev/null", O_RDWR);
+        if (devnull >= 0) {
+            dup2(devnull, 0);
+            dup2(devnull, 1);
+            close(devnull);
+        }
+    }
+    rc = daemon_serve(&d) == 0 ? 0 : 1;
+out:
+    sd_notify(0, "STOPPING=1");
+    cleanup(&d);
+    if (ready_fd >= 0)
+        close(ready_fd);
+    mb_log(MB_LOG_INFO, "stopped");
+    return rc;
+}
