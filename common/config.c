@@ -38,9 +38,9 @@ void mb_config_defaults(struct mb_config *cfg)
 {
     memset(cfg, 0, sizeof(*cfg));
     strcpy(cfg->backend, "auto");
-    cfg->budget = MB_CONFIG_BUDGET_AUTO;
+    cfg->budget = 64ull << 30;
     cfg->frame_size = 2u << 20;
-    cfg->reserve = 64u << 20;
+    cfg->reserve = 0;
     cfg->scrub = true;
     cfg->watchdog = true;
     cfg->log_level = MB_LOG_INFO;
@@ -147,10 +147,6 @@ static int set_budget(struct mb_config *cfg, const char *key, const char *v,
                       char *why, size_t whylen)
 {
     uint64_t b;
-    if (strcmp(v, "auto") == 0) {
-        cfg->budget = MB_CONFIG_BUDGET_AUTO;
-        return 0;
-    }
     if (mb_parse_size(v, &b) != 0) {
         set_err(why, whylen, "bad size '%s' for %s", v, key);
         return MB_EINVAL;
@@ -167,8 +163,8 @@ static int set_frame_size(struct mb_config *cfg, const char *key, const char *v,
         set_err(why, whylen, "bad size '%s' for %s", v, key);
         return MB_EINVAL;
     }
-    if (b < 4096 || b > (1ull << 30) || (b & (b - 1)) != 0) {
-        set_err(why, whylen, "bad %s '%s': a power of two from 4K to 1G", key, v);
+    if (b == 0 || b % 4096 != 0) {
+        set_err(why, whylen, "bad %s '%s': not a non-zero multiple of 4K", key, v);
         return MB_EINVAL;
     }
     cfg->frame_size = b;
@@ -465,8 +461,6 @@ static int check(const struct mb_config *cfg, int *which, char *why, size_t whyl
 {
     char a[32], b[32];
     *which = CHECK_OK;
-    if (cfg->budget == MB_CONFIG_BUDGET_AUTO)
-        return 0;
     if (cfg->budget < cfg->frame_size) {
         *which = CHECK_FRAME;
         set_err(why, whylen, "budget (%s) is smaller than one frame (%s)",
@@ -481,11 +475,11 @@ static int check(const struct mb_config *cfg, int *which, char *why, size_t whyl
                 mb_format_size(cfg->budget, b, sizeof(b)));
         return MB_EINVAL;
     }
-    uint64_t sum = 0;
-    for (size_t i = 0; i < cfg->n_tenants; i++)
-        sum += cfg->tenants[i].min;      /* each min <= budget here: no overflow */
-    for (size_t i = 0; i < cfg->n_uids; i++)
-        sum += cfg->uids[i].min;
+    uint64_t sum = 0;   /* saturates: a min may be near 2^64 */
+    for (size_t i = 0; i < cfg->n_tenants + cfg->n_uids; i++) {
+        uint64_t m = i < cfg->n_tenants ? cfg->tenants[i].min : cfg->uids[i - cfg->n_tenants].min;
+        sum = m > UINT64_MAX - sum ? UINT64_MAX : sum + m;
+    }
     if (sum > cfg->budget) {
         *which = CHECK_MIN;
         set_err(why, whylen, "guarantees (sum of every min, %s) are above budget (%s)",

@@ -16,10 +16,10 @@
  *
  * Global keys (default in brackets):
  *   backend      auto | cuda | host                                 [auto]
- *   budget       bytes the daemon may hold on the device, or "auto"
- *                for the daemon's choice from the device's memory   [auto]
- *   frame_size   size of one frame; a power of two, at least 4K     [2M]
- *   reserve      frames kept created and exported ahead of demand   [64M]
+ *   budget       most bytes of frames the daemon creates            [64G]
+ *   frame_size   bytes per frame: a multiple of 4K; the daemon also
+ *                needs a multiple of its device's granularity       [2M]
+ *   reserve      bytes of frames created ahead of demand            [0]
  *   scrub        zero a frame before another tenant gets it        [on]
  *   watchdog     send WATCHDOG=1 when systemd asks for it           [on]
  *   log_level    err | warn | info | debug                          [info]
@@ -39,8 +39,8 @@
  *
  * Rejected, each with "FILE:LINE: reason": unknown keys and sections, a key
  * given twice in one place, a tenant or uid given two sections, a section
- * without a name, bad values, min > max, reserve > budget, and guarantees
- * (sum of every min) above the budget.
+ * without a name, bad values, min > max, a budget smaller than one frame,
+ * reserve > budget, and guarantees (sum of every min) above the budget.
  *
  * Every function returns 0 or a negative mb_status; on failure err holds one
  * line naming the problem (no trailing newline). */
@@ -57,7 +57,6 @@
 #endif
 
 #define MB_CONFIG_UNLIMITED UINT64_MAX   /* max with no limit */
-#define MB_CONFIG_BUDGET_AUTO 0          /* budget chosen by the daemon */
 #define MB_CONFIG_NAME_MAX 63            /* longest tenant name, bytes */
 #define MB_CONFIG_MAX_DEVICES 64         /* longest "devices =" list */
 
@@ -72,9 +71,9 @@ struct mb_config_policy {
 
 struct mb_config {
     char backend[8];        /* "auto", "cuda" or "host" */
-    uint64_t budget;        /* MB_CONFIG_BUDGET_AUTO or bytes */
-    uint64_t frame_size;    /* power of two, >= 4096 */
-    uint64_t reserve;       /* <= budget when budget is set */
+    uint64_t budget;        /* >= frame_size */
+    uint64_t frame_size;    /* a non-zero multiple of 4096 */
+    uint64_t reserve;       /* <= budget; sum of every policy's min <= budget */
     bool scrub;
     bool watchdog;
     int log_level;          /* MB_LOG_ERR .. MB_LOG_DEBUG (log.h) */
@@ -115,7 +114,8 @@ int mb_config_parse_string(const char *text, const char *name, struct mb_config 
 int mb_config_set(struct mb_config *cfg, const char *key, const char *value,
                   char *err, size_t errlen);
 
-/* Checks between fields (reserve <= budget, sum of min <= budget); the file
+/* Checks between fields (budget >= frame_size, reserve <= budget, sum of
+ * min <= budget); the file
  * loaders already ran it. Use it again after mb_config_set(). */
 int mb_config_check(const struct mb_config *cfg, char *err, size_t errlen);
 

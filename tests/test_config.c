@@ -54,9 +54,9 @@ static void test_defaults(void **state)
     struct mb_config cfg;
     mb_config_defaults(&cfg);
     assert_string_equal(cfg.backend, "auto");
-    assert_int_equal(cfg.budget, MB_CONFIG_BUDGET_AUTO);
+    assert_int_equal(cfg.budget, 64 * GiB);
     assert_int_equal(cfg.frame_size, 2 * MiB);
-    assert_int_equal(cfg.reserve, 64 * MiB);
+    assert_int_equal(cfg.reserve, 0);
     assert_true(cfg.scrub);
     assert_true(cfg.watchdog);
     assert_int_equal(cfg.log_level, MB_LOG_INFO);
@@ -209,9 +209,9 @@ static void test_bad_sizes(void **state)
         expect_error(text, 3, want);
     }
     expect_error("reserve = lots\n", 1, "bad size 'lots' for reserve");
-    expect_error("frame_size = 3M\n", 1, "bad frame_size '3M': a power of two");
+    expect_error("frame_size = 6000\n", 1, "bad frame_size '6000': not a non-zero multiple of 4K");
     expect_error("frame_size = 1K\n", 1, "bad frame_size '1K'");
-    expect_error("frame_size = 2G\n", 1, "bad frame_size '2G'");
+    expect_error("frame_size = 0\n", 1, "bad frame_size '0'");
     expect_error("[uid 5]\nmin = unlimited\n", 2, "bad size 'unlimited' for min in [uid 5]");
 }
 
@@ -265,18 +265,24 @@ static void test_cross_field(void **state)
     /* the later of the two lines involved is named */
     expect_error("budget = 1G\nreserve = 2G\n", 2, "reserve (2 GiB) is above budget (1 GiB)");
     expect_error("reserve = 2G\nscrub = on\nbudget = 1G\n", 3, "reserve (2 GiB) is above budget");
-    expect_error("budget = 32M\n", 1, "reserve (64 MiB) is above budget (32 MiB)");
+    expect_error("reserve = 64M\nbudget = 32M\n", 2, "reserve (64 MiB) is above budget (32 MiB)");
+    expect_error("budget = 16000000T\n[tenant a]\nmin = 15000000T\n[tenant b]\nmin = 15000000T\n", 5,
+                 "guarantees (sum of every min,");
+    expect_error("[tenant a]\nmin = 40G\n[tenant b]\nmin = 40G\n", 4,
+                 "are above budget (64 GiB)");
     expect_error("budget = 1M\n", 1, "budget (1 MiB) is smaller than one frame (2 MiB)");
     expect_error("budget = 10G\n[tenant a]\nmin = 6G\n[tenant b]\nmin = 6G\n", 5,
                  "guarantees (sum of every min, 12 GiB) are above budget (10 GiB)");
     expect_error("[uid 1]\nmin = 6G\n[tenant b]\nmin = 6G\n[tenant c]\nbudget = 1G\n", 6,
                  "unknown key 'budget' in [tenant c]");
-    /* the budget default (auto) leaves nothing to compare */
+    /* at the limits */
     struct mb_config cfg;
-    assert_int_equal(mb_config_parse_string("budget = 32M\nreserve = 0\n", "x", &cfg, NULL, 0), 0);
+    assert_int_equal(mb_config_parse_string("budget = 32M\n", "x", &cfg, NULL, 0), 0);
     mb_config_free(&cfg);
-    assert_int_equal(mb_config_parse_string("reserve = 100G\n[tenant a]\nmin = 1T\n", "x", &cfg,
-                                            NULL, 0), 0);
+    assert_int_equal(mb_config_parse_string("budget = 2T\nreserve = 100G\n[tenant a]\nmin = 1T\n"
+                                            "[uid 3]\nmin = 1T\n", "x", &cfg, NULL, 0), 0);
+    mb_config_free(&cfg);
+    assert_int_equal(mb_config_parse_string("frame_size = 6M\nbudget = 6M\n", "x", &cfg, NULL, 0), 0);
     mb_config_free(&cfg);
 }
 
@@ -407,7 +413,7 @@ static void test_set_overrides(void **state)
     assert_int_equal(mb_config_set(&cfg, "budget", "512M", err, sizeof(err)), 0);
     assert_int_equal(mb_config_check(&cfg, err, sizeof(err)), MB_EINVAL);
     assert_string_equal(err, "reserve (1 GiB) is above budget (512 MiB)");
-    assert_int_equal(mb_config_set(&cfg, "budget", "auto", err, sizeof(err)), 0);
+    assert_int_equal(mb_config_set(&cfg, "reserve", "0", err, sizeof(err)), 0);
     assert_int_equal(mb_config_check(&cfg, err, sizeof(err)), 0);
     mb_config_free(&cfg);
 }
