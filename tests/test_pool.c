@@ -1,0 +1,580 @@
+/* test_pool.c: the pool tier against a reference model: arenas are host
+ * mmaps (MAP_NORESERVE), streams and events are fakes whose completion the
+ * test decides, and every step checks contents, overlap, alignment and the
+ * stream rule (a block freed on S reaches another stream only after an
+ * event recorded on S after the free has completed). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <cmocka.h>
+
+#include "moonbright/mbclient.h"
+#include "pool.h"
+
+#define NSTREAMS 4
+#define MAX_ARENAS 4096
+
+/* ---- fake device: arenas, streams, events ---- */
+
+struct fake_ev {
+    int stream;
+    uint64_t stamp;
+};
+
+struct dev {
+    size_t round;                     /* arenas rounded up to this (0: exact) */
+    int fail_grow;
+    size_t arenas, arena_bytes;       /* outstanding */
+    uintptr_t base[MAX_ARENAS];
+    size_t len[MAX_ARENAS];
+    uint64_t clock[NSTREAMS];         /* work launched per stream so far */
+    uint64_t done[NSTREAMS];          /* work completed; an event is complete once done >= its stamp */
+    size_t ev_live, ev_recorded, ev_queried;
+    void (*on_shrink)(uintptr_t base, size_t bytes);
+};
+
+static int sidx(void *stream) { return (int)(uintptr_t)stream - 1; }
+static void *stream_of(int i) { return (void *)(uintptr_t)(i + 1); }
+
+static int dev_grow(void *ctx, size_t min_bytes, void **base, size_t *bytes)
+{
+    struct dev *d = ctx;
+    if (d->fail_grow)
+        return MB_ENOMEM;
+    size_t len = d->round ? (min_bytes + d->round - 1) / d->round * d->round : min_bytes;
+    void *m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (m == MAP_FAILED)
+        return MB_ENOMEM;
+    assert_true(d->arenas < MAX_ARENAS);
+    d->base[d->arenas] = (uintptr_t)m;
+    d->len[d->arenas] = len;
+    d->arenas++;
+    d->arena_bytes += len;
+    *base = m;
+    *bytes = len;
+    return 0;
+}
+
+static void dev_shrink(void *ctx, void *base, size_t bytes)
+{
+    struct dev *d = ctx;
+    size_t i = 0;
+    while (i < d->arenas && d->base[i] != (uintptr_t)base)
+        i++;
+    assert_true(i < d->arenas);                   /* only arenas we handed out */
+    assert_int_equal(d->len[i], bytes);
+    if (d->on_shrink)
+        d->on_shrink((uintptr_t)base, bytes);
+    munmap(base, bytes);
+    d->arenas--;
+    d->base[i] = d->base[d->arenas];
+    d->len[i] = d->len[d->arenas];
+    d->arena_bytes -= bytes;
+}
+
+static int dev_record(void *ctx, void *stream, void **ev)
+{
+    struct dev *d = ctx;
+    int s = sidx(stream);
+    assert_true(s >= 0 && s < NSTREAMS);
+    struct fake_ev *e = malloc(sizeof *e);
+    assert_non_null(e);
+    e->stream = s;
+    e->stamp = d->clock[s];           /* "work on stream so far" */
+    d->ev_live++;
+    d->ev_recorded++;
+    *ev = e;
+    return 0;
+}
+
+static int dev_query(void *ctx, void *ev)
+{
+    struct dev *d = ctx;
+    struct fake_ev *e = ev;
+    d->ev_queried++;
+    return e->stamp <= d->done[e->stream];
+}
+
+static void dev_release(void *ctx, void *ev)
+{
+    struct dev *d = ctx;
+    d->ev_live--;
+    free(ev);
+}
+
+static const struct mb_pool_ops dev_ops = { dev_grow, dev_shrink, dev_record, dev_query, dev_release };
+static const struct mb_pool_ops dev_ops_nostream = { dev_grow, dev_shrink, NULL, NULL, NULL };
+
+static void complete(struct dev *d, int s) { d->done[s] = d->clock[s]; }
+static void launch(struct dev *d, int s) { d->clock[s]++; }
+
+/* ---- basic behaviour ---- */
+
+static void test_basic(void **state)
+{
+    (void)state;
+    struct dev d = { 0 };
+    struct mb_pool *p;
+    assert_int_equal(mb_pool_new(&p, &dev_ops, &d, 128, 1 << 20), MB_EINVAL);
+    assert_int_equal(mb_pool_new(&p, &dev_ops, &d, 768, 1 << 20), MB_EINVAL);
+    assert_int_equal(mb_pool_new(&p, &dev_ops, &d, 256, 1 << 20), 0);
+    void *a, *b;
+    size_t us;
+    assert_int_equal(mb_pool_alloc(p, 0, stream_of(0), &a), MB_EINVAL);
+    assert_int_equal(mb_pool_alloc(p, SIZE_MAX, stream_of(0), &a), MB_EINVAL);
+    assert_int_equal(mb_pool_alloc(p, 1, stream_of(0), &a), 0);
+    assert_int_equal((uintptr_t)a % 256, 0);
+    assert_int_equal(mb_pool_usable_size(p, a, &us), 0);
+    assert_int_equal(us, 256);
+    assert_int_equal(mb_pool_alloc(p, 257, stream_of(0), &b), 0);
+    assert_int_equal(mb_pool_usable_size(p, b, &us), 0);
+    assert_int_equal(us, 512);
+    size_t live, mapped;
+    mb_pool_stats(p, &live, &mapped);
+    assert_int_equal(live, 768);
+    assert_int_equal(mapped, 1 << 20);
+    /* refusals change nothing */
+    int x;
+    assert_int_equal(mb_pool_release(p, &x, stream_of(0)), MB_ENOENT);
+    assert_int_equal(mb_pool_release(p, (char *)b + 256, stream_of(0)), MB_ENOENT);
+    assert_int_equal(mb_pool_release(p, NULL, stream_of(0)), MB_ENOENT);
+    assert_int_equal(mb_pool_usable_size(p, (char *)a + 1, &us), MB_ENOENT);
+    assert_int_equal(mb_pool_release(p, a, stream_of(1)), 0);
+    assert_int_equal(mb_pool_release(p, a, stream_of(1)), MB_ENOENT);
+    assert_int_equal(mb_pool_release(p, a, stream_of(0)), MB_ENOENT);
+    assert_true(mb_pool_is_valid(p));
+    assert_int_equal(mb_pool_release(p, b, stream_of(0)), 0);
+    mb_pool_stats(p, &live, &mapped);
+    assert_int_equal(live, 0);
+    complete(&d, 0);
+    complete(&d, 1);
+    assert_int_equal(mb_pool_trim(p, 0), 1 << 20);
+    mb_pool_stats(p, &live, &mapped);
+    assert_int_equal(mapped, 0);
+    assert_int_equal(d.arenas, 0);
+    assert_int_equal(d.ev_live, 0);
+    /* a grow failure is reported and changes nothing */
+    d.fail_grow = 1;
+    assert_int_equal(mb_pool_alloc(p, 4096, stream_of(0), &a), MB_ENOMEM);
+    assert_true(mb_pool_is_valid(p));
+    d.fail_grow = 0;
+    /* a request bigger than the growth unit gets an arena of its own */
+    assert_int_equal(mb_pool_alloc(p, (3 << 20) + 5, stream_of(0), &a), 0);
+    mb_pool_stats(p, &live, &mapped);
+    assert_int_equal(live, (3 << 20) + 256);
+    assert_int_equal(mapped, (3 << 20) + 256);
+    mb_pool_free(p);
+    assert_int_equal(d.arenas, 0);
+    assert_int_equal(d.ev_live, 0);
+}
+
+/* The stream rule, step by step. */
+static void test_streams(void **state)
+{
+    (void)state;
+    struct dev d = { 0 };
+    struct mb_pool *p;
+    const size_t M = 1 << 20;
+    assert_int_equal(mb_pool_new(&p, &dev_ops, &d, 256, M), 0);
+    void *A = stream_of(0), *B = stream_of(1), *C = stream_of(2);
+    void *x, *y, *z, *w;
+    assert_int_equal(mb_pool_alloc(p, M, A, &x), 0);
+    assert_int_equal(d.arenas, 1);
+    launch(&d, 0);
+    assert_int_equal(mb_pool_release(p, x, A), 0);
+    /* same stream: at once, and without any event */
+    assert_int_equal(mb_pool_alloc(p, M, A, &y), 0);
+    assert_ptr_equal(y, x);
+    assert_int_equal(d.ev_recorded, 0);
+    launch(&d, 0);
+    assert_int_equal(mb_pool_release(p, x, A), 0);
+    /* another stream: not while the free's work is pending */
+    assert_int_equal(mb_pool_alloc(p, M, B, &y), 0);
+    assert_ptr_not_equal(y, x);
+    assert_int_equal(d.arenas, 2);
+    assert_int_equal(d.ev_recorded, 1);           /* one event on A, still pending */
+    assert_int_equal(mb_pool_alloc(p, M, B, &z), 0);
+    assert_ptr_not_equal(z, x);
+    assert_int_equal(d.arenas, 3);
+    /* once it completed: handed to B */
+    complete(&d, 0);
+    assert_int_equal(mb_pool_alloc(p, M, B, &w), 0);
+    assert_ptr_equal(w, x);
+    assert_int_equal(d.arenas, 3);
+    assert_int_equal(d.ev_live, 0);
+    assert_true(mb_pool_is_valid(p));
+
+    /* pending blocks of one stream coalesce and keep the later event */
+    launch(&d, 0);
+    assert_int_equal(mb_pool_release(p, w, A), 0);    /* whole arena pending on A */
+    void *s[4];
+    for (int i = 0; i < 4; i++) {
+        assert_int_equal(mb_pool_alloc(p, M / 4, A, &s[i]), 0);
+        assert_ptr_equal(s[i], (char *)x + i * (M / 4));
+    }
+    launch(&d, 0);
+    assert_int_equal(mb_pool_release(p, s[0], A), 0);
+    assert_int_equal(mb_pool_fence(p, A), 0);         /* event e1 covers s[0] */
+    uint64_t e1 = d.clock[0];
+    launch(&d, 0);
+    assert_int_equal(mb_pool_release(p, s[1], A), 0); /* merges: now under a later event */
+    d.done[0] = e1;
+    assert_int_equal(mb_pool_alloc(p, M, C, &z), 0);         /* e1 alone does not free them */
+    assert_true((uintptr_t)z + M <= (uintptr_t)x || (uintptr_t)z >= (uintptr_t)x + M);
+    complete(&d, 0);
+    void *h;
+    assert_int_equal(mb_pool_alloc(p, M / 2, B, &h), 0);     /* both halves, merged */
+    assert_ptr_equal(h, x);
+    /* on A the two pending quarters left by s[2], s[3] are usable at once */
+    launch(&d, 0);
+    assert_int_equal(mb_pool_release(p, s[2], A), 0);
+    launch(&d, 0);
+    assert_int_equal(mb_pool_release(p, s[3], A), 0);
+    assert_int_equal(mb_pool_alloc(p, M / 2, A, &w), 0);
+    assert_ptr_equal(w, (char *)x + M / 2);
+    assert_true(mb_pool_is_valid(p));
+
+    /* a stream that misses gathers its pending block with ready neighbours */
+    launch(&d, 1);
+    assert_int_equal(mb_pool_release(p, h, B), 0);
+    assert_int_equal(mb_pool_fence(p, B), 0);
+    complete(&d, 1);
+    launch(&d, 0);
+    assert_int_equal(mb_pool_release(p, w, A), 0);
+    size_t arenas = d.arenas;
+    assert_int_equal(mb_pool_alloc(p, M, A, &w), 0);
+    assert_ptr_equal(w, x);
+    assert_int_equal(d.arenas, arenas);
+    assert_true(mb_pool_is_valid(p));
+
+    for (int i = 0; i < NSTREAMS; i++)
+        complete(&d, i);
+    mb_pool_free(p);
+    assert_int_equal(d.arenas, 0);
+    assert_int_equal(d.ev_live, 0);
+}
+
+/* Without event ops every free is ready for every stream at once. */
+static void test_no_streams(void **state)
+{
+    (void)state;
+    struct dev d = { 0 };
+    struct mb_pool *p;
+    assert_int_equal(mb_pool_new(&p, &dev_ops_nostream, &d, 512, 1 << 20), 0);
+    void *x, *y;
+    assert_int_equal(mb_pool_alloc(p, 1000, stream_of(0), &x), 0);
+    assert_int_equal((uintptr_t)x % 512, 0);
+    assert_int_equal(mb_pool_release(p, x, stream_of(0)), 0);
+    assert_int_equal(mb_pool_alloc(p, 1000, stream_of(1), &y), 0);
+    assert_ptr_equal(x, y);
+    assert_int_equal(mb_pool_release(p, y, stream_of(3)), 0);
+    assert_int_equal(mb_pool_trim(p, 0), 1 << 20);
+    assert_int_equal(d.arenas, 0);
+    mb_pool_free(p);
+}
+
+/* ---- randomised model check ---- */
+
+static uint64_t rng_state;
+static uint64_t rnd(void)
+{
+    uint64_t x = rng_state;
+    x ^= x >> 12;
+    x ^= x << 25;
+    x ^= x >> 27;
+    rng_state = x;
+    return x * 0x2545F4914F6CDD1Dull;
+}
+static uint64_t rnd_below(uint64_t n) { return rnd() % n; }
+
+struct live {
+    uintptr_t p;
+    size_t size;       /* requested */
+    size_t usable;     /* rounded */
+    uint64_t seed;
+};
+
+struct fr {            /* a range whose latest free was on stream at clock */
+    uintptr_t lo, hi;
+    int stream;
+    uint64_t clock;
+};
+
+struct model {
+    struct live *live;     /* sorted by p */
+    size_t nlive, cap;
+    struct fr *fr;         /* disjoint, unsorted, pruned once complete */
+    size_t nfr, frcap;
+    struct dev *d;
+    size_t live_bytes;
+};
+
+static struct model *cur_model;
+
+static void fill(uintptr_t p, size_t n, uint64_t seed)
+{
+    unsigned char *b = (unsigned char *)p;
+    if (n <= 4096) {
+        for (size_t i = 0; i < n; i++)
+            b[i] = (unsigned char)(seed + i * 131);
+    } else {
+        for (size_t i = 0; i < 64; i++) {
+            b[i] = (unsigned char)(seed + i * 131);
+            b[n - 64 + i] = (unsigned char)(seed + (n - 64 + i) * 131);
+        }
+    }
+}
+
+static void check_fill(uintptr_t p, size_t n, uint64_t seed)
+{
+    const unsigned char *b = (const unsigned char *)p;
+    if (n <= 4096) {
+        for (size_t i = 0; i < n; i++)
+            if (b[i] != (unsigned char)(seed + i * 131))
+                fail_msg("block %#lx+%zu corrupted at %zu", (unsigned long)p, n, i);
+    } else {
+        for (size_t i = 0; i < 64; i++)
+            if (b[i] != (unsigned char)(seed + i * 131) ||
+                b[n - 64 + i] != (unsigned char)(seed + (n - 64 + i) * 131))
+                fail_msg("block %#lx+%zu corrupted near %zu", (unsigned long)p, n, i);
+    }
+}
+
+static size_t live_pos(const struct model *m, uintptr_t p)
+{
+    size_t lo = 0, hi = m->nlive;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (m->live[mid].p < p) lo = mid + 1; else hi = mid;
+    }
+    return lo;
+}
+
+static void fr_add(struct model *m, uintptr_t lo, uintptr_t hi, int s, uint64_t clock)
+{
+    if (m->nfr == m->frcap) {
+        m->frcap = m->frcap ? m->frcap * 2 : 256;
+        m->fr = realloc(m->fr, m->frcap * sizeof *m->fr);
+        assert_non_null(m->fr);
+    }
+    m->fr[m->nfr++] = (struct fr){ lo, hi, s, clock };
+}
+
+/* [lo, hi) was just handed to stream s: every earlier free of those bytes on
+ * another stream must be covered by a completed event recorded after it. */
+static void fr_claim(struct model *m, uintptr_t lo, uintptr_t hi, int s)
+{
+    for (size_t i = 0; i < m->nfr;) {
+        struct fr f = m->fr[i];
+        if (m->d->done[f.stream] >= f.clock) {    /* its work completed: no constraint left */
+            m->fr[i] = m->fr[--m->nfr];
+            continue;
+        }
+        if (f.hi <= lo || f.lo >= hi) {
+            i++;
+            continue;
+        }
+        if (f.stream != s)
+            fail_msg("range %#lx..%#lx freed on stream %d (clock %lu, done %lu) handed to stream %d",
+                     (unsigned long)f.lo, (unsigned long)f.hi, f.stream, (unsigned long)f.clock,
+                     (unsigned long)m->d->done[f.stream], s);
+        m->fr[i] = m->fr[--m->nfr];
+        if (f.lo < lo)
+            fr_add(m, f.lo, lo, f.stream, f.clock);
+        if (f.hi > hi)
+            fr_add(m, hi, f.hi, f.stream, f.clock);
+    }
+}
+
+static void fr_drop(uintptr_t base, size_t bytes)
+{
+    struct model *m = cur_model;
+    for (size_t i = 0; i < m->nfr;) {
+        if (m->fr[i].lo >= base && m->fr[i].hi <= base + bytes)
+            m->fr[i] = m->fr[--m->nfr];
+        else
+            i++;
+    }
+}
+
+static size_t rand_size(size_t max)
+{
+    uint64_t r = rnd_below(100);
+    size_t lo, hi;
+    if (r < 85) { lo = 1; hi = 64 << 10; }
+    else if (r < 98) { lo = 64 << 10; hi = 8 << 20; }
+    else { lo = 8 << 20; hi = max; }
+    /* log-uniform in [lo, hi] */
+    unsigned l0 = 63 - __builtin_clzll(lo), l1 = 63 - __builtin_clzll(hi);
+    unsigned l = l0 + (unsigned)rnd_below(l1 - l0 + 1);
+    size_t a = (size_t)1 << l, b = (size_t)2 << l;
+    if (a < lo) a = lo;
+    if (b > hi) b = hi;
+    return a + rnd_below(b - a + 1);
+}
+
+static void do_alloc(struct model *m, struct mb_pool *p, size_t size, int s, size_t align)
+{
+    void *ptr;
+    int rc = mb_pool_alloc(p, size, stream_of(s), &ptr);
+    assert_int_equal(rc, 0);
+    uintptr_t a = (uintptr_t)ptr;
+    size_t us = 0;
+    assert_int_equal(a % align, 0);
+    assert_int_equal(mb_pool_usable_size(p, ptr, &us), 0);
+    assert_int_equal(us, (size + align - 1) / align * align);
+    size_t i = live_pos(m, a);
+    if (i < m->nlive && m->live[i].p < a + us)
+        fail_msg("overlap with the next live block");
+    if (i > 0 && m->live[i - 1].p + m->live[i - 1].usable > a)
+        fail_msg("overlap with the previous live block");
+    fr_claim(m, a, a + us, s);
+    if (m->nlive == m->cap) {
+        m->cap = m->cap ? m->cap * 2 : 256;
+        m->live = realloc(m->live, m->cap * sizeof *m->live);
+        assert_non_null(m->live);
+    }
+    memmove(&m->live[i + 1], &m->live[i], (m->nlive - i) * sizeof *m->live);
+    m->live[i] = (struct live){ a, size, us, rnd() };
+    m->nlive++;
+    m->live_bytes += us;
+    fill(a, size, m->live[i].seed);
+}
+
+static void do_free(struct model *m, struct mb_pool *p, size_t i, int s)
+{
+    struct live l = m->live[i];
+    check_fill(l.p, l.size, l.seed);
+    memmove(&m->live[i], &m->live[i + 1], (m->nlive - i - 1) * sizeof *m->live);
+    m->nlive--;
+    m->live_bytes -= l.usable;
+    launch(m->d, s);                               /* a kernel used the block on s */
+    assert_int_equal(mb_pool_release(p, (void *)l.p, stream_of(s)), 0);
+    fr_add(m, l.p, l.p + l.usable, s, m->d->clock[s]);
+    if (l.usable >= (64 << 10)) {                 /* hand the touched pages back to the OS */
+        uintptr_t lo = (l.p + 4095) & ~(uintptr_t)4095, hi = (l.p + l.usable) & ~(uintptr_t)4095;
+        if (hi > lo)
+            madvise((void *)lo, hi - lo, MADV_DONTNEED);
+    }
+}
+
+static void check_all(struct model *m, struct mb_pool *p)
+{
+    assert_true(mb_pool_is_valid(p));
+    size_t live, mapped;
+    mb_pool_stats(p, &live, &mapped);
+    assert_int_equal(live, m->live_bytes);
+    assert_int_equal(mapped, m->d->arena_bytes);
+    for (size_t i = 0; i < m->nlive; i++)
+        check_fill(m->live[i].p, m->live[i].size, m->live[i].seed);
+}
+
+static void run_model(size_t ops, size_t target, size_t max_size, size_t align,
+                      size_t arena_bytes, size_t check_every, size_t drain_every)
+{
+    struct dev d = { .round = 2 << 20, .on_shrink = fr_drop };
+    struct model m = { .d = &d };
+    cur_model = &m;
+    struct mb_pool *p;
+    assert_int_equal(mb_pool_new(&p, &dev_ops, &d, align, arena_bytes), 0);
+    size_t allocs = 0, frees = 0, refused = 0, trims = 0, drains = 0;
+    for (size_t step = 1; step <= ops; step++) {
+        uint64_t r = rnd_below(1000);
+        if (r < 3) {
+            complete(&d, (int)rnd_below(NSTREAMS));
+        } else if (r < 4) {
+            launch(&d, (int)rnd_below(NSTREAMS));
+        } else if (r < 6) {
+            int s = (int)rnd_below(NSTREAMS);
+            d.done[s] += rnd_below(d.clock[s] - d.done[s] + 1);
+        } else if (r < 7) {
+            mb_pool_trim(p, rnd_below(2) ? 0 : arena_bytes * rnd_below(4));
+            trims++;
+        } else if (r < 12 && m.nlive) {
+            size_t i = rnd_below(m.nlive);
+            void *bad = (void *)(m.live[i].p + 1 + rnd_below(align - 1));
+            assert_int_equal(mb_pool_release(p, bad, stream_of(0)), MB_ENOENT);
+            refused++;
+        } else {
+            bool grow = m.nlive < target ? rnd_below(100) < 60 : rnd_below(100) < 40;
+            if (grow || !m.nlive) {
+                do_alloc(&m, p, rand_size(max_size), (int)rnd_below(NSTREAMS), align);
+                allocs++;
+            } else {
+                size_t i = rnd_below(m.nlive);
+                uintptr_t a = m.live[i].p;
+                do_free(&m, p, i, (int)rnd_below(NSTREAMS));
+                frees++;
+                if (rnd_below(8) == 0) {
+                    assert_int_equal(mb_pool_release(p, (void *)a, stream_of(0)), MB_ENOENT);
+                    refused++;
+                }
+            }
+        }
+        if (step % check_every == 0)
+            check_all(&m, p);
+        if (drain_every && step % drain_every == 0) {
+            while (m.nlive)
+                do_free(&m, p, rnd_below(m.nlive), (int)rnd_below(NSTREAMS));
+            for (int s = 0; s < NSTREAMS; s++)
+                complete(&d, s);
+            mb_pool_trim(p, 0);
+            size_t live, mapped;
+            mb_pool_stats(p, &live, &mapped);
+            assert_int_equal(live, 0);
+            assert_int_equal(mapped, 0);          /* everything ready and given back */
+            assert_int_equal(d.arenas, 0);
+            assert_int_equal(d.ev_live, 0);
+            drains++;
+        }
+    }
+    check_all(&m, p);
+    while (m.nlive)
+        do_free(&m, p, rnd_below(m.nlive), (int)rnd_below(NSTREAMS));
+    mb_pool_free(p);
+    assert_int_equal(d.arenas, 0);
+    assert_int_equal(d.ev_live, 0);
+    print_message("pool model: %zu ops (%zu allocs, %zu frees, %zu refused, %zu trims, %zu drains), "
+                  "%zu events recorded\n", ops, allocs, frees, refused, trims, drains, d.ev_recorded);
+    free(m.live);
+    free(m.fr);
+}
+
+static void test_model_every_step(void **state)
+{
+    (void)state;
+    rng_state = 0x9e3779b97f4a7c15ull;
+    run_model(60000, 64, 64 << 20, 256, 4 << 20, 1, 20000);
+}
+
+static void test_model_long(void **state)
+{
+    (void)state;
+    rng_state = 0x2545f4914f6cdd1dull;
+    run_model(1500000, 160, 256 << 20, 256, 32 << 20, 5000, 100000);
+}
+
+static void test_model_align4k(void **state)
+{
+    (void)state;
+    rng_state = 0xdeadbeefcafef00dull;
+    run_model(200000, 100, 32 << 20, 4096, 8 << 20, 1000, 50000);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_basic),
+        cmocka_unit_test(test_streams),
+        cmocka_unit_test(test_no_streams),
+        cmocka_unit_test(test_model_every_step),
+        cmocka_unit_test(test_model_long),
+        cmocka_unit_test(test_model_align4k),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
