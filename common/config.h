@@ -12,7 +12,8 @@
  *   max = 10G                    or login name)
  *
  * One setting per line; blanks around keys, '=' and values are ignored;
- * values are not quoted. Keys are lower case with underscores.
+ * values are not quoted. Keys are lower case with underscores. A tenant
+ * NAME is 1-63 letters, digits or ._-:@+.
  *
  * Global keys (default in brackets):
  *   backend      auto | cuda | host                                 [auto]
