@@ -17,6 +17,12 @@
 #include "pool.h"
 
 #define NSTREAMS 4
+#ifndef MB_DEBUG
+#define MB_DEBUG 0
+#endif
+/* Under MB_DEBUG the pool checks every invariant after every call, so the
+ * long runs are shortened to keep each test within seconds. */
+#define OPS(n) (MB_DEBUG ? (n) / 6 : (n))
 #define MAX_ARENAS 4096
 
 /* ---- fake device: arenas, streams, events ---- */
@@ -549,21 +555,21 @@ static void test_model_every_step(void **state)
 {
     (void)state;
     rng_state = 0x9e3779b97f4a7c15ull;
-    run_model(60000, 64, 64 << 20, 256, 4 << 20, 1, 20000);
+    run_model(OPS(120000), 64, 64 << 20, 256, 4 << 20, 1, 20000);
 }
 
 static void test_model_long(void **state)
 {
     (void)state;
     rng_state = 0x2545f4914f6cdd1dull;
-    run_model(1500000, 160, 256 << 20, 256, 32 << 20, 5000, 100000);
+    run_model(OPS(1500000), 160, 256 << 20, 256, 32 << 20, 5000, 100000);
 }
 
 static void test_model_align4k(void **state)
 {
     (void)state;
     rng_state = 0xdeadbeefcafef00dull;
-    run_model(200000, 100, 32 << 20, 4096, 8 << 20, 1000, 50000);
+    run_model(OPS(200000), 100, 32 << 20, 4096, 8 << 20, 1000, 50000);
 }
 
 int main(void)
