@@ -1,0 +1,13 @@
+# tests/alloc.cmake: the client's two user-space allocator tiers (slab, pool),
+# each a self-contained module compiled straight into its model-check test.
+foreach(tier slab pool)
+  add_executable(test_${tier} ${CMAKE_CURRENT_SOURCE_DIR}/test_${tier}.c
+                              ${PROJECT_SOURCE_DIR}/client/${tier}.c)
+  target_include_directories(test_${tier} PRIVATE
+    ${PROJECT_SOURCE_DIR}/client
+    ${PROJECT_SOURCE_DIR}/client/include
+    ${PROJECT_SOURCE_DIR}/common)
+  target_link_libraries(test_${tier} PRIVATE PkgConfig::CMOCKA)
+  add_test(NAME test_${tier} COMMAND test_${tier})
+  set_tests_properties(test_${tier} PROPERTIES LABELS unit TIMEOUT 300)
+endforeach()
