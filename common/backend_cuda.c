@@ -331,7 +331,7 @@ static int cuda_create(mb_backend *b, size_t bytes, struct mb_mem *out)
     prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
     prop.location.id = P(b)->dev;
     prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
-    CUmemGenericAllocationHandle h;
+    CUmemGenericAllocationHandle h = 0;
     ENTER(b);
     CUresult r = CU(cuMemCreate)(&h, bytes, &prop, 0);
     LEAVE();
@@ -370,7 +370,7 @@ static int cuda_import_fd(mb_backend *b, int fd, size_t bytes, struct mb_mem *ou
         close(fd);
         return rc;
     }
-    CUmemGenericAllocationHandle h;
+    CUmemGenericAllocationHandle h = 0;
     int pushed;
     rc = ctx_enter(b, &pushed);
     if (rc) {
@@ -548,7 +548,7 @@ static int scrub_va(mb_backend *b, struct mb_mem *m, CUdeviceptr *va)
 
 static int cuda_scrub(mb_backend *b, struct mb_mem *m)
 {
-    CUdeviceptr va;
+    CUdeviceptr va = 0;
     ENTER(b);
     int rc = scrub_va(b, m, &va);
     if (rc == 0) {
