@@ -1,0 +1,95 @@
+/* test_backend_host.c: the host backend keeps backend.h's contract: frames
+ * shared through their fds, stitched side by side, unmapped back into the
+ * reservation, scrubbed to zero. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+#include <unistd.h>
+#include <cmocka.h>
+
+#include <moonbright/mbclient.h>
+
+#include "backend.h"
+
+#define FB ((size_t)64 << 10)
+
+static void stitch_and_share(void **state)
+{
+    mb_backend *b;
+    assert_int_equal(mb_backend_open("host", 0, &b), 0);
+    assert_string_equal(b->name, "host");
+    struct mb_mem m[3], imp[3];
+    for (int i = 0; i < 3; i++) {
+        m[i] = (struct mb_mem)MB_MEM_INIT;
+        assert_int_equal(b->ops->create(b, FB, &m[i]), 0);
+        assert_int_equal(b->ops->export_fd(b, &m[i]), 0);
+        assert_true(m[i].fd >= 0);
+        /* An importer gets the memory through a new descriptor. */
+        assert_int_equal(b->ops->import_fd(b, dup(m[i].fd), FB, &imp[i]), 0);
+    }
+    void *va, *va2;
+    assert_int_equal(b->ops->reserve(b, 3 * FB, &va), 0);
+    assert_int_equal((uintptr_t)va % FB, 0);   /* aligned for the slab */
+    assert_int_equal(b->ops->reserve(b, 3 * FB, &va2), 0);
+    /* Map in reverse order: non-contiguous frames behind one range. */
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(b->ops->map(b, (char *)va + (size_t)i * FB, &m[2 - i]), 0);
+        assert_int_equal(b->ops->map(b, (char *)va2 + (size_t)i * FB, &imp[i]), 0);
+    }
+    assert_int_equal(b->ops->set_access(b, va, 3 * FB), 0);
+    assert_int_equal(b->ops->set_access(b, va2, 3 * FB), 0);
+    uint8_t *p = va, *q = va2;
+    for (size_t k = 0; k < 3 * FB; k += 4093)
+        p[k] = (uint8_t)(k * 31 + 7);
+    /* Byte k of va lives in frame 2 - k/FB at offset k%FB. */
+    for (size_t k = 0; k < 3 * FB; k += 4093) {
+        size_t frame = 2 - k / FB;
+        assert_int_equal(q[frame * FB + k % FB], (uint8_t)(k * 31 + 7));
+    }
+    assert_int_equal(b->ops->unmap(b, va, 3 * FB), 0);
+    /* Scrub zeroes the memory the other mapping still sees. */
+    assert_int_equal(b->ops->scrub(b, &m[1]), 0);
+    for (size_t k = 0; k < FB; k += 512)
+        assert_int_equal(q[FB + k], 0);
+    assert_int_equal(b->ops->unmap(b, va2, 3 * FB), 0);
+    b->ops->free_va(b, va, 3 * FB);
+    b->ops->free_va(b, va2, 3 * FB);
+    for (int i = 0; i < 3; i++) {
+        b->ops->release(b, &m[i]);
+        b->ops->release(b, &imp[i]);
+    }
+    void *ev;
+    assert_int_equal(b->ops->event_create(b, &ev), 0);
+    assert_int_equal(b->ops->event_record(b, ev, NULL), 0);
+    assert_int_equal(b->ops->event_query(b, ev), 1);
+    b->ops->event_destroy(b, ev);
+    mb_backend_close(b);
+}
+
+static void rejects_bad_input(void **state)
+{
+    mb_backend *b;
+    assert_int_equal(mb_backend_open("nosuch", 0, &b), MB_EINVAL);
+    assert_int_equal(mb_backend_open("host", 0, &b), 0);
+    struct mb_mem m = MB_MEM_INIT;
+    assert_int_equal(b->ops->create(b, 0, &m), MB_EINVAL);
+    assert_int_equal(b->ops->create(b, 1000, &m), MB_EINVAL);
+    /* An fd smaller than claimed is refused (and closed). */
+    assert_int_equal(b->ops->create(b, FB, &m), 0);
+    assert_int_equal(b->ops->export_fd(b, &m), 0);
+    struct mb_mem imp = MB_MEM_INIT;
+    assert_int_equal(b->ops->import_fd(b, dup(m.fd), 2 * FB, &imp), MB_EPROTO);
+    b->ops->release(b, &m);
+    mb_backend_close(b);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(stitch_and_share),
+        cmocka_unit_test(rejects_bad_input),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,314 @@
+/* test_integration.c: a real moonbrightd with separate client processes
+ * over ZeroMQ and the handle channel: stitched allocations across frame
+ * boundaries, SIGKILL reclamation, budget exhaustion, hostile bytes on both
+ * sockets, one daemon per runtime directory, mbctl without a daemon. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+#include <zmq.h>
+#include <cmocka.h>
+
+#include <moonbright/mbclient.h>
+
+#include "fdpass.h"
+#include "harness.h"
+#include "wire.h"
+
+#define FRAME (64u << 10)
+
+static const char *const small_frames[] = { "--frame-size", "64K", "--budget", "64M", NULL };
+
+static void sleep_ms(int ms)
+{
+    struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
+    nanosleep(&ts, NULL);
+}
+
+static double status_num(const struct mbt_daemon *d, const char *key)
+{
+    struct json *j = mbt_status(d);
+    assert_non_null(j);
+    double v = json_num(j, key);
+    json_free(j);
+    return v;
+}
+
+static void three_clients_stitch_and_verify(void **state)
+{
+    struct mbt_daemon d;
+    assert_int_equal(mbt_daemon_start(&d, small_frames), 0);
+    /* 5 MiB + 24 bytes over 64 KiB frames: 81 frames, the last one partial. */
+    char size[32];
+    snprintf(size, sizeof(size), "%u", 80 * FRAME + 24);
+    pid_t pids[3];
+    for (int i = 0; i < 3; i++) {
+        char seed[16], tenant[16];
+        snprintf(seed, sizeof(seed), "%d", 1000 + i);
+        snprintf(tenant, sizeof(tenant), "tenant%d", i);
+        const char *argv[] = { MB_CLIENT_BIN, "pattern", size, seed, tenant, NULL };
+        pids[i] = mbt_spawn(&d, argv, NULL, NULL);
+    }
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(mbt_wait(pids[i]), 0);
+    struct json *j = mbt_status(&d);
+    assert_non_null(j);
+    assert_int_equal((int)json_num(j, "frames_granted"), 0);
+    assert_true(json_num(j, "frames_total") >= 81);
+    assert_int_equal((int)json_num(j, "frames_free"), (int)json_num(j, "frames_total"));
+    assert_int_equal((int)json_num(j, "frame_bytes"), FRAME);
+    const struct json *backend = json_get(j, "backend");
+    assert_non_null(backend);
+    assert_string_equal(backend->str, "host");
+    assert_int_equal(json_get(j, "tenants")->n, 0);
+    json_free(j);
+    assert_int_equal(mbt_daemon_stop(&d), 0);
+}
+
+static void sigkill_returns_frames(void **state)
+{
+    struct mbt_daemon d;
+    assert_int_equal(mbt_daemon_start(&d, small_frames), 0);
+    char size[32];
+    snprintf(size, sizeof(size), "%u", 32 * FRAME);
+    const char *argv[] = { MB_CLIENT_BIN, "hold", size, "7", "victim", NULL };
+    int out, in;
+    pid_t pid = mbt_spawn(&d, argv, &out, &in);
+    char line[128];
+    assert_true(mbt_read_line(out, line, sizeof(line), 10000) >= 0);
+    assert_string_equal(line, "alloc: success");
+    assert_true(mbt_read_line(out, line, sizeof(line), 10000) >= 0);
+    assert_string_equal(line, "ready");
+    struct json *j = mbt_status(&d);
+    assert_non_null(j);
+    assert_int_equal((int)json_num(j, "frames_granted"), 32);
+    const struct json *t = json_get(j, "tenants");
+    assert_int_equal(t->n, 1);
+    assert_string_equal(json_get(&t->kids[0], "name")->str, "victim");
+    assert_int_equal((int)json_num(&t->kids[0], "pid"), pid);
+    assert_int_equal((int)json_num(&t->kids[0], "frames"), 32);
+    json_free(j);
+
+    kill(pid, SIGKILL);
+    assert_int_equal(mbt_wait(pid), 128 + SIGKILL);
+    close(out);
+    close(in);
+    int granted = -1;
+    for (int i = 0; i < 100 && granted != 0; i++) {
+        granted = (int)status_num(&d, "frames_granted");
+        if (granted)
+            sleep_ms(50);
+    }
+    assert_int_equal(granted, 0);
+    j = mbt_status(&d);
+    assert_int_equal((int)json_num(j, "frames_free"), (int)json_num(j, "frames_total"));
+    assert_int_equal(json_get(j, "tenants")->n, 0);
+    json_free(j);
+    assert_int_equal(mbt_daemon_stop(&d), 0);
+}
+
+static void budget_exhausted_then_still_serving(void **state)
+{
+    static const char *const tiny[] = { "--frame-size", "64K", "--budget", "512K", NULL };
+    struct mbt_daemon d;
+    assert_int_equal(mbt_daemon_start(&d, tiny), 0);
+    char size[32];
+    snprintf(size, sizeof(size), "%u", 9 * FRAME);
+    const char *big[] = { MB_CLIENT_BIN, "alloc", size, NULL };
+    char out[512];
+    assert_int_equal(mbt_run(&d, big, out, sizeof(out), false), 20 - MB_ENOMEM);
+    assert_non_null(strstr(out, "out of memory"));
+    /* A holder takes 6 of 8 frames; another asking for 3 is refused... */
+    snprintf(size, sizeof(size), "%u", 6 * FRAME);
+    const char *hold[] = { MB_CLIENT_BIN, "hold", size, "3", NULL };
+    int fd, in;
+    pid_t holder = mbt_spawn(&d, hold, &fd, &in);
+    char line[64];
+    assert_true(mbt_read_line(fd, line, sizeof(line), 10000) >= 0);
+    assert_true(mbt_read_line(fd, line, sizeof(line), 10000) >= 0);
+    assert_string_equal(line, "ready");
+    snprintf(size, sizeof(size), "%u", 3 * FRAME);
+    assert_int_equal(mbt_run(&d, big, out, sizeof(out), false), 20 - MB_ENOMEM);
+    /* ...while 2 frames still fit, and the holder's data is untouched. */
+    snprintf(size, sizeof(size), "%u", 2 * FRAME);
+    const char *fits[] = { MB_CLIENT_BIN, "pattern", size, "9", NULL };
+    assert_int_equal(mbt_run(&d, fits, out, sizeof(out), false), 0);
+    assert_int_equal(write(in, "check\n", 6), 6);
+    assert_true(mbt_read_line(fd, line, sizeof(line), 10000) >= 0);
+    assert_string_equal(line, "intact");
+    close(in);   /* end of input: the holder frees and exits */
+    assert_int_equal(mbt_wait(holder), 0);
+    close(fd);
+    assert_int_equal((int)status_num(&d, "frames_granted"), 0);
+    assert_true(mbt_daemon_alive(&d));
+    assert_true(status_num(&d, "budget_bytes") == 8 * FRAME);
+    assert_int_equal(mbt_daemon_stop(&d), 0);
+}
+
+/* Send raw bytes as a request and return the reply's code (1 = no reply). */
+static int raw_request(void *dealer, const void *buf, size_t len, int flags)
+{
+    if (zmq_send(dealer, buf, len, flags) < 0)
+        return 2;
+    if (flags & ZMQ_SNDMORE)
+        zmq_send(dealer, "x", 1, 0);
+    zmq_pollitem_t it = { dealer, 0, ZMQ_POLLIN, 0 };
+    if (zmq_poll(&it, 1, 2000) <= 0)
+        return 1;
+    zmq_msg_t m;
+    zmq_msg_init(&m);
+    zmq_msg_recv(&m, dealer, 0);
+    Mb__Reply *r = mb__reply__unpack(NULL, zmq_msg_size(&m), zmq_msg_data(&m));
+    zmq_msg_close(&m);
+    if (!r)
+        return 3;
+    int code = r->code;
+    mb__reply__free_unpacked(r, NULL);
+    return code;
+}
+
+static void hostile_bytes_leave_daemon_serving(void **state)
+{
+    struct mbt_daemon d;
+    assert_int_equal(mbt_daemon_start(&d, small_frames), 0);
+    char ep[256];
+    mb_ctl_endpoint(ep, sizeof(ep), d.dir, 0);
+    void *ctx = zmq_ctx_new();
+    void *s = zmq_socket(ctx, ZMQ_DEALER);
+    int zero = 0;
+    zmq_setsockopt(s, ZMQ_LINGER, &zero, sizeof(zero));
+    assert_int_equal(zmq_connect(s, ep), 0);
+
+    static const uint8_t garbage[] = { 0xde, 0xad, 0xbe, 0xef, 0xff, 0x07 };
+    assert_int_equal(raw_request(s, garbage, sizeof(garbage), 0), MB_EPROTO);
+    /* A valid request, truncated in the middle of its hello token. */
+    Mb__Request req = MB__REQUEST__INIT;
+    Mb__Hello h = MB__HELLO__INIT;
+    uint8_t tok[16] = { 1 };
+    h.token.data = tok;
+    h.token.len = 16;
+    req.body_case = MB__REQUEST__BODY_HELLO;
+    req.hello = &h;
+    req.id = 9;
+    uint8_t buf[128];
+    size_t len = mb__request__pack(&req, buf);
+    assert_int_equal(raw_request(s, buf, len - 5, 0), MB_EPROTO);
+    /* Two frames where one is expected. */
+    assert_int_equal(raw_request(s, buf, len, ZMQ_SNDMORE), MB_EPROTO);
+    /* Empty message, and a request with no body. */
+    assert_int_equal(raw_request(s, "", 0, 0), MB_EPROTO);
+    /* A well-formed hello with a forged token is refused. */
+    assert_int_equal(raw_request(s, buf, len, 0), MB_EPERM);
+    /* Session commands without a session are refused. */
+    Mb__Grant g = MB__GRANT__INIT;
+    g.bytes = FRAME;
+    req.body_case = MB__REQUEST__BODY_GRANT;
+    req.grant = &g;
+    len = mb__request__pack(&req, buf);
+    assert_int_equal(raw_request(s, buf, len, 0), MB_EPERM);
+    zmq_close(s);
+
+    /* Oversized: the daemon drops the peer rather than reading it. */
+    void *big_s = zmq_socket(ctx, ZMQ_DEALER);
+    zmq_setsockopt(big_s, ZMQ_LINGER, &zero, sizeof(zero));
+    assert_int_equal(zmq_connect(big_s, ep), 0);
+    size_t big_len = 2 * MB_WIRE_MAX_BYTES;
+    uint8_t *big = calloc(1, big_len);
+    assert_int_equal(raw_request(big_s, big, big_len, 0), 1);
+    free(big);
+    zmq_close(big_s);
+    zmq_ctx_term(ctx);
+
+    /* Junk on the handle channel ends that session only. */
+    char path[256];
+    mb_chan_path(path, sizeof(path), d.dir, 0);
+    int fd = socket(AF_UNIX, SOCK_SEQPACKET, 0);
+    struct sockaddr_un sa;
+    assert_int_equal(mb_chan_sockaddr(&sa, path), 0);
+    assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    assert_int_equal(write(fd, "junkjunk", 8), 8);
+    close(fd);
+
+    assert_true(mbt_daemon_alive(&d));
+    struct json *j = mbt_status(&d);
+    assert_non_null(j);
+    assert_true(json_num(j, "malformed") >= 4);
+    assert_true(json_num(j, "refused") >= 2);
+    assert_int_equal((int)json_num(j, "frames_granted"), 0);
+    json_free(j);
+    /* And it still serves real clients. */
+    char size[32];
+    snprintf(size, sizeof(size), "%u", 3 * FRAME);
+    const char *argv[] = { MB_CLIENT_BIN, "pattern", size, "5", NULL };
+    char out[256];
+    assert_int_equal(mbt_run(&d, argv, out, sizeof(out), false), 0);
+    assert_int_equal(mbt_daemon_stop(&d), 0);
+}
+
+static void second_daemon_refuses(void **state)
+{
+    struct mbt_daemon d;
+    assert_int_equal(mbt_daemon_start(&d, small_frames), 0);
+    const char *argv[] = { MB_DAEMON_BIN, "--foreground", "--backend", "host", "--runtime-dir",
+                           d.dir, NULL };
+    char out[1024];
+    assert_int_equal(mbt_run(&d, argv, out, sizeof(out), true), 1);
+    assert_non_null(strstr(out, "already serves device 0"));
+    assert_true(mbt_daemon_alive(&d));
+    assert_true(status_num(&d, "frames_total") >= 0);
+    assert_int_equal(mbt_daemon_stop(&d), 0);
+}
+
+static void bad_options_are_refused(void **state)
+{
+    struct mbt_daemon d = { .dir = "/tmp" };
+    static const char *const bad[][3] = {
+        { "--budget", "lots" }, { "--frame-size", "1000" }, { "--backend", "gpu" },
+        { "--device", "x" }, { "--log-level", "loud" },
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        char dir[] = "/tmp/mbtest.XXXXXX";
+        assert_non_null(mkdtemp(dir));
+        const char *argv[] = { MB_DAEMON_BIN, "--foreground", "--backend", "host", "--runtime-dir",
+                               dir, bad[i][0], bad[i][1], NULL };
+        char out[1024];
+        int rc = mbt_run(&d, argv, out, sizeof(out), true);
+        assert_true(rc == 1 || rc == 2);
+        assert_non_null(strstr(out, bad[i][1]));   /* the error names the bad value */
+        rmdir(dir);
+    }
+}
+
+static void mbctl_without_daemon(void **state)
+{
+    struct mbt_daemon d = { .dir = "/tmp/mbtest-no-such-dir" };
+    const char *argv[] = { MB_CTL_BIN, "--runtime-dir", d.dir, "status", NULL };
+    char out[1024];
+    assert_int_equal(mbt_run(&d, argv, out, sizeof(out), true), 3);
+    assert_non_null(strstr(out, "not running"));
+    const char *bad[] = { MB_CTL_BIN, "frobnicate", NULL };
+    assert_int_equal(mbt_run(&d, bad, out, sizeof(out), true), 2);
+    assert_non_null(strstr(out, "unknown command"));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(three_clients_stitch_and_verify),
+        cmocka_unit_test(sigkill_returns_frames),
+        cmocka_unit_test(budget_exhausted_then_still_serving),
+        cmocka_unit_test(hostile_bytes_leave_daemon_serving),
+        cmocka_unit_test(second_daemon_refuses),
+        cmocka_unit_test(bad_options_are_refused),
+        cmocka_unit_test(mbctl_without_daemon),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
