@@ -17,6 +17,7 @@
 #include <sys/types.h>
 
 #include "backend.h"
+#include "config.h"
 #include "fdpass.h"
 #include "wire.h"
 
@@ -45,6 +46,7 @@ struct frame_pool {
     uint32_t free_head;          /* first FREE frame, 0 when none */
     uint32_t next_unused;        /* lowest slot never used or released */
     uint64_t scrubs;             /* frames zeroed between tenants */
+    bool scrub;                  /* zero frames that change tenant (default on) */
 };
 
 int frame_pool_init(struct frame_pool *p, mb_backend *be, size_t frame_bytes, uint64_t budget);
@@ -95,6 +97,7 @@ struct daemon_counters {
 };
 
 struct daemon {
+    struct mb_config cfg;        /* file, then command line */
     int device;
     const char *runtime_dir;
     mb_backend *be;

@@ -23,6 +23,7 @@ int frame_pool_init(struct frame_pool *p, mb_backend *be, size_t frame_bytes, ui
     p->cap = 1024;
     p->frames = calloc(p->cap, sizeof(*p->frames));
     p->next_unused = 1;
+    p->scrub = true;
     return p->frames ? 0 : MB_ENOMEM;
 }
 
@@ -109,7 +110,7 @@ int frame_pool_grant(struct frame_pool *p, uint32_t n, uint64_t session, uint32_
     for (uint32_t i = 0; i < n; i++) {
         uint32_t id = p->free_head;
         struct frame *f = &p->frames[id];
-        if (f->last_tenant != 0 && f->last_tenant != tenant) {
+        if (p->scrub && f->last_tenant != 0 && f->last_tenant != tenant) {
             int rc = p->be->ops->scrub(p->be, &f->mem);
             if (rc != 0) {
                 /* Never hand out unscrubbed memory: undo the partial grant. */

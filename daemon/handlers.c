@@ -24,7 +24,7 @@ static bool tenant_name_ok(const char *s)
     if (n == 0 || n >= sizeof(((struct tenant *)0)->name))
         return false;
     for (size_t i = 0; i < n; i++)
-        if (!isalnum((unsigned char)s[i]) && !strchr("._-", s[i]))
+        if (!isalnum((unsigned char)s[i]) && !strchr("._-:@+", s[i]))
             return false;
     return true;
 }
@@ -50,7 +50,7 @@ static void h_hello(struct request_ctx *rc, const Mb__Request *req, Mb__Reply *r
     }
     const char *name = h->tenant && *h->tenant ? h->tenant : "default";
     if (!tenant_name_ok(name)) {
-        mb_reply_error(rep, MB_EINVAL, "bad tenant name (1-63 of A-Z a-z 0-9 . _ -)");
+        mb_reply_error(rep, MB_EINVAL, "bad tenant name (1-63 of A-Z a-z 0-9 . _ - : @ +)");
         return;
     }
     if (rc->ident_len > sizeof(s->ident)) {

@@ -22,16 +22,16 @@
 
 #include "daemon.h"
 #include "log.h"
+#include "config.h"
 #include "size.h"
 
 struct options {
     int device;
-    const char *backend;
-    const char *runtime_dir;
-    uint64_t budget;
-    uint64_t frame_size;
-    uint64_t reserve;
+    const char *config;          /* --config, else the default path */
     bool foreground;
+    /* Command-line settings, applied over the file with mb_config_set. */
+    const char *keys[16], *values[16];
+    int n;
 };
 
 static void usage(FILE *f)
@@ -39,39 +39,33 @@ static void usage(FILE *f)
     fprintf(f,
         "usage: moonbrightd [options]\n"
         "  --device N          GPU ordinal to serve (default 0)\n"
+        "  --config FILE       configuration file (default " MB_CONFIG_DEFAULT_PATH ",\n"
+        "                      used when present)\n"
         "  --backend KIND      auto, cuda or host (default auto: cuda when a GPU is usable)\n"
         "  --runtime-dir DIR   sockets live here (default $MOONBRIGHT_RUNTIME_DIR, else /run/moonbright)\n"
         "  --budget SIZE       most bytes of frames to create (default 64G)\n"
         "  --frame-size SIZE   bytes per frame (default 2M; a multiple of the device granularity)\n"
         "  --reserve SIZE      frames created ahead of demand (default 0)\n"
+        "  --no-scrub          do not zero frames between tenants (single-tenant hosts)\n"
         "  --foreground        stay in the foreground (systemd uses this)\n"
         "  --log-level LEVEL   err, warn, info or debug (default info)\n"
         "  --help, --version\n"
-        "SIZE takes K, M, G or T suffixes (powers of 1024).\n");
-}
-
-static int parse_size_opt(const char *name, const char *v, uint64_t *out)
-{
-    if (mb_parse_size(v, out) != 0) {
-        mb_log(MB_LOG_ERR, "bad size '%s' for --%s (expected digits and an optional K/M/G/T suffix)",
-               v, name);
-        return -1;
-    }
-    return 0;
+        "Command-line settings override the file. SIZE takes K, M, G or T suffixes.\n");
 }
 
 static int parse_options(int argc, char **argv, struct options *o)
 {
     static const struct option longs[] = {
-        { "device", required_argument, 0, 'd' },     { "backend", required_argument, 0, 'b' },
-        { "runtime-dir", required_argument, 0, 'r' }, { "budget", required_argument, 0, 'B' },
-        { "frame-size", required_argument, 0, 'f' },  { "reserve", required_argument, 0, 'R' },
-        { "foreground", no_argument, 0, 'F' },        { "log-level", required_argument, 0, 'l' },
+        { "device", required_argument, 0, 'd' },      { "config", required_argument, 0, 'c' },
+        { "backend", required_argument, 0, 'b' },     { "runtime-dir", required_argument, 0, 'r' },
+        { "budget", required_argument, 0, 'B' },      { "frame-size", required_argument, 0, 'f' },
+        { "reserve", required_argument, 0, 'R' },     { "log-level", required_argument, 0, 'l' },
+        { "no-scrub", no_argument, 0, 'S' },          { "foreground", no_argument, 0, 'F' },
         { "help", no_argument, 0, 'h' },              { "version", no_argument, 0, 'V' },
         { 0, 0, 0, 0 },
     };
-    int c;
-    while ((c = getopt_long(argc, argv, "", longs, NULL)) != -1) {
+    int c, idx;
+    while ((c = getopt_long(argc, argv, "", longs, &idx)) != -1) {
         char *end;
         switch (c) {
         case 'd':
@@ -83,25 +77,20 @@ static int parse_options(int argc, char **argv, struct options *o)
             }
             o->device = (int)v;
             break;
-        case 'b':
-            if (strcmp(optarg, "auto") && strcmp(optarg, "cuda") && strcmp(optarg, "host")) {
-                mb_log(MB_LOG_ERR, "bad backend '%s' (expected auto, cuda or host)", optarg);
-                return 2;
+        case 'c': o->config = optarg; break;
+        case 'b': case 'r': case 'B': case 'f': case 'R': case 'l':
+            if (o->n < 16) {
+                o->keys[o->n] = longs[idx].name;
+                o->values[o->n++] = optarg;
             }
-            o->backend = optarg;
             break;
-        case 'r': o->runtime_dir = optarg; break;
-        case 'B': if (parse_size_opt("budget", optarg, &o->budget)) return 2; break;
-        case 'f': if (parse_size_opt("frame-size", optarg, &o->frame_size)) return 2; break;
-        case 'R': if (parse_size_opt("reserve", optarg, &o->reserve)) return 2; break;
+        case 'S':
+            if (o->n < 16) {
+                o->keys[o->n] = "scrub";
+                o->values[o->n++] = "off";
+            }
+            break;
         case 'F': o->foreground = true; break;
-        case 'l':
-            if (mb_log_parse_level(optarg) < 0) {
-                mb_log(MB_LOG_ERR, "bad log level '%s' (expected err, warn, info or debug)", optarg);
-                return 2;
-            }
-            mb_log_set_level(mb_log_parse_level(optarg));
-            break;
         case 'h': usage(stdout); exit(0);
         case 'V': printf("moonbrightd %s\n", MB_VERSION); exit(0);
         default: usage(stderr); return 2;
@@ -111,6 +100,35 @@ static int parse_options(int argc, char **argv, struct options *o)
         mb_log(MB_LOG_ERR, "unexpected argument '%s'", argv[optind]);
         return 2;
     }
+    return 0;
+}
+
+/* The file (the default one only when present), then the command line. */
+static int load_config(const struct options *o, struct mb_config *cfg)
+{
+    char err[512];
+    const char *path = o->config ? o->config : MB_CONFIG_DEFAULT_PATH;
+    int rc = mb_config_load(path, cfg, err, sizeof(err));
+    if (rc == MB_ENOENT && !o->config) {
+        rc = 0;
+    } else if (rc == MB_ENOENT) {
+        mb_log(MB_LOG_ERR, "config file %s does not exist", path);
+        return 2;
+    } else if (rc != 0) {
+        mb_log(MB_LOG_ERR, "%s", err);
+        return 2;
+    }
+    for (int i = 0; i < o->n; i++) {
+        if (mb_config_set(cfg, o->keys[i], o->values[i], err, sizeof(err)) != 0) {
+            mb_log(MB_LOG_ERR, "--%s: %s", o->keys[i], err);
+            return 2;
+        }
+    }
+    if (mb_config_check(cfg, err, sizeof(err)) != 0) {
+        mb_log(MB_LOG_ERR, "%s", err);
+        return 2;
+    }
+    mb_log_set_level(cfg->log_level);
     return 0;
 }
 
@@ -243,6 +261,7 @@ static void cleanup(struct daemon *d)
     if (d->pool.frames)
         frame_pool_destroy(&d->pool);
     mb_backend_close(d->be);
+    mb_config_free(&d->cfg);
     if (d->sigfd >= 0)
         close(d->sigfd);
     if (d->lock_fd >= 0)
@@ -252,21 +271,28 @@ static void cleanup(struct daemon *d)
 int main(int argc, char **argv)
 {
     mb_log_set_ident("moonbrightd");
-    struct options o = { .device = 0, .backend = "auto", .budget = 64ull << 30,
-                         .frame_size = 2u << 20 };
+    struct options o = { .device = 0 };
     int rc = parse_options(argc, argv, &o);
     if (rc)
         return rc;
     struct daemon d = { .device = o.device, .chan_listen = -1, .sigfd = -1, .lock_fd = -1 };
-    d.runtime_dir = o.runtime_dir ? o.runtime_dir : mb_default_runtime_dir();
+    mb_config_defaults(&d.cfg);
+    if ((rc = load_config(&o, &d.cfg)) != 0) {
+        mb_config_free(&d.cfg);
+        return rc;
+    }
+    const struct mb_config *cfg = &d.cfg;
+    d.runtime_dir = cfg->runtime_dir ? cfg->runtime_dir : mb_default_runtime_dir();
     int ready_fd = -1;
 
     if (mkdir(d.runtime_dir, 0755) != 0 && errno != EEXIST) {
         mb_log(MB_LOG_ERR, "failed to create runtime directory %s: %s", d.runtime_dir, strerror(errno));
         return 1;
     }
-    if (take_lock(&d) != 0)
+    if (take_lock(&d) != 0) {
+        mb_config_free(&d.cfg);
         return 1;
+    }
     if (!o.foreground && daemonize(&ready_fd) != 0) {
         mb_log(MB_LOG_ERR, "failed to go to the background: %s", strerror(errno));
         return 1;
@@ -284,32 +310,28 @@ int main(int argc, char **argv)
         mb_log(MB_LOG_ERR, "failed to set up signals: %s", strerror(errno));
         goto out;
     }
-    if (mb_backend_open(o.backend, o.device, &d.be) != 0) {
-        mb_log(MB_LOG_ERR, "failed to open the %s backend for device %d", o.backend, o.device);
+    if (mb_backend_open(cfg->backend, o.device, &d.be) != 0) {
+        mb_log(MB_LOG_ERR, "failed to open the %s backend for device %d", cfg->backend, o.device);
         goto out;
     }
-    if (o.frame_size == 0 || o.frame_size % d.be->granularity) {
-        mb_log(MB_LOG_ERR, "bad --frame-size %llu: must be a non-zero multiple of %zu (%s granularity)",
-               (unsigned long long)o.frame_size, d.be->granularity, d.be->name);
+    if (cfg->frame_size % d.be->granularity) {
+        mb_log(MB_LOG_ERR, "bad frame size %llu: must be a multiple of %zu (%s granularity)",
+               (unsigned long long)cfg->frame_size, d.be->granularity, d.be->name);
         goto out;
     }
-    if (o.budget < o.frame_size) {
-        mb_log(MB_LOG_ERR, "--budget must hold at least one frame (%llu bytes)",
-               (unsigned long long)o.frame_size);
+    if (frame_pool_init(&d.pool, d.be, cfg->frame_size, cfg->budget - cfg->budget % cfg->frame_size) != 0)
         goto out;
-    }
-    if (frame_pool_init(&d.pool, d.be, o.frame_size, o.budget - o.budget % o.frame_size) != 0)
-        goto out;
-    if (o.reserve && frame_pool_prefill(&d.pool, o.reserve) != 0)
+    d.pool.scrub = cfg->scrub;
+    if (cfg->reserve && frame_pool_prefill(&d.pool, cfg->reserve) != 0)
         mb_log(MB_LOG_WARN, "failed to create the %llu-byte reserve; continuing",
-               (unsigned long long)o.reserve);
+               (unsigned long long)cfg->reserve);
     if (bind_sockets(&d) != 0)
         goto out;
     d.started_ms = mb_now_ms();
     char a[32], b[32];
-    mb_log(MB_LOG_INFO, "serving device %d (%s backend) in %s: %s frames, budget %s", d.device,
-           d.be->name, d.runtime_dir, mb_format_size(o.frame_size, a, sizeof(a)),
-           mb_format_size(d.pool.budget_bytes, b, sizeof(b)));
+    mb_log(MB_LOG_INFO, "serving device %d (%s backend) in %s: %s frames, budget %s, scrub %s",
+           d.device, d.be->name, d.runtime_dir, mb_format_size(cfg->frame_size, a, sizeof(a)),
+           mb_format_size(d.pool.budget_bytes, b, sizeof(b)), cfg->scrub ? "on" : "off");
     sd_notifyf(0, "READY=1\nSTATUS=serving device %d (%s backend)\nMAINPID=%d", d.device,
                d.be->name, (int)getpid());
     if (ready_fd >= 0) {
