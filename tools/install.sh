@@ -10,7 +10,7 @@ SUDO=""
 prefix=${PREFIX:-/usr/local}
 
 sh tools/deps.sh
-cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_INSTALL_PREFIX="$prefix" >/dev/null
+cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DBUILD_TESTING=OFF -DCMAKE_INSTALL_PREFIX="$prefix" >/dev/null
 cmake --build build -j"$(nproc)"
 $SUDO cmake --install build >/dev/null
 $SUDO ldconfig

@@ -55,6 +55,14 @@ int mb_free(mb_client *c, void *ptr);
 int mb_malloc_async(mb_client *c, size_t size, void *stream, void **ptr);
 int mb_free_async(mb_client *c, void *ptr, void *stream);
 
+/* Grow in place: reserve max_size bytes of address space, map size bytes
+ * now; mb_grow maps more frames at the end of the same range (no copy, the
+ * pointer stays). Freed with mb_free. */
+int mb_malloc_growable(mb_client *c, size_t size, size_t max_size, void **ptr);
+int mb_grow(mb_client *c, void *ptr, size_t new_size);
+/* Bytes usable at ptr (a live allocation's start), 0 if unknown. */
+size_t mb_usable_size(mb_client *c, const void *ptr);
+
 /* Return cached frames to the daemon until at most keep_bytes stay cached. */
 int mb_trim(mb_client *c, size_t keep_bytes);
 
@@ -71,6 +79,12 @@ typedef struct mb_client_stats {
     uint64_t frames_imported;        /* handles received over the channel */
 } mb_client_stats;
 int mb_stats(mb_client *c, mb_client_stats *out);
+
+/* Framework hooks (PyTorch CUDAPluggableAllocator, CuPy): connect lazily
+ * to the daemon with the tenant $MOONBRIGHT_TENANT (default "torch"). */
+#include <sys/types.h>
+void *mb_torch_malloc(ssize_t size, int device, void *stream);
+void mb_torch_free(void *ptr, ssize_t size, int device, void *stream);
 
 /* Text for a status code; never NULL. */
 const char *mb_strerror(int err);
