@@ -73,6 +73,11 @@ int mb_open(mb_client **out, const char *tenant_name)
         free(c);
         return rc;
     }
+    if ((rc = tiers_init(c)) != 0) {
+        mb_log(MB_LOG_ERR, "failed to set up the allocator tiers: %s", mb_strerror(rc));
+        mb_close(c);
+        return rc;
+    }
     c->st.frame_bytes = c->frame_bytes;
     *out = c;
     return 0;
@@ -84,14 +89,11 @@ void mb_close(mb_client *c)
         return;
     pthread_mutex_lock(&c->lock);
     c->be->ops->stream_sync(c->be, NULL);
+    tiers_destroy(c);
     for (size_t i = 0; i < c->live.cap; i++) {
         struct ptrmap_slot *sl = &c->live.slots[i];
-        if (sl->key > 1) {
-            struct stitched *s = sl->val;
-            c->be->ops->unmap(c->be, s->va, s->bytes);
-            c->be->ops->free_va(c->be, s->va, s->bytes);
-            free(s);
-        }
+        if (sl->key > 1)
+            stitch_free(c, sl->val, NULL);
     }
     ptrmap_destroy(&c->live);
     /* Handles go first; closing the channel then ends the session and the
@@ -104,20 +106,44 @@ void mb_close(mb_client *c)
     free(c);
 }
 
+#ifdef MB_DEBUG
+static void check_client(mb_client *c)
+{
+    if (!fcache_is_valid(&c->fc) || (c->slab && !mb_slab_is_valid(c->slab)) ||
+        !mb_pool_is_valid(c->pool))
+        abort();
+}
+#else
+#define check_client(c) ((void)0)
+#endif
+
+/* A stitched range of its own for sizes no tier serves. */
+static int alloc_stitched(mb_client *c, size_t size, size_t reserve, void **ptr)
+{
+    struct stitched *s;
+    int rc = stitch_alloc(c, size, reserve, &s);
+    if (rc == 0 && (rc = ptrmap_put(&c->live, s->va, s)) != 0)
+        stitch_free(c, s, NULL);
+    if (rc == 0) {
+        c->st.stitch_live += s->bytes;
+        *ptr = s->va;
+    }
+    return rc;
+}
+
 static int do_malloc(mb_client *c, size_t size, void *stream, void **ptr)
 {
     if (!c || !ptr || size == 0)
         return MB_EINVAL;
     pthread_mutex_lock(&c->lock);
-    struct stitched *s;
-    int rc = stitch_alloc(c, size, &s);
-    if (rc == 0 && (rc = ptrmap_put(&c->live, s->va, s)) != 0)
-        stitch_free(c, s, stream);
+    int rc = c->sticky;
     if (rc == 0) {
-        c->st.stitch_live += s->bytes;
-        c->st.bytes_live += size;
-        *ptr = s->va;
+        rc = tiers_alloc(c, size, stream, ptr);
+        if (rc == MB_ENOENT)
+            rc = alloc_stitched(c, size, size, ptr);
     }
+    c->sticky = 0;
+    check_client(c);
     pthread_mutex_unlock(&c->lock);
     return rc;
 }
@@ -129,19 +155,21 @@ static int do_free(mb_client *c, void *ptr, void *stream)
     if (!ptr)
         return 0;
     pthread_mutex_lock(&c->lock);
-    struct stitched *s = ptrmap_get(&c->live, ptr);
-    int rc = s ? 0 : MB_ENOENT;
-    if (s) {
-        size_t bytes = s->bytes;
-        rc = stitch_free(c, s, stream);
-        if (rc == 0) {
-            ptrmap_del(&c->live, ptr);
-            c->st.stitch_live -= bytes;
-            c->st.bytes_live = c->st.bytes_live > bytes ? c->st.bytes_live - bytes : 0;
-            if ((size_t)c->fc.n_cached * c->frame_bytes > c->fc.keep_bytes)
-                fcache_trim(c, c->fc.keep_bytes);
+    int rc = tiers_free(c, ptr, stream);
+    if (rc == MB_ENOENT) {
+        struct stitched *s = ptrmap_get(&c->live, ptr);
+        if (s) {
+            size_t bytes = s->bytes;
+            rc = stitch_free(c, s, stream);
+            if (rc == 0) {
+                ptrmap_del(&c->live, ptr);
+                c->st.stitch_live -= bytes;
+            }
         }
     }
+    if (rc == 0 && (size_t)c->fc.n_cached * c->frame_bytes > c->fc.keep_bytes)
+        fcache_trim(c, c->fc.keep_bytes);
+    check_client(c);
     pthread_mutex_unlock(&c->lock);
     return rc;
 }
@@ -154,11 +182,53 @@ int mb_malloc_async(mb_client *c, size_t size, void *stream, void **ptr)
 }
 int mb_free_async(mb_client *c, void *ptr, void *stream) { return do_free(c, ptr, stream); }
 
+int mb_malloc_growable(mb_client *c, size_t size, size_t max_size, void **ptr)
+{
+    if (!c || !ptr || size == 0 || max_size < size)
+        return MB_EINVAL;
+    pthread_mutex_lock(&c->lock);
+    int rc = alloc_stitched(c, size, max_size, ptr);
+    pthread_mutex_unlock(&c->lock);
+    return rc;
+}
+
+int mb_grow(mb_client *c, void *ptr, size_t new_size)
+{
+    if (!c || !ptr)
+        return MB_EINVAL;
+    pthread_mutex_lock(&c->lock);
+    struct stitched *s = ptrmap_get(&c->live, ptr);
+    int rc = MB_ENOENT;
+    if (s) {
+        size_t before = s->bytes;
+        rc = stitch_grow(c, &s, new_size);
+        if (rc == 0)
+            c->st.stitch_live += s->bytes - before;
+    }
+    pthread_mutex_unlock(&c->lock);
+    return rc;
+}
+
+size_t mb_usable_size(mb_client *c, const void *ptr)
+{
+    if (!c || !ptr)
+        return 0;
+    pthread_mutex_lock(&c->lock);
+    size_t sz = tiers_usable_size(c, ptr);
+    if (sz == 0) {
+        struct stitched *s = ptrmap_get(&c->live, ptr);
+        sz = s ? s->bytes : 0;
+    }
+    pthread_mutex_unlock(&c->lock);
+    return sz;
+}
+
 int mb_trim(mb_client *c, size_t keep_bytes)
 {
     if (!c)
         return MB_EINVAL;
     pthread_mutex_lock(&c->lock);
+    tiers_trim(c);
     int rc = fcache_trim(c, keep_bytes);
     pthread_mutex_unlock(&c->lock);
     return rc;
@@ -170,6 +240,8 @@ int mb_stats(mb_client *c, mb_client_stats *out)
         return MB_EINVAL;
     pthread_mutex_lock(&c->lock);
     *out = c->st;
+    tiers_stats(c, out);
+    out->bytes_live = out->slab_live + out->pool_live + out->stitch_live;
     out->bytes_cached = (size_t)c->fc.n_cached * c->frame_bytes;
     out->bytes_granted = (size_t)c->fc.n_held * c->frame_bytes;
     pthread_mutex_unlock(&c->lock);

@@ -21,6 +21,8 @@
 #include "backend.h"
 #include "fdpass.h"
 #include "moonbright.pb-c.h"
+#include "pool.h"
+#include "slab.h"
 
 struct cframe {
     uint32_t id;                 /* the daemon's frame id */
@@ -40,11 +42,20 @@ struct frame_cache {
     size_t keep_bytes;           /* cached bytes kept when frames are freed */
 };
 
+/* Invariants: n * frame_bytes == bytes <= reserved == cap * frame_bytes. */
 struct stitched {
     void *va;
-    size_t bytes;                /* reserved and mapped: n * frame_bytes */
-    size_t n;
+    size_t bytes;                /* mapped: n * frame_bytes from va */
+    size_t reserved;             /* address space held from va (grow room) */
+    size_t n, cap;               /* frames mapped; room in frames[] */
     struct cframe *frames[];     /* frames[i] mapped at va + i * frame_bytes */
+};
+
+/* A slab object freed on a stream, kept until that stream's work is done. */
+struct deferred_free {
+    void *ptr;
+    void *event;
+    struct deferred_free *next;
 };
 
 /* ptr -> stitched, open addressing with linear probing. */
@@ -66,9 +77,18 @@ struct mb_client {
     uint64_t next_id;
     int timeout_ms;
     bool broken;                 /* the daemon went away; calls that need it fail */
-    /* memory */
+    /* memory: three tiers over the frame cache. Small objects (<= slab_max)
+     * come from the slab, medium ones (<= pool_max) from the pool, larger
+     * ones are stitched ranges of their own. */
     struct frame_cache fc;
+    struct mb_slab *slab;        /* NULL when frames are not a power of two */
+    struct mb_pool *pool;
+    size_t slab_max, pool_max;
     struct ptrmap live;          /* stitched allocations handed to the caller */
+    struct ptrmap backing;       /* slab chunks and pool arenas: base -> stitched */
+    struct deferred_free *deferred;   /* slab frees waiting for their stream */
+    size_t n_deferred;
+    int sticky;                  /* first error of work that failed after its call returned */
     mb_client_stats st;
 };
 
@@ -87,8 +107,23 @@ void fcache_release_all(mb_client *c);
 bool fcache_is_valid(const struct frame_cache *fc);
 
 /* stitch.c */
-int stitch_alloc(mb_client *c, size_t bytes, struct stitched **out);
+/* Map bytes now inside a range of reserve_bytes (>= bytes). */
+int stitch_alloc(mb_client *c, size_t bytes, size_t reserve_bytes, struct stitched **out);
+/* Map more frames at the end of s, up to its reservation; *s may move. */
+int stitch_grow(mb_client *c, struct stitched **s, size_t new_bytes);
 int stitch_free(mb_client *c, struct stitched *s, void *stream);
+bool stitch_is_valid(const mb_client *c, const struct stitched *s);
+
+/* tiers.c: the slab and pool over stitched backing, and their frees. */
+int tiers_init(mb_client *c);
+void tiers_destroy(mb_client *c);
+/* 0 and *ptr set, or MB_ENOENT when size is not a tier's, or an error. */
+int tiers_alloc(mb_client *c, size_t size, void *stream, void **ptr);
+/* 0, or MB_ENOENT when ptr is not a live tier object. */
+int tiers_free(mb_client *c, void *ptr, void *stream);
+size_t tiers_usable_size(mb_client *c, const void *ptr);
+void tiers_trim(mb_client *c);
+void tiers_stats(mb_client *c, mb_client_stats *st);
 
 /* ptrmap.c */
 int ptrmap_put(struct ptrmap *m, const void *key, void *val);

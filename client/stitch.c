@@ -1,50 +1,81 @@
 /* stitch.c: the slow tier: reserve a virtual range and map frames side by
  * side into it (the process's own cached frames first, non-contiguous is
- * fine, then the daemon's), and the reverse, in order: wait for the work
- * that may use the range, unmap, free the range, then cache the frames. */
+ * fine, then the daemon's), grow a range in place, and the reverse, in
+ * order: wait for the work that may use the range, unmap, free the range,
+ * then cache the frames. */
 #include <stdlib.h>
 
 #include "client.h"
 #include "log.h"
 
-int stitch_alloc(mb_client *c, size_t bytes, struct stitched **out)
+/* Map frames[from..to) of s and give the device access to them. */
+static int map_frames(mb_client *c, struct stitched *s, size_t from, size_t to)
 {
     size_t fb = c->frame_bytes;
-    if (bytes == 0 || bytes > SIZE_MAX - fb)
+    size_t mapped = from;   /* frames[from..mapped) are mapped */
+    int rc = 0;
+    for (; rc == 0 && mapped < to; mapped += rc == 0)
+        rc = c->be->ops->map(c->be, (char *)s->va + mapped * fb, &s->frames[mapped]->mem);
+    if (rc == 0)
+        rc = c->be->ops->set_access(c->be, (char *)s->va + from * fb, (to - from) * fb);
+    if (rc != 0 && mapped > from)
+        c->be->ops->unmap(c->be, (char *)s->va + from * fb, (mapped - from) * fb);
+    return rc;
+}
+
+int stitch_alloc(mb_client *c, size_t bytes, size_t reserve_bytes, struct stitched **out)
+{
+    size_t fb = c->frame_bytes;
+    if (bytes == 0 || bytes > SIZE_MAX - fb || reserve_bytes < bytes || reserve_bytes > SIZE_MAX - fb)
         return MB_EINVAL;
     size_t n = (bytes + fb - 1) / fb;
-    struct stitched *s = malloc(sizeof(*s) + n * sizeof(s->frames[0]));
+    size_t cap = (reserve_bytes + fb - 1) / fb;
+    struct stitched *s = malloc(sizeof(*s) + cap * sizeof(s->frames[0]));
     if (!s)
         return MB_ENOMEM;
     s->n = n;
+    s->cap = cap;
     s->bytes = n * fb;
-    int rc = c->be->ops->reserve(c->be, s->bytes, &s->va);
+    s->reserved = cap * fb;
+    int rc = c->be->ops->reserve(c->be, s->reserved, &s->va);
     if (rc != 0) {
         free(s);
         return rc;
     }
     rc = fcache_take(c, n, s->frames);
-    if (rc != 0) {
-        c->be->ops->free_va(c->be, s->va, s->bytes);
-        free(s);
-        return rc;
-    }
-    size_t mapped = 0;
-    for (; rc == 0 && mapped < n; mapped++)
-        rc = c->be->ops->map(c->be, (char *)s->va + mapped * fb, &s->frames[mapped]->mem);
-    if (rc == 0)
-        rc = c->be->ops->set_access(c->be, s->va, s->bytes);
-    if (rc != 0) {
-        if (mapped > 1)
-            c->be->ops->unmap(c->be, s->va, (mapped - 1) * fb);
-        c->be->ops->free_va(c->be, s->va, s->bytes);
+    if (rc == 0 && (rc = map_frames(c, s, 0, n)) != 0)
         for (size_t i = 0; i < n; i++)
             fcache_put(c, s->frames[i]);
+    if (rc != 0) {
+        c->be->ops->free_va(c->be, s->va, s->reserved);
         free(s);
         return rc;
     }
     c->st.bytes_mapped += s->bytes;
     *out = s;
+    return 0;
+}
+
+int stitch_grow(mb_client *c, struct stitched **sp, size_t new_bytes)
+{
+    struct stitched *s = *sp;
+    size_t fb = c->frame_bytes;
+    if (new_bytes <= s->bytes)
+        return 0;
+    if (new_bytes > s->reserved)
+        return MB_EINVAL;
+    size_t n = (new_bytes + fb - 1) / fb;
+    int rc = fcache_take(c, n - s->n, s->frames + s->n);
+    if (rc != 0)
+        return rc;
+    if ((rc = map_frames(c, s, s->n, n)) != 0) {
+        for (size_t i = s->n; i < n; i++)
+            fcache_put(c, s->frames[i]);
+        return rc;
+    }
+    c->st.bytes_mapped += (n - s->n) * fb;
+    s->n = n;
+    s->bytes = n * fb;
     return 0;
 }
 
@@ -57,10 +88,21 @@ int stitch_free(mb_client *c, struct stitched *s, void *stream)
     rc = c->be->ops->unmap(c->be, s->va, s->bytes);
     if (rc != 0)
         return rc;   /* still mapped: keep everything as it is */
-    c->be->ops->free_va(c->be, s->va, s->bytes);
+    c->be->ops->free_va(c->be, s->va, s->reserved);
     for (size_t i = 0; i < s->n; i++)
         fcache_put(c, s->frames[i]);
     c->st.bytes_mapped -= s->bytes;
     free(s);
     return 0;
+}
+
+bool stitch_is_valid(const mb_client *c, const struct stitched *s)
+{
+    if (s->n * c->frame_bytes != s->bytes || s->bytes > s->reserved ||
+        s->reserved != s->cap * c->frame_bytes || s->n > s->cap)
+        return false;
+    for (size_t i = 0; i < s->n; i++)
+        if (!s->frames[i]->in_use)
+            return false;
+    return true;
 }

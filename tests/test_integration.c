@@ -46,9 +46,10 @@ static void three_clients_stitch_and_verify(void **state)
 {
     struct mbt_daemon d;
     assert_int_equal(mbt_daemon_start(&d, small_frames), 0);
-    /* 5 MiB + 24 bytes over 64 KiB frames: 81 frames, the last one partial. */
+    /* 12.5 MiB + 24 bytes over 64 KiB frames (above the pool's 8 MiB, so a
+     * stitched range of its own): 201 frames, the last one partial. */
     char size[32];
-    snprintf(size, sizeof(size), "%u", 80 * FRAME + 24);
+    snprintf(size, sizeof(size), "%u", 200 * FRAME + 24);
     pid_t pids[3];
     for (int i = 0; i < 3; i++) {
         char seed[16], tenant[16];
@@ -62,7 +63,7 @@ static void three_clients_stitch_and_verify(void **state)
     struct json *j = mbt_status(&d);
     assert_non_null(j);
     assert_int_equal((int)json_num(j, "frames_granted"), 0);
-    assert_true(json_num(j, "frames_total") >= 81);
+    assert_true(json_num(j, "frames_total") >= 201);
     assert_int_equal((int)json_num(j, "frames_free"), (int)json_num(j, "frames_total"));
     assert_int_equal((int)json_num(j, "frame_bytes"), FRAME);
     const struct json *backend = json_get(j, "backend");
@@ -78,7 +79,7 @@ static void sigkill_returns_frames(void **state)
     struct mbt_daemon d;
     assert_int_equal(mbt_daemon_start(&d, small_frames), 0);
     char size[32];
-    snprintf(size, sizeof(size), "%u", 32 * FRAME);
+    snprintf(size, sizeof(size), "%u", 160 * FRAME);   /* stitched: exactly 160 frames */
     const char *argv[] = { MB_CLIENT_BIN, "hold", size, "7", "victim", NULL };
     int out, in;
     pid_t pid = mbt_spawn(&d, argv, &out, &in);
@@ -89,12 +90,12 @@ static void sigkill_returns_frames(void **state)
     assert_string_equal(line, "ready");
     struct json *j = mbt_status(&d);
     assert_non_null(j);
-    assert_int_equal((int)json_num(j, "frames_granted"), 32);
+    assert_int_equal((int)json_num(j, "frames_granted"), 160);
     const struct json *t = json_get(j, "tenants");
     assert_int_equal(t->n, 1);
     assert_string_equal(json_get(&t->kids[0], "name")->str, "victim");
     assert_int_equal((int)json_num(&t->kids[0], "pid"), pid);
-    assert_int_equal((int)json_num(&t->kids[0], "frames"), 32);
+    assert_int_equal((int)json_num(&t->kids[0], "frames"), 160);
     json_free(j);
 
     kill(pid, SIGKILL);

@@ -1,0 +1,53 @@
+/* torch.c: drop-in hooks for frameworks: the pair of C symbols PyTorch's
+ * CUDAPluggableAllocator loads (also usable from CuPy through ctypes). One
+ * client per process, opened on first use with $MOONBRIGHT_TENANT. */
+#include <pthread.h>
+#include <stdlib.h>
+
+#include <moonbright/mbclient.h>
+
+#include "log.h"
+
+static pthread_mutex_t hook_lock = PTHREAD_MUTEX_INITIALIZER;
+static mb_client *hook_client;
+static int hook_error;
+
+static mb_client *hook(void)
+{
+    mb_client *c = __atomic_load_n(&hook_client, __ATOMIC_ACQUIRE);
+    if (c)
+        return c;
+    pthread_mutex_lock(&hook_lock);
+    if (!hook_client && !hook_error) {
+        const char *t = getenv("MOONBRIGHT_TENANT");
+        hook_error = mb_open(&c, t && *t ? t : "torch");
+        if (hook_error)
+            mb_log(MB_LOG_ERR, "failed to connect the framework allocator to moonbrightd: %s",
+                   mb_strerror(hook_error));
+        else
+            __atomic_store_n(&hook_client, c, __ATOMIC_RELEASE);
+    }
+    pthread_mutex_unlock(&hook_lock);
+    return hook_client;
+}
+
+/* The device is the one the daemon serves ($MOONBRIGHT_DEVICE): the pluggable
+ * allocator is per process and MoonBright serves one GPU per daemon. */
+void *mb_torch_malloc(ssize_t size, int device, void *stream)
+{
+    mb_client *c = size > 0 ? hook() : NULL;
+    void *p = NULL;
+    if (c && mb_malloc_async(c, (size_t)size, stream, &p) != 0)
+        p = NULL;
+    return p;
+}
+
+void mb_torch_free(void *ptr, ssize_t size, int device, void *stream)
+{
+    mb_client *c = hook_client;
+    if (c && ptr) {
+        int rc = mb_free_async(c, ptr, stream);
+        if (rc)
+            mb_log(MB_LOG_ERR, "failed to free %p from the framework: %s", ptr, mb_strerror(rc));
+    }
+}
