@@ -1,6 +1,8 @@
-/* frames.c: the daemon's frame books: creating frames within the budget,
- * granting them to sessions, taking them back, scrubbing between tenants. */
+/* frames.c: the daemon's frame books: creating frames within the budget
+ * (ahead of demand on worker threads: the warm reserve), granting them to
+ * sessions, taking them back, scrubbing between tenants. */
 #include <stdlib.h>
+#include <time.h>
 #include <string.h>
 
 #include <moonbright/mbclient.h>
@@ -24,11 +26,24 @@ int frame_pool_init(struct frame_pool *p, mb_backend *be, size_t frame_bytes, ui
     p->frames = calloc(p->cap, sizeof(*p->frames));
     p->next_unused = 1;
     p->scrub = true;
+    pthread_mutex_init(&p->lock, NULL);
+    pthread_cond_init(&p->wake, NULL);
     return p->frames ? 0 : MB_ENOMEM;
 }
 
 void frame_pool_destroy(struct frame_pool *p)
 {
+    pthread_mutex_lock(&p->lock);
+    p->stop = true;
+    pthread_cond_broadcast(&p->wake);
+    pthread_mutex_unlock(&p->lock);
+    for (int i = 0; i < p->n_workers; i++)
+        pthread_join(p->workers[i], NULL);
+    for (uint32_t i = 0; i < p->n_ready; i++)
+        p->be->ops->release(p->be, &p->ready[i]);
+    free(p->ready);
+    pthread_mutex_destroy(&p->lock);
+    pthread_cond_destroy(&p->wake);
     for (uint32_t id = 1; id < p->next_unused; id++)
         if (p->frames[id].state != FRAME_UNUSED)
             p->be->ops->release(p->be, &p->frames[id].mem);
@@ -50,14 +65,39 @@ static void push_free(struct frame_pool *p, uint32_t id)
     f->owner = 0;
     f->next_free = p->free_head;
     p->free_head = id;
-    p->n_free++;
+    __atomic_add_fetch(&p->n_free, 1, __ATOMIC_RELAXED);   /* read by reserve workers */
 }
 
-/* Create and export one frame into a new slot; it joins the free list. */
-static int create_frame(struct frame_pool *p)
+/* Count one frame against the budget before creating it. */
+static int commit_one(struct frame_pool *p)
 {
-    if (p->bytes_total + p->frame_bytes > p->budget_bytes)
-        return MB_ENOMEM;
+    pthread_mutex_lock(&p->lock);
+    int rc = p->committed + p->frame_bytes > p->budget_bytes ? MB_ENOMEM : 0;
+    if (rc == 0)
+        p->committed += p->frame_bytes;
+    pthread_mutex_unlock(&p->lock);
+    return rc;
+}
+
+static void uncommit_one(struct frame_pool *p)
+{
+    pthread_mutex_lock(&p->lock);
+    p->committed -= p->frame_bytes;
+    pthread_mutex_unlock(&p->lock);
+}
+
+static int make_mem(struct frame_pool *p, struct mb_mem *m)
+{
+    *m = (struct mb_mem)MB_MEM_INIT;
+    int rc = p->be->ops->create(p->be, p->frame_bytes, m);
+    if (rc == 0 && (rc = p->be->ops->export_fd(p->be, m)) != 0)
+        p->be->ops->release(p->be, m);
+    return rc;
+}
+
+/* Put a created, exported, committed mem into a new slot on the free list. */
+static int add_frame(struct frame_pool *p, const struct mb_mem *m)
+{
     if (p->next_unused == p->cap) {
         if (p->cap >= UINT32_MAX / 2)
             return MB_ELIMIT;
@@ -70,14 +110,8 @@ static int create_frame(struct frame_pool *p)
     }
     uint32_t id = p->next_unused;
     struct frame *f = &p->frames[id];
-    struct mb_mem m = MB_MEM_INIT;
-    int rc = p->be->ops->create(p->be, p->frame_bytes, &m);
-    if (rc == 0 && (rc = p->be->ops->export_fd(p->be, &m)) != 0)
-        p->be->ops->release(p->be, &m);
-    if (rc != 0)
-        return rc;
     memset(f, 0, sizeof(*f));
-    f->mem = m;
+    f->mem = *m;
     p->next_unused++;
     p->n_total++;
     p->bytes_total += p->frame_bytes;
@@ -85,13 +119,103 @@ static int create_frame(struct frame_pool *p)
     return 0;
 }
 
+
+/* Create one frame on the request path (the reserve ran dry). */
+static int create_frame(struct frame_pool *p)
+{
+    int rc = commit_one(p);
+    if (rc != 0)
+        return rc;
+    struct mb_mem m;
+    if ((rc = make_mem(p, &m)) != 0) {
+        uncommit_one(p);
+        return rc;
+    }
+    if ((rc = add_frame(p, &m)) != 0) {
+        p->be->ops->release(p->be, &m);
+        uncommit_one(p);
+    }
+    return rc;
+}
+
+/* A reserve worker: sleep while free and ready frames cover the target (the
+ * free count is read without the poll loop's cooperation: a hint). */
+static void *reserve_worker(void *arg)
+{
+    struct frame_pool *p = arg;
+    pthread_mutex_lock(&p->lock);
+    while (!p->stop) {
+        uint64_t have = ((uint64_t)__atomic_load_n(&p->n_free, __ATOMIC_RELAXED) + p->n_ready +
+                         p->creating) * p->frame_bytes;
+        if (have >= p->reserve_bytes || p->committed + p->frame_bytes > p->budget_bytes) {
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            ts.tv_nsec += 50 * 1000000L;
+            if (ts.tv_nsec >= 1000000000L) {
+                ts.tv_sec++;
+                ts.tv_nsec -= 1000000000L;
+            }
+            pthread_cond_timedwait(&p->wake, &p->lock, &ts);
+            continue;
+        }
+        p->committed += p->frame_bytes;
+        p->creating++;
+        pthread_mutex_unlock(&p->lock);
+        struct mb_mem m;
+        int rc = make_mem(p, &m);
+        pthread_mutex_lock(&p->lock);
+        p->creating--;
+        if (rc == 0 && p->n_ready == p->ready_cap) {
+            uint32_t cap = p->ready_cap ? 2 * p->ready_cap : 64;
+            struct mb_mem *nr = realloc(p->ready, cap * sizeof(*nr));
+            if (nr) {
+                p->ready = nr;
+                p->ready_cap = cap;
+            }
+        }
+        if (rc == 0 && p->n_ready < p->ready_cap) {
+            p->ready[p->n_ready++] = m;
+            continue;
+        }
+        if (rc == 0)
+            p->be->ops->release(p->be, &m);
+        p->committed -= p->frame_bytes;
+        mb_log(MB_LOG_WARN, "failed to add a frame to the warm reserve: %s; retrying in 1 s",
+               mb_strerror(rc ? rc : MB_ENOMEM));
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_sec += 1;
+        pthread_cond_timedwait(&p->wake, &p->lock, &ts);
+    }
+    pthread_mutex_unlock(&p->lock);
+    return NULL;
+}
+
 int frame_pool_prefill(struct frame_pool *p, uint64_t bytes)
 {
-    int rc = 0;
-    while (rc == 0 && (uint64_t)p->n_free * p->frame_bytes < bytes)
-        rc = create_frame(p);
+    p->reserve_bytes = bytes;
+    for (; p->n_workers < RESERVE_THREADS; p->n_workers++) {
+        int e = pthread_create(&p->workers[p->n_workers], NULL, reserve_worker, p);
+        if (e != 0) {
+            mb_log(MB_LOG_ERR, "failed to start a reserve worker: %s", strerror(e));
+            return p->n_workers ? 0 : MB_ESYS;
+        }
+    }
+    return 0;
+}
+
+void frame_pool_adopt(struct frame_pool *p)
+{
+    pthread_mutex_lock(&p->lock);
+    uint32_t i = 0;
+    for (; i < p->n_ready; i++)
+        if (add_frame(p, &p->ready[i]) != 0)
+            break;
+    memmove(p->ready, p->ready + i, (p->n_ready - i) * sizeof(*p->ready));
+    p->n_ready -= i;
+    pthread_cond_broadcast(&p->wake);
+    pthread_mutex_unlock(&p->lock);
     POOL_CHECK(p);
-    return rc == MB_ENOMEM && p->n_free ? 0 : rc;
 }
 
 int frame_pool_grant(struct frame_pool *p, uint32_t n, uint64_t session, uint32_t tenant,
@@ -101,7 +225,10 @@ int frame_pool_grant(struct frame_pool *p, uint32_t n, uint64_t session, uint32_
         return MB_EINVAL;
     if ((uint64_t)n * p->frame_bytes > p->budget_bytes)
         return MB_ENOMEM;
-    /* All or nothing: make sure enough frames exist before taking any. */
+    /* All or nothing: make sure enough frames exist before taking any:
+     * the free list, then the warm reserve, then the driver. */
+    if (p->n_free < n || p->n_workers)
+        frame_pool_adopt(p);
     while (p->n_free < n) {
         int rc = create_frame(p);
         if (rc != 0)
@@ -120,7 +247,7 @@ int frame_pool_grant(struct frame_pool *p, uint32_t n, uint64_t session, uint32_
             p->scrubs++;
         }
         p->free_head = f->next_free;
-        p->n_free--;
+        __atomic_sub_fetch(&p->n_free, 1, __ATOMIC_RELAXED);
         f->next_free = 0;
         f->state = FRAME_GRANTED;
         f->owner = session;

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <unistd.h>
 #include <cmocka.h>
 
 #include <moonbright/mbclient.h>
@@ -115,12 +116,46 @@ static void scrubbed_between_tenants(void **state)
     mb_backend_close(b);
 }
 
+static void warm_reserve_fills_in_background(void **state)
+{
+    mb_backend *b;
+    assert_int_equal(mb_backend_host_open(0, &b), 0);
+    struct frame_pool p;
+    assert_int_equal(frame_pool_init(&p, b, FB, 12 * FB), 0);
+    assert_int_equal(frame_pool_prefill(&p, 8 * FB), 0);
+    /* The workers create 8 frames without any grant asking. */
+    uint32_t ready = 0;
+    for (int i = 0; i < 400 && ready < 8; i++) {
+        pthread_mutex_lock(&p.lock);
+        ready = p.n_ready;
+        pthread_mutex_unlock(&p.lock);
+        if (ready < 8)
+            usleep(5000);
+    }
+    assert_int_equal(ready, 8);
+    assert_int_equal(p.n_total, 0);   /* not in the books until adopted */
+    uint32_t ids[12];
+    assert_int_equal(frame_pool_grant(&p, 6, 1, 1, ids), 0);
+    assert_true(p.n_total >= 8);      /* adopted, not created on the request path */
+    assert_true(frame_pool_is_valid(&p));
+    /* The budget holds across workers and the request path together. */
+    assert_int_equal(frame_pool_grant(&p, 6, 2, 1, ids), 0);
+    assert_int_equal(frame_pool_grant(&p, 1, 2, 1, ids), MB_ENOMEM);
+    pthread_mutex_lock(&p.lock);
+    assert_true(p.committed <= p.budget_bytes);
+    assert_true(p.bytes_total + (uint64_t)(p.n_ready + p.creating) * FB == p.committed);
+    pthread_mutex_unlock(&p.lock);
+    frame_pool_destroy(&p);
+    mb_backend_close(b);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(random_books_balance),
         cmocka_unit_test(duplicate_return_changes_nothing),
         cmocka_unit_test(scrubbed_between_tenants),
+        cmocka_unit_test(warm_reserve_fills_in_background),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
