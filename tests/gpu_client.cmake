@@ -1,0 +1,20 @@
+# GPU tests of the client through a real daemon on the cuda backend (label
+# gpu): stream-ordered reuse, stitched ranges written by kernels, and
+# PyTorch with the MoonBright allocator. They skip (exit 77) without a GPU.
+if(MB_HAVE_CUDA)
+  add_executable(test_streams gpu/test_streams.cu)
+  set_target_properties(test_streams PROPERTIES CUDA_ARCHITECTURES "90-real;90-virtual")
+  target_link_libraries(test_streams PRIVATE mbclient CUDA::cudart_static)
+  add_test(NAME gpu_streams COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/gpu/with_daemon.sh
+           $<TARGET_FILE:moonbrightd> $<TARGET_FILE:mbctl> $<TARGET_FILE:test_streams>)
+  set_tests_properties(gpu_streams PROPERTIES LABELS gpu SKIP_RETURN_CODE 77 TIMEOUT 300)
+
+  find_package(Python3 COMPONENTS Interpreter)
+  if(Python3_FOUND)
+    add_test(NAME gpu_torch_transformer COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/gpu/with_daemon.sh
+             $<TARGET_FILE:moonbrightd> $<TARGET_FILE:mbctl>
+             ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/gpu/torch_transformer.py
+             $<TARGET_FILE:mbclient>)
+    set_tests_properties(gpu_torch_transformer PROPERTIES LABELS gpu SKIP_RETURN_CODE 77 TIMEOUT 600)
+  endif()
+endif()
