@@ -68,6 +68,19 @@ struct mb_backend_ops {
     int (*stream_sync)(mb_backend *b, void *stream);
 
     void (*close)(mb_backend *b);
+
+    /* Stream memory operations, for gating a stream on a host-side event
+     * (client/async_map.c). NULL in a backend without them (host: its
+     * streams are trivially ordered, so nothing needs gating). */
+    /* Pinned host memory the device can read and wait on, zeroed; *dev is
+     * its device address. */
+    int (*host_mapped_alloc)(mb_backend *b, size_t bytes, void **host, uint64_t *dev);
+    void (*host_mapped_free)(mb_backend *b, void *host);
+    /* Work enqueued on stream after this waits until the 32-bit word at dev
+     * reaches value, compared cyclically: (int32_t)(*dev - value) >= 0. */
+    int (*stream_wait_value32)(mb_backend *b, void *stream, uint64_t dev, uint32_t value);
+    /* Store value in the 32-bit word at dev, ordered on stream. */
+    int (*stream_write_value32)(mb_backend *b, void *stream, uint64_t dev, uint32_t value);
 };
 
 struct mb_backend {

@@ -73,7 +73,8 @@
     X(cuMemExportToShareableHandle) X(cuMemImportFromShareableHandle) X(cuMemAddressReserve)       \
     X(cuMemAddressFree) X(cuMemMap) X(cuMemUnmap) X(cuMemSetAccess) X(cuMemsetD8Async)             \
     X(cuStreamCreate) X(cuStreamDestroy) X(cuStreamSynchronize) X(cuEventCreate)                   \
-    X(cuEventDestroy) X(cuEventRecord) X(cuEventQuery)
+    X(cuEventDestroy) X(cuEventRecord) X(cuEventQuery) X(cuMemHostAlloc) X(cuMemFreeHost)         \
+    X(cuMemHostGetDevicePointer) X(cuStreamWaitValue32) X(cuStreamWriteValue32)
 
 static struct {
 #define X(name) __typeof__(&name) p_##name;
@@ -628,6 +629,57 @@ static int cuda_stream_sync(mb_backend *b, void *stream)
     return r == CUDA_SUCCESS ? 0 : cu_fail(r, "synchronize stream");
 }
 
+/* ---- stream memory operations ---- */
+
+static int cuda_host_mapped_alloc(mb_backend *b, size_t bytes, void **host, uint64_t *dev)
+{
+    void *h = NULL;
+    CUdeviceptr d = 0;
+    ENTER(b);
+    CUresult r = CU(cuMemHostAlloc)(&h, bytes, CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_PORTABLE);
+    if (r == CUDA_SUCCESS) {
+        r = CU(cuMemHostGetDevicePointer)(&d, h, 0);
+        if (r != CUDA_SUCCESS)
+            CU(cuMemFreeHost)(h);
+    }
+    LEAVE();
+    if (r != CUDA_SUCCESS)
+        return cu_fail(r, "allocate device-mapped host memory");
+    memset(h, 0, bytes);
+    *host = h;
+    *dev = (uint64_t)d;
+    return 0;
+}
+
+static void cuda_host_mapped_free(mb_backend *b, void *host)
+{
+    int pushed;
+    if (!host || ctx_enter(b, &pushed) != 0)
+        return;
+    CUresult r = CU(cuMemFreeHost)(host);
+    ctx_leave(pushed);
+    if (r != CUDA_SUCCESS)
+        cu_fail(r, "free device-mapped host memory");
+}
+
+static int cuda_stream_wait_value32(mb_backend *b, void *stream, uint64_t dev, uint32_t value)
+{
+    ENTER(b);
+    CUresult r = CU(cuStreamWaitValue32)((CUstream)stream, (CUdeviceptr)dev, value,
+                                         CU_STREAM_WAIT_VALUE_GEQ);
+    LEAVE();
+    return r == CUDA_SUCCESS ? 0 : cu_fail(r, "enqueue a wait on a stream");
+}
+
+static int cuda_stream_write_value32(mb_backend *b, void *stream, uint64_t dev, uint32_t value)
+{
+    ENTER(b);
+    CUresult r = CU(cuStreamWriteValue32)((CUstream)stream, (CUdeviceptr)dev, value,
+                                          CU_STREAM_WRITE_VALUE_DEFAULT);
+    LEAVE();
+    return r == CUDA_SUCCESS ? 0 : cu_fail(r, "enqueue a value write on a stream");
+}
+
 /* ---- open and close ---- */
 
 static void cuda_close(mb_backend *b)
@@ -674,6 +726,10 @@ static const struct mb_backend_ops cuda_ops = {
     .event_query = cuda_event_query,
     .stream_sync = cuda_stream_sync,
     .close = cuda_close,
+    .host_mapped_alloc = cuda_host_mapped_alloc,
+    .host_mapped_free = cuda_host_mapped_free,
+    .stream_wait_value32 = cuda_stream_wait_value32,
+    .stream_write_value32 = cuda_stream_write_value32,
 };
 
 /* Checks that make a device unusable for this backend; 0 when usable. */
