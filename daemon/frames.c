@@ -173,6 +173,7 @@ static void *reserve_worker(void *arg)
                 p->ready_cap = cap;
             }
         }
+        pthread_cond_broadcast(&p->wake);   /* a grant may wait for creating == 0 */
         if (rc == 0 && p->n_ready < p->ready_cap) {
             p->ready[p->n_ready++] = m;
             continue;
@@ -189,6 +190,17 @@ static void *reserve_worker(void *arg)
     }
     pthread_mutex_unlock(&p->lock);
     return NULL;
+}
+
+/* Wait until no worker is creating a frame; true when one was. */
+static bool wait_for_workers(struct frame_pool *p)
+{
+    pthread_mutex_lock(&p->lock);
+    bool waited = p->creating > 0;
+    while (p->creating > 0)
+        pthread_cond_wait(&p->wake, &p->lock);
+    pthread_mutex_unlock(&p->lock);
+    return waited;
 }
 
 int frame_pool_prefill(struct frame_pool *p, uint64_t bytes)
@@ -231,6 +243,10 @@ int frame_pool_grant(struct frame_pool *p, uint32_t n, uint64_t session, uint32_
         frame_pool_adopt(p);
     while (p->n_free < n) {
         int rc = create_frame(p);
+        if (rc == MB_ENOMEM && wait_for_workers(p)) {
+            frame_pool_adopt(p);   /* what they were making counted against the budget */
+            continue;
+        }
         if (rc != 0)
             return rc;
     }
