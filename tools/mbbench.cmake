@@ -1,0 +1,16 @@
+# tools/mbbench.cmake: the mbbench benchmark tool, included from
+# tools/CMakeLists.txt. libcuda is loaded with dlopen at run time (the
+# cuMemAlloc/cuMemAllocAsync baselines), so the tool builds and runs on
+# machines without CUDA and needs no CUDA::cuda_driver link even when
+# MB_HAVE_CUDA is ON.
+add_executable(mbbench
+  ${CMAKE_CURRENT_LIST_DIR}/mbbench.c
+  ${CMAKE_CURRENT_LIST_DIR}/mbbench_cuda.c
+  ${CMAKE_CURRENT_LIST_DIR}/mbbench_latency.c
+  ${CMAKE_CURRENT_LIST_DIR}/mbbench_rpc.c
+  ${CMAKE_CURRENT_LIST_DIR}/mbbench_replay.c
+  ${CMAKE_CURRENT_LIST_DIR}/mbbench_tenants.c)
+target_link_libraries(mbbench PRIVATE mbclient mbcommon ${CMAKE_DL_LIBS} m)
+install(TARGETS mbbench RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+install(PROGRAMS ${CMAKE_CURRENT_LIST_DIR}/bench_torch.py ${CMAKE_CURRENT_LIST_DIR}/plot_bench.py
+  DESTINATION ${CMAKE_INSTALL_DATADIR}/moonbright/bench)

@@ -1,0 +1,874 @@
+/* mbbench_replay.c: `mbbench replay TRACE`: the LLM KV-cache protocol of
+ * issue 9 over a request trace (Azure CSV or Mooncake-style JSONL), through
+ * MoonBright (realloc, grow in place) and the baselines (malloc on the host
+ * backend, cuMemAllocAsync on a GPU); peak live and reserved bytes, latency. */
+#include <ctype.h>
+#include <errno.h>
+#include <malloc.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+
+#include <moonbright/mbclient.h>
+
+#include "mbbench.h"
+#include "size.h"
+
+/* Grow in place may be missing from an older libmbclient: the strategy is
+ * then skipped with a note instead of failing to link or start. */
+#pragma weak mb_malloc_growable
+#pragma weak mb_grow
+
+/* ---- the trace ---- */
+
+struct request {
+    double t;               /* arrival, seconds from the first request */
+    uint32_t context, generated;
+};
+
+static int parse_timestamp(const char *s, double *out)
+{
+    int Y, M, D, h, m;
+    double sec;
+    char *end;
+    if (sscanf(s, "%d-%d-%d %d:%d:%lf", &Y, &M, &D, &h, &m, &sec) == 6 ||
+        sscanf(s, "%d-%d-%dT%d:%d:%lf", &Y, &M, &D, &h, &m, &sec) == 6) {
+        struct tm tm = { .tm_year = Y - 1900, .tm_mon = M - 1, .tm_mday = D, .tm_hour = h, .tm_min = m };
+        *out = (double)timegm(&tm) + sec;
+        return 0;
+    }
+    double v = strtod(s, &end);
+    if (end == s)
+        return MB_EINVAL;
+    *out = v;
+    return 0;
+}
+
+/* Index of name among the comma-separated header fields, or -1. */
+static int csv_col(const char *hdr, const char *name)
+{
+    int i = 0;
+    for (const char *p = hdr;; i++) {
+        size_t len = strcspn(p, ",\r\n");
+        while (len && isspace((unsigned char)p[len - 1]))
+            len--;
+        if (len == strlen(name) && strncasecmp(p, name, len) == 0)
+            return i;
+        p += strcspn(p, ",\r\n");
+        if (*p != ',')
+            return -1;
+        p++;
+    }
+}
+
+/* The number after "key": in a JSON object line; MB_ENOENT when absent. */
+static int json_num(const char *line, const char *key, double *out)
+{
+    char pat[64];
+    snprintf(pat, sizeof(pat), "\"%s\"", key);
+    const char *p = strstr(line, pat);
+    if (!p)
+        return MB_ENOENT;
+    p += strlen(pat);
+    while (isspace((unsigned char)*p))
+        p++;
+    if (*p++ != ':')
+        return MB_EINVAL;
+    while (isspace((unsigned char)*p))
+        p++;
+    char *end;
+    if (*p == '"') {   /* a quoted timestamp */
+        char buf[64];
+        size_t len = strcspn(p + 1, "\"");
+        if (len >= sizeof(buf))
+            return MB_EINVAL;
+        memcpy(buf, p + 1, len);
+        buf[len] = 0;
+        return parse_timestamp(buf, out);
+    }
+    *out = strtod(p, &end);
+    return end == p ? MB_EINVAL : 0;
+}
+
+static int cmp_req(const void *a, const void *b)
+{
+    const struct request *x = a, *y = b;
+    return x->t < y->t ? -1 : x->t > y->t;
+}
+
+/* Read the first max requests (0: all). JSONL timestamps are milliseconds
+ * (Mooncake) unless ts_scale says otherwise; CSV timestamps are dates or seconds. */
+static int load_trace(const char *path, size_t max, double jsonl_ts_scale, struct request **out,
+                      size_t *n_out, const char **format)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        fprintf(stderr, "mbbench replay: cannot open %s: %s\n", path, strerror(errno));
+        return MB_ENOENT;
+    }
+    char line[4096];
+    size_t n = 0, cap = 0, lineno = 0;
+    struct request *v = NULL;
+    int cts = -1, cctx = -1, cgen = -1;
+    bool jsonl = false, first = true;
+    int rc = 0;
+    while ((max == 0 || n < max) && fgets(line, sizeof(line), f)) {
+        lineno++;
+        char *p = line;
+        while (isspace((unsigned char)*p))
+            p++;
+        if (!*p)
+            continue;
+        if (first) {
+            first = false;
+            jsonl = *p == '{';
+            if (!jsonl) {
+                cts = csv_col(p, "TIMESTAMP");
+                cctx = csv_col(p, "ContextTokens");
+                cgen = csv_col(p, "GeneratedTokens");
+                if (cts < 0 || cctx < 0 || cgen < 0) {
+                    fprintf(stderr, "mbbench replay: %s:1: expected a CSV header with "
+                                    "TIMESTAMP,ContextTokens,GeneratedTokens or JSON lines\n", path);
+                    rc = MB_EINVAL;
+                    break;
+                }
+                continue;
+            }
+        }
+        struct request r = { 0 };
+        double ts, ctx, gen;
+        if (jsonl) {
+            if (json_num(p, "timestamp", &ts) || json_num(p, "input_length", &ctx) ||
+                json_num(p, "output_length", &gen)) {
+                fprintf(stderr, "mbbench replay: %s:%zu: expected timestamp, input_length, output_length\n",
+                        path, lineno);
+                rc = MB_EINVAL;
+                break;
+            }
+            ts *= jsonl_ts_scale;
+        } else {
+            char *fld[16] = { 0 };
+            int nf = 0;
+            for (char *s = p; nf < 16;) {
+                fld[nf++] = s;
+                s += strcspn(s, ",\r\n");
+                if (*s != ',') {
+                    *s = 0;
+                    break;
+                }
+                *s++ = 0;
+            }
+            char *e1 = NULL, *e2 = NULL;
+            if (cts >= nf || cctx >= nf || cgen >= nf || parse_timestamp(fld[cts], &ts) != 0 ||
+                (ctx = strtod(fld[cctx], &e1), e1 == fld[cctx]) ||
+                (gen = strtod(fld[cgen], &e2), e2 == fld[cgen])) {
+                fprintf(stderr, "mbbench replay: %s:%zu: malformed row\n", path, lineno);
+                rc = MB_EINVAL;
+                break;
+            }
+        }
+        if (ctx < 0 || gen < 0 || ctx > 1e8 || gen > 1e8) {
+            fprintf(stderr, "mbbench replay: %s:%zu: token counts out of range\n", path, lineno);
+            rc = MB_EINVAL;
+            break;
+        }
+        r.t = ts;
+        r.context = (uint32_t)ctx;
+        r.generated = (uint32_t)gen;
+        if (n == cap) {
+            cap = cap ? cap * 2 : 4096;
+            struct request *nv = realloc(v, cap * sizeof(*v));
+            if (!nv) {
+                rc = MB_ENOMEM;
+                break;
+            }
+            v = nv;
+        }
+        v[n++] = r;
+    }
+    fclose(f);
+    if (rc == 0 && n == 0) {
+        fprintf(stderr, "mbbench replay: %s holds no requests\n", path);
+        rc = MB_EINVAL;
+    }
+    if (rc != 0) {
+        free(v);
+        return rc;
+    }
+    qsort(v, n, sizeof(*v), cmp_req);
+    double t0 = v[0].t;
+    for (size_t i = 0; i < n; i++)
+        v[i].t -= t0;
+    *out = v;
+    *n_out = n;
+    *format = jsonl ? "jsonl" : "csv";
+    return 0;
+}
+
+/* ---- the protocol, as a list of operations every strategy replays ---- */
+
+enum op_type { OP_ALLOC, OP_RESIZE, OP_FREE, OP_STEP_END };
+struct op {
+    uint32_t type;
+    uint32_t req;           /* OP_STEP_END: the step */
+    uint64_t bytes;         /* OP_ALLOC, OP_RESIZE: the new size */
+};
+struct protocol {
+    struct op *ops;
+    size_t n_ops, cap;
+    uint64_t *final_bytes;  /* per request: its largest buffer (grow's reservation) */
+    size_t n_req;
+    uint32_t steps;
+    uint64_t allocs, resizes;
+};
+
+static int push_op(struct protocol *p, uint32_t type, uint32_t req, uint64_t bytes)
+{
+    if (p->n_ops == p->cap) {
+        size_t cap = p->cap ? p->cap * 2 : 65536;
+        struct op *nv = realloc(p->ops, cap * sizeof(*nv));
+        if (!nv)
+            return MB_ENOMEM;
+        p->ops = nv;
+        p->cap = cap;
+    }
+    p->ops[p->n_ops++] = (struct op){ type, req, bytes };
+    return 0;
+}
+
+/* One decode step covers step_s seconds of trace time (20 ms x compression).
+ * In each step: requests arriving in it allocate their context (rounded up
+ * to blocks); every active request, the new ones included, generates one
+ * token and, when that crosses a block boundary, gets the next block's size;
+ * requests that generated all their tokens free at the end of the step. */
+static int build_protocol(const struct request *rq, size_t n, double step_s, uint64_t bpt,
+                          uint32_t block, struct protocol *p)
+{
+    memset(p, 0, sizeof(*p));
+    p->n_req = n;
+    p->final_bytes = calloc(n, sizeof(uint64_t));
+    uint32_t *active = calloc(n, sizeof(uint32_t));
+    uint32_t *tokens = calloc(n, sizeof(uint32_t)), *done = calloc(n, sizeof(uint32_t));
+    uint32_t *cap = calloc(n, sizeof(uint32_t));
+    int rc = p->final_bytes && active && tokens && done && cap ? 0 : MB_ENOMEM;
+    size_t next = 0, n_active = 0;
+    for (uint32_t step = 0; rc == 0 && (next < n || n_active > 0); step++) {
+        double end = (step + 1) * step_s;
+        while (rc == 0 && next < n && rq[next].t < end) {
+            uint32_t i = (uint32_t)next++;
+            uint32_t ctx = rq[i].context ? rq[i].context : 1;
+            cap[i] = (ctx + block - 1) / block * block;
+            tokens[i] = rq[i].context;
+            uint64_t last = (uint64_t)rq[i].context + rq[i].generated;
+            last = last > cap[i] ? last : cap[i];
+            p->final_bytes[i] = (last + block - 1) / block * block * bpt;
+            rc = push_op(p, OP_ALLOC, i, (uint64_t)cap[i] * bpt);
+            p->allocs++;
+            active[n_active++] = i;
+        }
+        for (size_t k = 0; rc == 0 && k < n_active; k++) {
+            uint32_t i = active[k];
+            if (done[i] >= rq[i].generated)
+                continue;
+            tokens[i]++;
+            done[i]++;
+            if (tokens[i] > cap[i]) {
+                cap[i] += block;
+                rc = push_op(p, OP_RESIZE, i, (uint64_t)cap[i] * bpt);
+                p->resizes++;
+            }
+        }
+        for (size_t k = 0; rc == 0 && k < n_active;) {
+            uint32_t i = active[k];
+            if (done[i] >= rq[i].generated) {
+                rc = push_op(p, OP_FREE, i, 0);
+                active[k] = active[--n_active];
+            } else {
+                k++;
+            }
+        }
+        if (rc == 0)
+            rc = push_op(p, OP_STEP_END, step, 0);
+        p->steps = step + 1;
+    }
+    free(active);
+    free(tokens);
+    free(done);
+    free(cap);
+    return rc;
+}
+
+/* ---- strategies ---- */
+
+enum strat_kind { S_REALLOC, S_GROW, S_MALLOC, S_CUDA, S_COUNT };
+static const char *const strat_name[S_COUNT] = { "realloc", "grow", "malloc", "cudaMallocAsync" };
+static const char *const strat_what[S_COUNT] = {
+    "mb_malloc new + mb_free old",
+    "mb_malloc_growable(max = final size) + mb_grow",
+    "libc malloc new + free old (host reference, untouched)",
+    "cuMemAllocAsync/cuMemFreeAsync, default pool, release threshold max",
+};
+
+struct series {
+    uint32_t *step;
+    uint64_t *live, *reserved, *daemon;
+    size_t n;
+};
+
+struct strat_result {
+    enum strat_kind kind;
+    bool ran;
+    int err;                    /* what stopped it, 0 if it ran to the end */
+    char note[200];
+    uint32_t failed_step;
+    uint64_t peak_live, peak_reserved, peak_daemon, peak_daemon_total;
+    uint64_t n_alloc, n_free;
+    struct bench_summary alloc, free;
+    double alloc_total_s, free_total_s, wall_s;
+    struct series s;
+};
+
+struct replay_ctx {
+    enum strat_kind kind;
+    mb_client *c;
+    struct bench_cuda *cu;
+    struct bench_daemon *d;
+    void **ptr;
+    uint64_t *bytes;
+};
+
+static uint64_t reserved_now(struct replay_ctx *x)
+{
+    switch (x->kind) {
+    case S_REALLOC:
+    case S_GROW: {
+        mb_client_stats st;
+        return mb_stats(x->c, &st) == 0 ? st.bytes_granted : 0;
+    }
+    case S_MALLOC: {
+        struct mallinfo2 mi = mallinfo2();
+        return mi.arena + mi.hblkhd;   /* heap plus mmapped chunks: what malloc holds from the OS */
+    }
+    case S_CUDA: {
+        uint64_t v = 0;
+        x->cu->cuMemPoolGetAttribute(x->cu->pool, BENCH_POOL_RESERVED_CURRENT, &v);
+        return v;
+    }
+    default: return 0;
+    }
+}
+
+static int s_alloc(struct replay_ctx *x, uint32_t req, uint64_t bytes, uint64_t max, void **p)
+{
+    bench_cuptr d = 0;
+    switch (x->kind) {
+    case S_REALLOC: return mb_malloc(x->c, bytes, p);
+    case S_GROW: return mb_malloc_growable(x->c, bytes, max, p);
+    case S_MALLOC:
+        *p = malloc(bytes);
+        return *p ? 0 : MB_ENOMEM;
+    case S_CUDA: {
+        int r = x->cu->cuMemAllocAsync(&d, bytes, NULL);
+        *p = (void *)(uintptr_t)d;
+        return r == 2 ? MB_ENOMEM : r ? MB_EBACKEND : 0;
+    }
+    default: return MB_EINVAL;
+    }
+}
+
+static int s_free(struct replay_ctx *x, void *p)
+{
+    switch (x->kind) {
+    case S_REALLOC:
+    case S_GROW: return mb_free(x->c, p);
+    case S_MALLOC: free(p); return 0;
+    case S_CUDA: return x->cu->cuMemFreeAsync((bench_cuptr)(uintptr_t)p, NULL) ? MB_EBACKEND : 0;
+    default: return MB_EINVAL;
+    }
+}
+
+static int series_init(struct series *s, size_t n)
+{
+    s->step = calloc(n, sizeof(*s->step));
+    s->live = calloc(n, sizeof(*s->live));
+    s->reserved = calloc(n, sizeof(*s->reserved));
+    s->daemon = calloc(n, sizeof(*s->daemon));
+    s->n = 0;
+    return s->step && s->live && s->reserved && s->daemon ? 0 : MB_ENOMEM;
+}
+
+static void series_free(struct series *s)
+{
+    free(s->step);
+    free(s->live);
+    free(s->reserved);
+    free(s->daemon);
+    memset(s, 0, sizeof(*s));
+}
+
+struct replay_cfg {
+    const struct protocol *p;
+    uint32_t bucket;            /* steps per series point */
+    uint32_t daemon_every;      /* steps between daemon samples */
+};
+
+static int run_strategy(struct replay_ctx *x, const struct replay_cfg *cfg, struct strat_result *r)
+{
+    const struct protocol *p = cfg->p;
+    struct bench_vec va = { 0 }, vf = { 0 };
+    int rc = series_init(&r->s, p->steps / cfg->bucket + 2);
+    uint64_t live = 0, step_live = 0, step_res = 0, step_daemon = 0;
+    uint64_t t_start = bench_now_ns();
+    struct bench_dstatus ds;
+    for (size_t i = 0; rc == 0 && i < p->n_ops; i++) {
+        const struct op *o = &p->ops[i];
+        uint64_t t0, t1;
+        void *np;
+        switch (o->type) {
+        case OP_ALLOC:
+            t0 = bench_now_ns();
+            rc = s_alloc(x, o->req, o->bytes, p->final_bytes[o->req], &np);
+            t1 = bench_now_ns();
+            if (rc != 0)
+                break;
+            bench_vec_push(&va, t1 - t0);
+            x->ptr[o->req] = np;
+            x->bytes[o->req] = o->bytes;
+            live += o->bytes;
+            break;
+        case OP_RESIZE:
+            if (x->kind == S_GROW) {
+                t0 = bench_now_ns();
+                rc = mb_grow(x->c, x->ptr[o->req], o->bytes);
+                t1 = bench_now_ns();
+                if (rc != 0)
+                    break;
+                bench_vec_push(&va, t1 - t0);
+                live += o->bytes - x->bytes[o->req];
+                x->bytes[o->req] = o->bytes;
+                break;
+            }
+            /* The realloc pattern: the larger buffer first, then the old one goes. */
+            t0 = bench_now_ns();
+            rc = s_alloc(x, o->req, o->bytes, o->bytes, &np);
+            t1 = bench_now_ns();
+            if (rc != 0)
+                break;
+            bench_vec_push(&va, t1 - t0);
+            live += o->bytes;
+            step_live = live > step_live ? live : step_live;
+            if (live > r->peak_live)
+                r->peak_live = live;
+            uint64_t res = reserved_now(x);
+            step_res = res > step_res ? res : step_res;
+            t0 = bench_now_ns();
+            rc = s_free(x, x->ptr[o->req]);
+            t1 = bench_now_ns();
+            bench_vec_push(&vf, t1 - t0);
+            live -= x->bytes[o->req];
+            x->ptr[o->req] = np;
+            x->bytes[o->req] = o->bytes;
+            break;
+        case OP_FREE:
+            t0 = bench_now_ns();
+            rc = s_free(x, x->ptr[o->req]);
+            t1 = bench_now_ns();
+            bench_vec_push(&vf, t1 - t0);
+            live -= x->bytes[o->req];
+            x->ptr[o->req] = NULL;
+            x->bytes[o->req] = 0;
+            break;
+        case OP_STEP_END: {
+            uint32_t step = o->req;
+            if (x->d && step % cfg->daemon_every == 0 && bench_daemon_status(x->d, &ds) == 0) {
+                /* Sampled after the step's frees; the client-side peak is exact. */
+                step_daemon = ds.bytes_granted > step_daemon ? ds.bytes_granted : step_daemon;
+                uint64_t total = (uint64_t)ds.frames_total * ds.frame_bytes;
+                r->peak_daemon_total = total > r->peak_daemon_total ? total : r->peak_daemon_total;
+            }
+            if (step_daemon > r->peak_daemon)
+                r->peak_daemon = step_daemon;
+            if ((step + 1) % cfg->bucket == 0 || step + 1 == p->steps) {
+                struct series *s = &r->s;
+                s->step[s->n] = step;
+                s->live[s->n] = step_live;
+                s->reserved[s->n] = step_res;
+                s->daemon[s->n] = step_daemon;
+                s->n++;
+                step_live = step_res = step_daemon = 0;
+            }
+            bench_progress(false, "replay %s: step %u of %u, %.2f GiB live", strat_name[x->kind],
+                           step + 1, p->steps, live / 1073741824.0);
+            continue;
+        }
+        }
+        if (rc != 0) {
+            r->failed_step = 0;
+            for (size_t k = i; k < p->n_ops; k++)
+                if (p->ops[k].type == OP_STEP_END) {
+                    r->failed_step = p->ops[k].req;
+                    break;
+                }
+            break;
+        }
+        step_live = live > step_live ? live : step_live;
+        if (live > r->peak_live)
+            r->peak_live = live;
+        uint64_t res = reserved_now(x);
+        step_res = res > step_res ? res : step_res;
+        if (res > r->peak_reserved)
+            r->peak_reserved = res;
+    }
+    if (x->kind == S_CUDA) {
+        uint64_t high = 0;
+        x->cu->cuStreamSynchronize(NULL);
+        if (x->cu->cuMemPoolGetAttribute(x->cu->pool, BENCH_POOL_RESERVED_HIGH, &high) == 0 &&
+            high > r->peak_reserved)
+            r->peak_reserved = high;
+    }
+    r->wall_s = (bench_now_ns() - t_start) / 1e9;
+    r->err = rc;
+    r->n_alloc = va.n;
+    r->n_free = vf.n;
+    double sa = 0, sf = 0;
+    for (size_t i = 0; i < va.n; i++)
+        sa += va.v[i];
+    for (size_t i = 0; i < vf.n; i++)
+        sf += vf.v[i];
+    r->alloc_total_s = sa / 1e9;
+    r->free_total_s = sf / 1e9;
+    bench_summarize(va.v, va.n, &r->alloc);
+    bench_summarize(vf.v, vf.n, &r->free);
+    bench_vec_free(&va);
+    bench_vec_free(&vf);
+    /* Whatever is still live (a failed run) goes back. */
+    for (size_t i = 0; i < p->n_req; i++)
+        if (x->ptr[i]) {
+            s_free(x, x->ptr[i]);
+            x->ptr[i] = NULL;
+            x->bytes[i] = 0;
+        }
+    return rc;
+}
+
+static int run_one(enum strat_kind k, const struct replay_cfg *cfg, struct strat_result *r)
+{
+    memset(r, 0, sizeof(*r));
+    r->kind = k;
+    struct replay_ctx x = { .kind = k };
+    x.ptr = calloc(cfg->p->n_req, sizeof(*x.ptr));
+    x.bytes = calloc(cfg->p->n_req, sizeof(*x.bytes));
+    if (!x.ptr || !x.bytes) {
+        free(x.ptr);
+        free(x.bytes);
+        return MB_ENOMEM;
+    }
+    int rc = 0;
+    if (k == S_REALLOC || k == S_GROW) {
+        if (k == S_GROW && (!mb_malloc_growable || !mb_grow)) {
+            snprintf(r->note, sizeof(r->note), "skipped: this libmbclient has no mb_malloc_growable/mb_grow");
+            rc = 1;
+        } else if ((rc = mb_open(&x.c, "mbbench-replay")) != 0) {
+            snprintf(r->note, sizeof(r->note), "failed to open a session: %s", mb_strerror(rc));
+        } else if (bench_daemon_open(&x.d) != 0) {
+            x.d = NULL;
+        }
+    } else if (k == S_CUDA) {
+        char why[160];
+        if (bench_cuda_open(bench_opt.device, &x.cu, why, sizeof(why)) != 0) {
+            snprintf(r->note, sizeof(r->note), "skipped: %s", why);
+            rc = 1;
+        } else {
+            uint64_t zero = 0;
+            x.cu->cuMemPoolTrimTo(x.cu->pool, 0);
+            x.cu->cuMemPoolSetAttribute(x.cu->pool, BENCH_POOL_RESERVED_HIGH, &zero);
+            x.cu->cuMemPoolSetAttribute(x.cu->pool, BENCH_POOL_USED_HIGH, &zero);
+        }
+    } else if (k == S_MALLOC) {
+        malloc_trim(0);
+    }
+    if (rc == 0) {
+        r->ran = true;
+        bench_progress(true, "replay %s: %zu operations over %u steps", strat_name[k], cfg->p->n_ops,
+                       cfg->p->steps);
+        rc = run_strategy(&x, cfg, r);
+        if (rc != 0)
+            snprintf(r->note, sizeof(r->note), "stopped at step %u: %s", r->failed_step, mb_strerror(rc));
+    }
+    bench_daemon_close(x.d);
+    mb_close(x.c);
+    bench_cuda_close(x.cu);
+    if (k == S_MALLOC)
+        malloc_trim(0);
+    free(x.ptr);
+    free(x.bytes);
+    return rc;
+}
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: mbbench replay TRACE [options]\n"
+               "  TRACE               Azure CSV (TIMESTAMP,ContextTokens,GeneratedTokens) or JSON lines\n"
+               "                      (timestamp in ms, input_length, output_length)\n"
+               "  --requests N        the first N requests (default 3000; 0 = all; --quick 150)\n"
+               "  --compression F     trace time per decode step = 20 ms x F (default 8)\n"
+               "  --step-ms MS        decode step (default 20)\n"
+               "  --token-bytes SIZE  KV bytes per token (default 128K)\n"
+               "  --block-tokens N    tokens per KV block (default 16)\n"
+               "  --strategies LIST   realloc,grow,malloc,cudaMallocAsync (default: realloc,grow,\n"
+               "                      malloc on the host backend, cudaMallocAsync with a GPU)\n"
+               "  --jsonl-ts-unit U   s or ms for JSONL timestamps (default ms)\n"
+               "  --daemon-every N    sample the daemon's status every N steps (default 1)\n"
+               "  --points N          at most N points in the --json memory series (default 2000)\n"
+               BENCH_COMMON_HELP);
+}
+
+static int parse_strategies(const char *s, bool *on)
+{
+    memset(on, 0, S_COUNT * sizeof(*on));
+    while (*s) {
+        size_t len = strcspn(s, ",");
+        int k = -1;
+        for (int i = 0; i < S_COUNT; i++)
+            if (strlen(strat_name[i]) == len && strncasecmp(s, strat_name[i], len) == 0)
+                k = i;
+        if (k < 0 && len == 4 && strncasecmp(s, "cuda", 4) == 0)
+            k = S_CUDA;
+        if (k < 0)
+            return MB_EINVAL;
+        on[k] = true;
+        s += len + (s[len] == ',');
+    }
+    return 0;
+}
+
+static void print_json(const char *trace, const char *format, size_t nreq, double comp, double step_ms,
+                       uint64_t bpt, uint32_t block, const struct protocol *p, uint64_t frame_bytes,
+                       const char *backend, const struct strat_result *res, int nres)
+{
+    struct jw w;
+    jw_init(&w, stdout);
+    jw_header(&w, "replay");
+    jw_str(&w, "backend", backend);
+    jw_u64(&w, "frame_bytes", frame_bytes);
+    jw_str(&w, "trace", trace);
+    jw_str(&w, "format", format);
+    jw_u64(&w, "requests", nreq);
+    jw_dbl(&w, "compression", comp);
+    jw_dbl(&w, "step_ms", step_ms);
+    jw_dbl(&w, "trace_s_per_step", step_ms * comp / 1000.0);
+    jw_u64(&w, "bytes_per_token", bpt);
+    jw_u64(&w, "block_tokens", block);
+    jw_u64(&w, "steps", p->steps);
+    jw_u64(&w, "allocations", p->allocs);
+    jw_u64(&w, "resizes", p->resizes);
+    jw_str(&w, "unit", "ns");
+    jw_arr(&w, "strategies");
+    for (int i = 0; i < nres; i++) {
+        const struct strat_result *r = &res[i];
+        bool mb = r->kind == S_REALLOC || r->kind == S_GROW;
+        jw_obj(&w, NULL);
+        jw_str(&w, "strategy", strat_name[r->kind]);
+        jw_str(&w, "source", "mbbench");
+        jw_str(&w, "what", strat_what[r->kind]);
+        jw_bool(&w, "ran", r->ran);
+        jw_bool(&w, "ok", r->ran && r->err == 0);
+        jw_str(&w, "note", r->note);
+        jw_u64(&w, "peak_live_bytes", r->peak_live);
+        jw_u64(&w, "peak_reserved_bytes", r->peak_reserved);
+        jw_dbl(&w, "reserved_over_live", r->peak_live ? (double)r->peak_reserved / r->peak_live : 0);
+        if (mb) {
+            jw_u64(&w, "peak_daemon_granted_bytes", r->peak_daemon);
+            jw_dbl(&w, "daemon_over_live", r->peak_live ? (double)r->peak_daemon / r->peak_live : 0);
+            jw_u64(&w, "peak_daemon_created_bytes", r->peak_daemon_total);
+        } else {
+            jw_null(&w, "peak_daemon_granted_bytes");
+            jw_null(&w, "daemon_over_live");
+            jw_null(&w, "peak_daemon_created_bytes");
+        }
+        jw_u64(&w, "allocations", r->n_alloc);
+        jw_u64(&w, "frees", r->n_free);
+        jw_summary(&w, "alloc_ns", &r->alloc);
+        jw_summary(&w, "free_ns", &r->free);
+        jw_dbl(&w, "alloc_total_s", r->alloc_total_s);
+        jw_dbl(&w, "free_total_s", r->free_total_s);
+        jw_dbl(&w, "total_s", r->wall_s);
+        jw_obj(&w, "series");
+        jw_arr(&w, "step");
+        for (size_t k = 0; k < r->s.n; k++)
+            jw_u64(&w, NULL, r->s.step[k]);
+        jw_end(&w, ']');
+        jw_arr(&w, "live_bytes");
+        for (size_t k = 0; k < r->s.n; k++)
+            jw_u64(&w, NULL, r->s.live[k]);
+        jw_end(&w, ']');
+        jw_arr(&w, "reserved_bytes");
+        for (size_t k = 0; k < r->s.n; k++)
+            jw_u64(&w, NULL, r->s.reserved[k]);
+        jw_end(&w, ']');
+        jw_arr(&w, "daemon_bytes");
+        for (size_t k = 0; mb && k < r->s.n; k++)
+            jw_u64(&w, NULL, r->s.daemon[k]);
+        jw_end(&w, ']');
+        jw_end(&w, '}');
+        jw_end(&w, '}');
+    }
+    jw_end(&w, ']');
+    jw_arr(&w, "notes");
+    jw_str(&w, NULL, "series: per point, the largest value over its steps; daemon bytes are sampled "
+                     "at step ends, client reserved bytes after every operation");
+    jw_str(&w, NULL, "memory is never touched; PyTorch rows come from tools/bench_torch.py replay");
+    jw_end(&w, ']');
+    jw_end(&w, '}');
+}
+
+int bench_replay(int argc, char **argv)
+{
+    enum { OPT_REQ = OPT_FIRST_OWN, OPT_COMP, OPT_STEP, OPT_TOK, OPT_BLOCK, OPT_STRAT, OPT_TSU,
+           OPT_DEVERY, OPT_POINTS };
+    static const struct option lo[] = {
+        BENCH_COMMON_LONGOPTS,
+        { "requests", required_argument, 0, OPT_REQ },
+        { "compression", required_argument, 0, OPT_COMP },
+        { "step-ms", required_argument, 0, OPT_STEP },
+        { "token-bytes", required_argument, 0, OPT_TOK },
+        { "block-tokens", required_argument, 0, OPT_BLOCK },
+        { "strategies", required_argument, 0, OPT_STRAT },
+        { "jsonl-ts-unit", required_argument, 0, OPT_TSU },
+        { "daemon-every", required_argument, 0, OPT_DEVERY },
+        { "points", required_argument, 0, OPT_POINTS },
+        { "help", no_argument, 0, 'h' },
+        { 0, 0, 0, 0 },
+    };
+    long nreq = -1, block = 16, devery = 1, points = 2000;
+    double comp = 8, step_ms = 20, ts_scale = 1e-3;
+    uint64_t bpt = 128 * 1024;
+    bool on[S_COUNT], explicit_strat = false;
+    int c;
+    while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
+        int h = bench_common_opt(c, optarg);
+        if (h < 0)
+            return 2;
+        if (h)
+            continue;
+        char *end = NULL;
+        switch (c) {
+        case OPT_REQ: nreq = strtol(optarg, &end, 10); if (*end || nreq < 0) goto bad; break;
+        case OPT_COMP: comp = strtod(optarg, &end); if (*end || !(comp > 0)) goto bad; break;
+        case OPT_STEP: step_ms = strtod(optarg, &end); if (*end || !(step_ms > 0)) goto bad; break;
+        case OPT_TOK: if (mb_parse_size(optarg, &bpt) != 0 || bpt == 0) goto bad; break;
+        case OPT_BLOCK: block = strtol(optarg, &end, 10); if (*end || block < 1 || block > 1 << 20) goto bad; break;
+        case OPT_STRAT: if (parse_strategies(optarg, on) != 0) goto bad; explicit_strat = true; break;
+        case OPT_TSU:
+            if (strcmp(optarg, "ms") == 0) ts_scale = 1e-3;
+            else if (strcmp(optarg, "s") == 0) ts_scale = 1;
+            else goto bad;
+            break;
+        case OPT_DEVERY: devery = strtol(optarg, &end, 10); if (*end || devery < 1) goto bad; break;
+        case OPT_POINTS: points = strtol(optarg, &end, 10); if (*end || points < 1) goto bad; break;
+        case 'h': usage(stdout); return 0;
+        default: usage(stderr); return 2;
+        }
+        continue;
+    bad:
+        fprintf(stderr, "mbbench replay: bad value '%s'\n", optarg);
+        return 2;
+    }
+    if (optind + 1 != argc) {
+        usage(stderr);
+        return 2;
+    }
+    const char *trace = argv[optind];
+    if (nreq < 0)
+        nreq = bench_opt.quick ? 150 : 3000;
+    bench_raise_nofile();
+
+    struct request *rq;
+    size_t n;
+    const char *format;
+    if (load_trace(trace, (size_t)nreq, ts_scale, &rq, &n, &format) != 0)
+        return 1;
+    struct protocol p;
+    double step_s = step_ms / 1000.0 * comp;
+    if (build_protocol(rq, n, step_s, bpt, (uint32_t)block, &p) != 0) {
+        fprintf(stderr, "mbbench replay: out of memory building the protocol\n");
+        free(rq);
+        return 1;
+    }
+    free(rq);
+
+    /* Which backend: ask the daemon (no session needed). */
+    char backend[16] = "none";
+    uint64_t frame_bytes = 0;
+    struct bench_daemon *d;
+    struct bench_dstatus ds;
+    if (bench_daemon_open(&d) == 0) {
+        if (bench_daemon_status(d, &ds) == 0) {
+            snprintf(backend, sizeof(backend), "%s", ds.backend);
+            frame_bytes = ds.frame_bytes;
+        }
+        bench_daemon_close(d);
+    }
+    if (!explicit_strat) {
+        on[S_REALLOC] = on[S_GROW] = true;
+        on[S_MALLOC] = strcmp(backend, "host") == 0;
+        on[S_CUDA] = strcmp(backend, "host") != 0;
+    }
+    struct replay_cfg cfg = { .p = &p, .daemon_every = (uint32_t)devery };
+    cfg.bucket = (uint32_t)((p.steps + points - 1) / points);
+    if (cfg.bucket == 0)
+        cfg.bucket = 1;
+    struct strat_result res[S_COUNT];
+    int nres = 0, failed = 0;
+    for (int k = 0; k < S_COUNT; k++) {
+        if (!on[k])
+            continue;
+        int rc = run_one((enum strat_kind)k, &cfg, &res[nres]);
+        if (rc < 0) {
+            fprintf(stderr, "mbbench replay: %s: %s\n", strat_name[k], res[nres].note);
+            failed = 1;
+        } else if (rc > 0) {
+            bench_progress(true, "replay %s: %s", strat_name[k], res[nres].note);
+        }
+        nres++;
+    }
+
+    if (bench_opt.json) {
+        print_json(trace, format, n, comp, step_ms, bpt, (uint32_t)block, &p, frame_bytes, backend, res, nres);
+    } else {
+        char a[32], b[32], e[32];
+        printf("mbbench replay: %s, %zu requests (%s), %u steps of %.0f ms x %.3g = %.3f s of trace, "
+               "%s per token, %ld-token blocks, %s backend\n",
+               trace, n, format, p.steps, step_ms, comp, step_s, bench_fmt_size(bpt, a, sizeof(a)), block,
+               backend);
+        printf("%llu allocations on arrival, %llu block-boundary resizes; latency in us\n",
+               (unsigned long long)p.allocs, (unsigned long long)p.resizes);
+        printf("%-16s %11s %13s %6s %13s %6s %8s %8s %8s %8s %8s\n", "STRATEGY", "PEAK LIVE", "PEAK RESERVED",
+               "RATIO", "DAEMON PEAK", "RATIO", "ALLOC avg", "p50", "p99", "FREE avg", "TOTAL s");
+        for (int i = 0; i < nres; i++) {
+            const struct strat_result *r = &res[i];
+            if (!r->ran) {
+                printf("%-16s %s\n", strat_name[r->kind], r->note);
+                continue;
+            }
+            bool mb = r->kind == S_REALLOC || r->kind == S_GROW;
+            char dr[16] = "-";
+            if (mb && r->peak_live)
+                snprintf(dr, sizeof(dr), "%.3f", (double)r->peak_daemon / r->peak_live);
+            printf("%-16s %11s %13s %6.3f %13s %6s %8.2f %8.2f %8.2f %8.2f %8.2f%s%s\n", strat_name[r->kind],
+                   bench_fmt_size(r->peak_live, a, sizeof(a)), bench_fmt_size(r->peak_reserved, b, sizeof(b)),
+                   r->peak_live ? (double)r->peak_reserved / r->peak_live : 0,
+                   mb ? bench_fmt_size(r->peak_daemon, e, sizeof(e)) : "-", dr, r->alloc.mean / 1e3,
+                   r->alloc.p50 / 1e3, r->alloc.p99 / 1e3, r->free.mean / 1e3, r->wall_s,
+                   r->err ? "  " : "", r->err ? r->note : "");
+        }
+        printf("note: PyTorch rows come from tools/bench_torch.py replay (GPU host)\n");
+    }
+    for (int i = 0; i < nres; i++)
+        series_free(&res[i].s);
+    free(p.ops);
+    free(p.final_bytes);
+    return failed;
+}
