@@ -463,6 +463,8 @@ static int run_strategy(struct replay_ctx *x, const struct replay_cfg *cfg, stru
                 r->peak_live = live;
             uint64_t res = reserved_now(x);
             step_res = res > step_res ? res : step_res;
+            if (res > r->peak_reserved)
+                r->peak_reserved = res;
             t0 = bench_now_ns();
             rc = s_free(x, x->ptr[o->req]);
             t1 = bench_now_ns();

@@ -21,6 +21,7 @@ struct rpc_result {
     int32_t rc;
     uint32_t pad;
     uint64_t start_ns, end_ns, n, requests;
+    uint64_t call_bytes;        /* alloc: the size whose mb_malloc and mb_free each take a round trip */
 };
 
 /* ---- worker ---- */
@@ -65,15 +66,29 @@ int bench_rpc_worker(int argc, char **argv)
     } else if (rc == 0) {
         rc = bench_daemon_open(&d);
     }
-    /* Warm up: the first round trips connect sockets and fill caches. */
-    for (int i = 0; rc == 0 && i < 10; i++) {
-        void *p;
+    /* Warm up: the first round trips connect sockets and fill caches. For
+     * alloc, find the smallest size (from one frame, doubling) that the
+     * library serves from the daemon each time: the small-object and pool
+     * tiers keep smaller ones in the process. */
+    for (int i = 0; rc == 0 && !alloc && i < 10; i++) {
         struct bench_dstatus ds;
-        if (alloc && (rc = mb_malloc(c, fb, &p)) == 0)
-            rc = mb_free(c, p);
-        else if (!alloc)
-            rc = bench_daemon_status(d, &ds);
+        rc = bench_daemon_status(d, &ds);
     }
+    for (size_t size = fb; rc == 0 && alloc && res.call_bytes == 0; size *= 2) {
+        mb_client_stats a, b;
+        mb_stats(c, &a);
+        for (int i = 0; rc == 0 && i < 4; i++) {
+            void *p;
+            if ((rc = mb_malloc(c, size, &p)) == 0)
+                rc = mb_free(c, p);
+        }
+        mb_stats(c, &b);
+        if (rc == 0 && b.daemon_requests - a.daemon_requests >= 8)
+            res.call_bytes = size;
+        else if (size >= ((size_t)1 << 30))
+            rc = MB_ENOENT;   /* nothing takes a round trip: cannot measure */
+    }
+    fb = res.call_bytes;
     mb_client_stats s0 = { 0 }, s1 = { 0 };
     if (c)
         mb_stats(c, &s0);
@@ -124,6 +139,7 @@ int bench_rpc_worker(int argc, char **argv)
 
 struct rpc_row {
     int clients;
+    uint64_t call_bytes;
     int failed;                 /* workers that did not finish */
     uint64_t round_trips, daemon_requests;
     double seconds, rps, daemon_rps, trips_per_call;
@@ -155,6 +171,7 @@ static int read_results(const char *dir, int n, struct rpc_row *row, bool alloc)
         }
         fclose(f);
         unlink(path);
+        row->call_bytes = r.call_bytes;
         start = r.start_ns < start ? r.start_ns : start;
         end = r.end_ns > end ? r.end_ns : end;
         reqs += r.requests;
@@ -236,7 +253,8 @@ static void usage(FILE *f)
     fprintf(f, "usage: mbbench rpc [options]\n"
                "  --clients LIST      concurrent client processes (default 1,4,16,64; --quick 1,4)\n"
                "  --cycles K          cycles per client (default 2000; --quick 20)\n"
-               "  --op alloc|status   alloc: mb_malloc(frame)+mb_free with MOONBRIGHT_CACHE=0, so\n"
+               "  --op alloc|status   alloc: mb_malloc+mb_free with MOONBRIGHT_CACHE=0 of the smallest\n"
+               "                      size (frames, doubling) the library takes from the daemon, so\n"
                "                      each call is one round trip (grant, return); status: the\n"
                "                      daemon's status request, no session (default alloc)\n" BENCH_COMMON_HELP);
 }
@@ -349,6 +367,7 @@ int bench_rpc(int argc, char **argv)
             jw_obj(&w, NULL);
             jw_i64(&w, "clients", r->clients);
             jw_i64(&w, "failed", r->failed);
+            jw_u64(&w, "call_bytes", r->call_bytes);
             jw_u64(&w, "round_trips", r->round_trips);
             jw_dbl(&w, "round_trips_per_call", r->trips_per_call);
             jw_dbl(&w, "seconds", r->seconds);
@@ -368,7 +387,7 @@ int bench_rpc(int argc, char **argv)
         printf("mbbench rpc: %s backend, op %s, %ld cycles per client, times in us\n", ds.backend, op, cycles);
         if (strcmp(op, "alloc") == 0)
             printf("(a call is mb_malloc(%llu) or mb_free with MOONBRIGHT_CACHE=0: one grant or return each)\n",
-                   (unsigned long long)ds.frame_bytes);
+                   (unsigned long long)rows[0].call_bytes);
         printf("%-8s %9s %9s %9s %9s %9s %12s %9s\n", "CLIENTS", "CALL p50", "CALL p99", "ALLOC p50",
                "FREE p50", "TRIPS/CALL", "REQUESTS/s", "FAILED");
         for (int i = 0; i < nclients; i++) {
