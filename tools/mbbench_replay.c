@@ -119,8 +119,8 @@ static int load_trace(const char *path, size_t max, double jsonl_ts_scale, struc
         char *p = line;
         while (isspace((unsigned char)*p))
             p++;
-        if (!*p)
-            continue;
+        if (!*p || *p == '#')
+            continue;   /* blank lines and comments (an attribution line) */
         if (first) {
             first = false;
             jsonl = *p == '{';
@@ -614,7 +614,7 @@ static void usage(FILE *f)
     fprintf(f, "usage: mbbench replay TRACE [options]\n"
                "  TRACE               Azure CSV (TIMESTAMP,ContextTokens,GeneratedTokens) or JSON lines\n"
                "                      (timestamp in ms, input_length, output_length)\n"
-               "  --requests N        the first N requests (default 3000; 0 = all; --quick 150)\n"
+               "  --requests N        the first N requests (default 3000; 0 = all; --quick 40)\n"
                "  --compression F     trace time per decode step = 20 ms x F (default 8)\n"
                "  --step-ms MS        decode step (default 20)\n"
                "  --token-bytes SIZE  KV bytes per token (default 128K)\n"
@@ -784,7 +784,7 @@ int bench_replay(int argc, char **argv)
     }
     const char *trace = argv[optind];
     if (nreq < 0)
-        nreq = bench_opt.quick ? 150 : 3000;
+        nreq = bench_opt.quick ? 40 : 3000;
     bench_raise_nofile();
 
     struct request *rq;

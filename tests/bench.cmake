@@ -1,0 +1,16 @@
+# tests/bench.cmake: included by tests/CMakeLists.txt. Smoke tests (label
+# bench) for every mbbench subcommand: a real moonbrightd on the host backend
+# in a temporary directory, each subcommand in --quick mode, its --json
+# output parsed and its keys checked (never its timings).
+if(TARGET mbbench)
+  add_executable(bench_check ${CMAKE_CURRENT_LIST_DIR}/bench_check.c ${CMAKE_CURRENT_LIST_DIR}/json.c)
+  # The first 200 requests of the Azure conversation trace, kept in the tree.
+  set(MB_BENCH_TRACE ${CMAKE_CURRENT_LIST_DIR}/data/azure_llm_conv_head.csv)
+  foreach(sub latency rpc replay tenants)
+    add_test(NAME bench_${sub}
+      COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/bench_smoke.sh $<TARGET_FILE:moonbrightd>
+              $<TARGET_FILE:mbbench> $<TARGET_FILE:bench_check> ${MB_BENCH_TRACE} ${sub})
+    set_tests_properties(bench_${sub} PROPERTIES LABELS bench TIMEOUT 120
+      ENVIRONMENT "${MB_TEST_ENV}")
+  endforeach()
+endif()

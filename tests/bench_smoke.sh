@@ -1,0 +1,73 @@
+#!/bin/sh
+# tests/bench_smoke.sh: one mbbench subcommand in smoke mode against a real
+# moonbrightd (host backend, temporary runtime directory); its --json output
+# must parse and hold the expected keys. Timings are never checked.
+# usage: bench_smoke.sh MOONBRIGHTD MBBENCH BENCH_CHECK TRACE SUBCOMMAND
+set -eu
+daemon=$1 bench=$2 check=$3 trace=$4 sub=$5
+dir=$(mktemp -d "${TMPDIR:-/tmp}/mbbench-smoke.XXXXXX")
+pid=""
+cleanup() {
+  [ -n "$pid" ] && kill "$pid" 2>/dev/null && wait "$pid" 2>/dev/null || true
+  rm -rf "$dir"
+}
+trap cleanup EXIT INT TERM
+"$daemon" --foreground --backend host --runtime-dir "$dir/run" --budget 8G >"$dir/daemon.log" 2>&1 &
+pid=$!
+i=0
+while [ ! -S "$dir/run/gpu0.fds" ]; do
+  i=$((i + 1))
+  if [ $i -gt 200 ] || ! kill -0 "$pid" 2>/dev/null; then
+    echo "bench_smoke: moonbrightd did not start"; cat "$dir/daemon.log"; exit 1
+  fi
+  sleep 0.05
+done
+export MOONBRIGHT_RUNTIME_DIR="$dir/run"
+run() {   # run NAME ARGS...: mbbench --json into $dir/NAME.json
+  name=$1; shift
+  echo "bench_smoke: mbbench $*"
+  "$bench" "$@" --json --quick --quiet >"$dir/$name.json"
+}
+s=strategies.0
+case $sub in
+latency)
+  run latency latency --no-cuda
+  "$check" "$dir/latency.json" bench date host.cpus backend frame_bytes pairs notes \
+    rows.0.allocator rows.0.tier rows.0.size rows.0.ok rows.0.pair_ns.p50 rows.0.pair_ns.p99 \
+    rows.0.pair_ns.mean rows.0.alloc_ns.p50 rows.0.free_ns.p50
+  # the table form works too
+  "$bench" latency --quick --quiet --no-cuda --sizes 4K,16M --pairs 5 >/dev/null
+  ;;
+rpc)
+  run rpc rpc
+  "$check" "$dir/rpc.json" bench op cycles rows.0.clients rows.1.clients rows.0.round_trips \
+    rows.0.requests_per_s rows.0.round_trip_ns.p50 rows.0.round_trip_ns.p99 rows.0.call_bytes \
+    rows.0.alloc_ns.p50 rows.0.free_ns.p50 rows.0.daemon_requests
+  run rpc_status rpc --op status --clients 2 --cycles 5
+  "$check" "$dir/rpc_status.json" rows.0.round_trip_ns.p50 rows.0.requests_per_s
+  ;;
+replay)
+  run replay replay "$trace"
+  "$check" "$dir/replay.json" bench trace requests compression steps bytes_per_token block_tokens \
+    $s.strategy $s.ok $s.peak_live_bytes $s.peak_reserved_bytes $s.reserved_over_live \
+    $s.peak_daemon_granted_bytes $s.daemon_over_live $s.alloc_ns.mean $s.alloc_ns.p50 \
+    $s.alloc_ns.p99 $s.total_s $s.series.step $s.series.live_bytes $s.series.reserved_bytes \
+    $s.series.daemon_bytes strategies.1.strategy strategies.2.strategy
+  # Mooncake-style JSON lines (timestamps in ms)
+  printf '{"timestamp": %d, "input_length": %d, "output_length": %d, "hash_ids": [1, 2]}\n' \
+    0 700 40  100 1500 20  250 90 64  400 3000 10  900 33 100 >"$dir/trace.jsonl"
+  run replay_jsonl replay "$dir/trace.jsonl" --strategies realloc,grow
+  "$check" "$dir/replay_jsonl.json" format requests $s.peak_live_bytes strategies.1.peak_live_bytes
+  ;;
+tenants)
+  run tenants tenants
+  "$check" "$dir/tenants.json" bench tenants rounds frame_bytes ok starve_alloc_ns.p50 \
+    starve_alloc_ns.max peak_daemon_granted_bytes static_partition_bytes shared_over_static \
+    rounds_detail.0.starve_alloc_ns rounds_detail.0.daemon_granted_bytes
+  ;;
+*)
+  echo "bench_smoke: unknown subcommand $sub"; exit 2 ;;
+esac
+# the daemon survived and took every frame back
+"$(dirname "$bench")/mbctl" --runtime-dir "$dir/run" status >"$dir/status.txt" 2>&1 || {
+  echo "bench_smoke: moonbrightd no longer answers"; cat "$dir/daemon.log"; exit 1; }
