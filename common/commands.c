@@ -10,6 +10,13 @@ const struct mb_command mb_commands[MB_CMD_COUNT] = {
 #undef MB_COMMAND
 };
 
+const struct mb_command mb_views[MB_VIEW_COUNT] = {
+#define MB_COMMAND(n, b, f, u, s)
+#define MB_VIEW(n, f, u, s) [MB_VIEW_##n] = { #n, 0, (f) | MB_CMD_VIEW, (u), (s) },
+#include "commands.def"
+#undef MB_COMMAND
+};
+
 /* Request and reply bodies share field numbers; check it at compile time. */
 #define MB_COMMAND(n, b, f, u, s) \
     _Static_assert((int)MB__REQUEST__BODY_##b == (int)MB__REPLY__BODY_##b, "body numbers of " #n " differ");
@@ -18,6 +25,8 @@ const struct mb_command mb_commands[MB_CMD_COUNT] = {
 
 int mb_command_by_body(int body)
 {
+    if (body == 0)
+        return -1;
     for (int i = 0; i < MB_CMD_COUNT; i++)
         if (mb_commands[i].body == body)
             return i;

@@ -8,7 +8,17 @@
  *            identity by hello, ended when the channel closes.
  *   tenant   the name a session runs under; frames are scrubbed before they
  *            move to a different tenant than the one that last held them.
- *   budget   the most bytes of frames the daemon will create. */
+ *            Its policy (max, min) comes from the config and `quota`.
+ *   budget   the most bytes of frames the daemon will create.
+ *   cached   bytes of granted frames a session reports it holds unmapped
+ *            (Cache request): what it can hand back in a reclaim.
+ *   pending  a grant whose reply is deferred until reclaimed frames come
+ *            back or its deadline passes (reclaim.c).
+ *   drain    grants refused (MB_EBUSY); after SIGTERM the daemon exits once
+ *            every session ended or the drain timeout passed.
+ *   withdrawn frames of a killed session: the process may still map them,
+ *            so they stay granted to the dead session until the process
+ *            exits (its pidfd), then return to the pool. */
 #ifndef MB_DAEMON_H
 #define MB_DAEMON_H
 
@@ -18,6 +28,7 @@
 #include <sys/types.h>
 
 #include "backend.h"
+#include "commands.h"
 #include "config.h"
 #include "fdpass.h"
 #include "wire.h"
@@ -90,7 +101,11 @@ bool frame_pool_is_valid(const struct frame_pool *p);
 struct tenant {
     uint32_t id;                 /* 1-based, stable for the daemon's life */
     char name[64];
-    uint64_t bytes;              /* granted to its sessions now */
+    uint64_t bytes;              /* granted to its sessions now
+                                  * == sum of frames * frame_bytes of its sessions */
+    uint64_t max;                /* MB_CONFIG_UNLIMITED or bytes; bytes may exceed
+                                  * it only after quota lowered it */
+    uint64_t min;                /* kept available for it; <= max at start */
     struct tenant *next;
 };
 
@@ -106,6 +121,8 @@ struct session {
     uint8_t ident[MB_WIRE_MAX_IDENT];
     size_t ident_len;
     uint32_t frames;             /* granted now; == frames in the pool owned by id */
+    uint64_t cached;             /* last Cache report; <= frames * frame_bytes */
+    bool waiting;                /* has a pending grant (at most one) */
     int64_t opened_ms;
     struct session *next;
 };
@@ -113,10 +130,52 @@ struct session {
 struct daemon_counters {
     uint64_t requests;           /* well-formed requests handled */
     uint64_t malformed;          /* dropped or answered with MB_EPROTO */
-    uint64_t refused;            /* answered with MB_EPERM */
+    uint64_t refused;            /* refused_auth + refused_quota */
+    uint64_t refused_auth;       /* answered with MB_EPERM */
+    uint64_t refused_quota;      /* answered with MB_EQUOTA */
     uint64_t errors;             /* any other non-zero reply */
-    uint64_t sessions_opened, sessions_closed;
+    uint64_t sessions_opened, sessions_closed, sessions_killed;
+    uint64_t reclaim_notices;    /* RECLAIM notices sent */
+    uint64_t reclaim_bytes;      /* returned while a grant was pending */
+    uint64_t reclaim_timeouts;   /* pending grants answered MB_ENOMEM at their deadline */
 };
+
+/* Request latency histogram, per command. Bucket bounds in microseconds,
+ * roughly 1-2.5-5 per decade from 50 us to 5 s; a request counts in the
+ * first bucket whose bound it does not exceed (mbctl makes them cumulative). */
+#define MB_LAT_BUCKETS 16
+extern const uint64_t mb_lat_bounds_us[MB_LAT_BUCKETS];
+struct cmd_stats {
+    uint64_t count;              /* == sum of bucket[] + over */
+    uint64_t errors;
+    uint64_t sum_us;
+    uint64_t bucket[MB_LAT_BUCKETS];
+    uint64_t over;               /* above the last bound */
+};
+
+/* Frames of a killed session: still granted to its id until its process
+ * exits (pidfd readable), then reclaimed. */
+struct withdrawn {
+    uint64_t session;
+    uint32_t frames;
+    struct tenant *tenant;       /* still charged with the frames */
+    int pidfd;
+    struct withdrawn *next;
+};
+
+/* A grant waiting for reclaimed frames (reclaim.c). */
+struct pending {
+    uint8_t ident[MB_WIRE_MAX_IDENT];
+    size_t ident_len;
+    uint64_t session;            /* session id of the requester */
+    uint64_t req_id;
+    uint32_t n;                  /* frames asked for */
+    uint64_t t0_ns;              /* arrival, for the latency histogram */
+    int64_t deadline_ms;
+    uint64_t reclaimed_at_start; /* count.reclaim_bytes when it began waiting */
+    struct pending *next;
+};
+#define MB_MAX_PENDING 64
 
 struct daemon {
     struct mb_config cfg;        /* file, then command line */
@@ -135,20 +194,81 @@ struct daemon {
     struct tenant *tenants;
     uint32_t n_tenants;
     struct daemon_counters count;
+    struct cmd_stats stats[MB_CMD_COUNT];
     int64_t started_ms;
-    bool stopping;
+    bool draining;               /* grants refused */
+    bool stopping;               /* SIGTERM: draining, exit when sessions end */
+    bool exit_now;               /* leave the loop now */
+    int64_t drain_deadline_ms;   /* while stopping */
+    int64_t drain_timeout_ms;    /* --drain-timeout */
+    int64_t reclaim_timeout_ms;  /* --reclaim-timeout; 0 disables deferred grants */
+    struct withdrawn *withdrawn;
+    uint32_t n_withdrawn;
+    struct pending *pending;     /* FIFO */
+    uint32_t n_pending;
+    char last_status[160];       /* last STATUS= sent */
 };
 
 /* server.c */
 int daemon_serve(struct daemon *d);
+/* One control message from `ident`: unpack, dispatch, reply (unless the
+ * reply is deferred). Bad bytes are counted and answered, never asserted. */
+void daemon_message(struct daemon *d, const uint8_t *ident, size_t ident_len,
+                    const void *data, size_t size);
+/* Send a reply to an identity; without a ROUTER (the fuzz target) the reply
+ * is packed and dropped. 0 or a negative mb_status. */
+int daemon_send(struct daemon *d, const uint8_t *ident, size_t ident_len, const Mb__Reply *rep);
+/* An unsolicited notice (Reply id 0) to a bound session. */
+int daemon_notice(struct daemon *d, const struct session *s, Mb__Notice__Kind kind,
+                  uint64_t bytes, uint32_t deadline_ms, const char *reason);
+/* Stop granting (on) or resume; `exiting` is SIGTERM's drain. Sessions are
+ * told with a notice; pending grants fail with MB_EBUSY. */
+void daemon_drain(struct daemon *d, bool on, bool exiting);
+/* Send STATUS= when the state line changed. */
+void daemon_notify_status(struct daemon *d);
 
 /* sessions.c */
 struct session *session_open(struct daemon *d, int chan);
 void session_close(struct daemon *d, struct session *s);
+/* End a session for an administrator: KILLED notice, frames withdrawn,
+ * channel closed. Returns how many frames were withdrawn. */
+uint32_t session_kill(struct daemon *d, struct session *s);
+/* A killed session's process exited: its frames go back to the pool. */
+void withdrawn_release(struct daemon *d, struct withdrawn *w);
+struct session *session_by_id(struct daemon *d, uint64_t id);
+/* Bytes granted to every session of a uid. */
+uint64_t uid_bytes(const struct daemon *d, uid_t uid);
 struct session *session_by_ident(struct daemon *d, const void *ident, size_t len);
 struct session *session_by_token(struct daemon *d, const uint8_t *token);
+/* The tenant named `name`, created with its config policy (else unlimited,
+ * min 0) on first use; NULL when out of memory. */
 struct tenant *tenant_get(struct daemon *d, const char *name);
 struct tenant *tenant_by_id(struct daemon *d, uint32_t id);
+struct tenant *tenant_find(struct daemon *d, const char *name);
+bool tenant_name_ok(const char *s);
+
+/* reclaim.c: deferred grants and elastic reclaim. */
+/* Whether `n` frames fit for session s now: budget less granted less other
+ * tenants' and uids' unmet min. *short_bytes gets what is missing. */
+bool grant_fits(const struct daemon *d, const struct session *s, uint32_t n, uint64_t *short_bytes);
+/* Defer a grant that does not fit when other sessions report enough cached
+ * bytes: queue it and send RECLAIM notices. 0 when deferred, else an
+ * mb_status (the caller answers MB_ENOMEM). */
+int pending_add(struct daemon *d, struct session *s, const uint8_t *ident, size_t ident_len,
+                uint64_t req_id, uint32_t n, uint64_t t0_ns, uint64_t short_bytes);
+/* Answer pending grants that now fit (FIFO) or whose deadline passed. */
+void pending_run(struct daemon *d);
+/* Drop a session's pending grant without answering (it ended). */
+void pending_drop_session(struct daemon *d, uint64_t session);
+/* Answer every pending grant with an error (drain, shutdown). */
+void pending_fail_all(struct daemon *d, int code, const char *why);
+/* The earliest pending deadline, or INT64_MAX. */
+int64_t pending_next_deadline(const struct daemon *d);
+/* Ask sessions (of tenant t, or all when NULL; never `except`) for cached
+ * frames: RECLAIM notices in the documented order until `bytes` are asked
+ * for (0: every session holding frames, all its cache). Returns notices sent. */
+uint32_t reclaim_ask(struct daemon *d, const struct tenant *t, const struct session *except,
+                     uint64_t bytes, uint64_t *cached_out);
 
 /* handlers.c: one handler per command in commands.def. */
 struct request_ctx {
@@ -156,7 +276,14 @@ struct request_ctx {
     struct session *s;           /* bound session of the sender, or NULL */
     const uint8_t *ident;
     size_t ident_len;
+    uint64_t t0_ns;              /* arrival */
+    bool deferred;               /* set by a handler: no reply now (pending) */
 };
 void handle_request(struct request_ctx *rc, const Mb__Request *req, Mb__Reply *rep);
+/* Grant n frames to s and pass their descriptors: fills rep (reply body or
+ * error). Used by grant and by pending grants. */
+void grant_now(struct daemon *d, struct session *s, uint32_t n, Mb__Reply *rep);
+/* Count a finished request in the per-command stats and counters. */
+void stats_record(struct daemon *d, int cmd, int code, uint64_t t0_ns);
 
 #endif

@@ -1,6 +1,7 @@
-/* handlers.c: one handler per row of commands.def and the dispatch that
- * checks what every row needs (a body, a bound session) in one place. */
-#include <ctype.h>
+/* handlers.c: one handler per row of commands.def, the dispatch that checks
+ * what every row needs (a body, a bound session, an admin uid) in one place,
+ * and the per-command counts and latency histograms it records. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -15,18 +16,47 @@
 /* A grant moves at most this many frames, so its descriptors fit the handle
  * channel's buffer while the client waits for the reply. */
 #define MAX_GRANT_FRAMES 256u
+/* Largest page of the frame table (each entry up to ~160 bytes packed). */
+#define MAX_FRAMES_PAGE 1024u
+
+const uint64_t mb_lat_bounds_us[MB_LAT_BUCKETS] = {
+    50, 100, 250, 500, 1000, 2500, 5000, 10000, 25000, 50000, 100000, 250000, 500000,
+    1000000, 2500000, 5000000,
+};
 
 typedef void handler_fn(struct request_ctx *rc, const Mb__Request *req, Mb__Reply *rep);
 
-static bool tenant_name_ok(const char *s)
+static const char *size_str(uint64_t bytes, char *buf, size_t len)
 {
-    size_t n = strlen(s);
-    if (n == 0 || n >= sizeof(((struct tenant *)0)->name))
-        return false;
-    for (size_t i = 0; i < n; i++)
-        if (!isalnum((unsigned char)s[i]) && !strchr("._-:@+", s[i]))
-            return false;
-    return true;
+    if (bytes == MB_CONFIG_UNLIMITED)
+        return "unlimited";
+    return mb_format_size(bytes, buf, len);
+}
+
+void stats_record(struct daemon *d, int cmd, int code, uint64_t t0_ns)
+{
+    if (code == MB_EPERM) {
+        d->count.refused++;
+        d->count.refused_auth++;
+    } else if (code == MB_EQUOTA) {
+        d->count.refused++;
+        d->count.refused_quota++;
+    } else if (code != 0) {
+        d->count.errors++;
+    }
+    if (cmd < 0 || cmd >= MB_CMD_COUNT)
+        return;
+    struct cmd_stats *st = &d->stats[cmd];
+    uint64_t us = (mb_now_ns() - t0_ns) / 1000u;
+    st->count++;
+    st->errors += code != 0;
+    st->sum_us += us;
+    for (int i = 0; i < MB_LAT_BUCKETS; i++)
+        if (us <= mb_lat_bounds_us[i]) {
+            st->bucket[i]++;
+            return;
+        }
+    st->over++;
 }
 
 static void h_hello(struct request_ctx *rc, const Mb__Request *req, Mb__Reply *rep)
@@ -73,6 +103,10 @@ static void h_hello(struct request_ctx *rc, const Mb__Request *req, Mb__Reply *r
     rep->hello = &hr;
     mb_log(MB_LOG_INFO, "session %llu: pid %d uid %d tenant %s", (unsigned long long)s->id,
            (int)s->pid, (int)s->uid, name);
+    if (rc->d->draining)
+        daemon_notice(rc->d, s, MB__NOTICE__KIND__DRAINING, 0,
+                      rc->d->stopping ? (uint32_t)(rc->d->drain_deadline_ms - mb_now_ms()) : 0,
+                      "the daemon is draining");
 }
 
 /* Descriptors travel on the handle channel before the reply, in batches. */
@@ -93,26 +127,17 @@ static int send_frame_fds(struct daemon *d, struct session *s, const uint32_t *i
     return 0;
 }
 
-static void h_grant(struct request_ctx *rc, const Mb__Request *req, Mb__Reply *rep)
+void grant_now(struct daemon *d, struct session *s, uint32_t n, Mb__Reply *rep)
 {
     static Mb__GrantReply gr;
     static Mb__Frame frames[MAX_GRANT_FRAMES];
     static Mb__Frame *framep[MAX_GRANT_FRAMES];
-    struct daemon *d = rc->d;
-    struct session *s = rc->s;
     uint64_t fb = d->pool.frame_bytes;
-    uint64_t bytes = req->grant->bytes;
-    if (bytes == 0 || bytes > (uint64_t)MAX_GRANT_FRAMES * fb) {
-        mb_reply_error(rep, MB_EINVAL, "grant of %llu bytes: ask for 1 to %llu bytes at a time",
-                       (unsigned long long)bytes, (unsigned long long)MAX_GRANT_FRAMES * fb);
-        return;
-    }
-    if (d->stopping) {
-        mb_reply_error(rep, MB_EBUSY, "the daemon is shutting down");
-        return;
-    }
-    uint32_t n = (uint32_t)((bytes + fb - 1) / fb);
     uint32_t ids[MAX_GRANT_FRAMES];
+    if (n == 0 || n > MAX_GRANT_FRAMES) {
+        mb_reply_error(rep, MB_EINVAL, "cannot grant %u frames", n);
+        return;
+    }
     int err = frame_pool_grant(&d->pool, n, s->id, s->tenant->id, ids);
     if (err != 0) {
         char a[32], b[32];
@@ -145,9 +170,75 @@ static void h_grant(struct request_ctx *rc, const Mb__Request *req, Mb__Reply *r
     rep->grant = &gr;
 }
 
+/* Quotas: the tenant's max, then the uid's. */
+static bool within_quota(struct daemon *d, struct session *s, uint64_t want, Mb__Reply *rep)
+{
+    char a[32], b[32], c[32];
+    const struct tenant *t = s->tenant;
+    if (t->max != MB_CONFIG_UNLIMITED && (t->bytes > t->max || want > t->max - t->bytes)) {
+        mb_reply_error(rep, MB_EQUOTA, "quota of tenant '%s' exceeded: it holds %s, asks %s more, max %s",
+                       t->name, mb_format_size(t->bytes, a, sizeof(a)),
+                       mb_format_size(want, b, sizeof(b)), mb_format_size(t->max, c, sizeof(c)));
+        return false;
+    }
+    const struct mb_config_policy *u = mb_config_uid(&d->cfg, s->uid);
+    if (u && u->max != MB_CONFIG_UNLIMITED) {
+        uint64_t held = uid_bytes(d, s->uid);
+        if (held > u->max || want > u->max - held) {
+            mb_reply_error(rep, MB_EQUOTA, "quota of uid %u exceeded: it holds %s, asks %s more, max %s",
+                           (unsigned)s->uid, mb_format_size(held, a, sizeof(a)),
+                           mb_format_size(want, b, sizeof(b)), mb_format_size(u->max, c, sizeof(c)));
+            return false;
+        }
+    }
+    return true;
+}
+
+static void h_grant(struct request_ctx *rc, const Mb__Request *req, Mb__Reply *rep)
+{
+    struct daemon *d = rc->d;
+    struct session *s = rc->s;
+    uint64_t fb = d->pool.frame_bytes;
+    uint64_t bytes = req->grant->bytes;
+    if (bytes == 0 || bytes > (uint64_t)MAX_GRANT_FRAMES * fb) {
+        mb_reply_error(rep, MB_EINVAL, "grant of %llu bytes: ask for 1 to %llu bytes at a time",
+                       (unsigned long long)bytes, (unsigned long long)MAX_GRANT_FRAMES * fb);
+        return;
+    }
+    if (d->draining) {
+        mb_reply_error(rep, MB_EBUSY, "draining: the daemon grants no frames %s",
+                       d->stopping ? "while it shuts down" : "until 'mbctl drain off'");
+        return;
+    }
+    if (s->waiting) {
+        mb_reply_error(rep, MB_EBUSY, "this session already has a grant waiting for reclaimed frames");
+        return;
+    }
+    uint32_t n = (uint32_t)((bytes + fb - 1) / fb);
+    if (!within_quota(d, s, (uint64_t)n * fb, rep))
+        return;
+    uint64_t short_bytes;
+    if (!grant_fits(d, s, n, &short_bytes)) {
+        if (pending_add(d, s, rc->ident, rc->ident_len, req->id, n, rc->t0_ns, short_bytes) == 0) {
+            rc->deferred = true;
+            return;
+        }
+        char a[32], b[32], c[32];
+        mb_reply_error(rep, MB_ENOMEM,
+                       "cannot grant %u frames: out of memory (%s of %s budget in use; %s short, "
+                       "counting other tenants' guaranteed min)", n,
+                       mb_format_size((uint64_t)d->pool.n_granted * fb, a, sizeof(a)),
+                       mb_format_size(d->pool.budget_bytes, b, sizeof(b)),
+                       mb_format_size(short_bytes, c, sizeof(c)));
+        return;
+    }
+    grant_now(d, s, n, rep);
+}
+
 static void h_ret(struct request_ctx *rc, const Mb__Request *req, Mb__Reply *rep)
 {
     static Mb__ReturnReply rr;
+    struct daemon *d = rc->d;
     struct session *s = rc->s;
     const Mb__Return *r = req->ret;
     if (r->n_ids == 0 || r->n_ids > s->frames) {
@@ -155,56 +246,75 @@ static void h_ret(struct request_ctx *rc, const Mb__Request *req, Mb__Reply *rep
                        r->n_ids, s->frames);
         return;
     }
-    int err = frame_pool_return(&rc->d->pool, r->ids, r->n_ids, s->id);
+    int err = frame_pool_return(&d->pool, r->ids, r->n_ids, s->id);
     if (err != 0) {
         mb_reply_error(rep, err, "return refused: %s (nothing was returned)",
                        err == MB_EPERM ? "a frame is not held by this session"
                        : err == MB_ENOENT ? "no such frame" : "a frame is listed twice");
         return;
     }
+    uint64_t bytes = (uint64_t)r->n_ids * d->pool.frame_bytes;
     s->frames -= (uint32_t)r->n_ids;
-    s->tenant->bytes -= (uint64_t)r->n_ids * rc->d->pool.frame_bytes;
+    s->tenant->bytes -= bytes;
+    s->cached = s->cached > bytes ? s->cached - bytes : 0;
+    if (d->pending) {
+        d->count.reclaim_bytes += bytes;
+        pending_run(d);
+    }
     mb__return_reply__init(&rr);
     rr.count = (uint32_t)r->n_ids;
     rep->body_case = MB__REPLY__BODY_RET;
     rep->ret = &rr;
 }
 
-static void h_status(struct request_ctx *rc, const Mb__Request *req, Mb__Reply *rep)
+static void h_cache(struct request_ctx *rc, const Mb__Request *req, Mb__Reply *rep)
 {
-    static Mb__StatusReply sr;
+    static Mb__CacheReply cr;
+    struct session *s = rc->s;
+    uint64_t held = (uint64_t)s->frames * rc->d->pool.frame_bytes;
+    s->cached = req->cache->bytes < held ? req->cache->bytes : held;
+    mb__cache_reply__init(&cr);
+    rep->body_case = MB__REPLY__BODY_CACHE;
+    rep->cache = &cr;
+}
+
+static int fill_status(struct daemon *d, Mb__StatusReply *sr)
+{
     static Mb__SessionInfo *infos;
     static Mb__SessionInfo **infop;
     static uint32_t ninfo_cap;
-    struct daemon *d = rc->d;
     if (d->n_sessions > ninfo_cap) {
         uint32_t cap = d->n_sessions * 2;
         Mb__SessionInfo *ni = realloc(infos, cap * sizeof(*ni));
         Mb__SessionInfo **np = ni ? realloc(infop, cap * sizeof(*np)) : NULL;
         if (ni)
             infos = ni;
-        if (!np) {
-            mb_reply_error(rep, MB_ENOMEM, "out of memory");
-            return;
-        }
+        if (!np)
+            return MB_ENOMEM;
         infop = np;
         ninfo_cap = cap;
     }
-    mb__status_reply__init(&sr);
-    sr.backend = (char *)d->be->name;
-    sr.device = (uint32_t)d->device;
-    sr.frame_bytes = d->pool.frame_bytes;
-    sr.budget_bytes = d->pool.budget_bytes;
-    sr.frames_total = d->pool.n_total;
-    sr.frames_free = d->pool.n_free;
-    sr.frames_granted = d->pool.n_granted;
-    sr.bytes_free = (uint64_t)d->pool.n_free * d->pool.frame_bytes;
-    sr.bytes_granted = (uint64_t)d->pool.n_granted * d->pool.frame_bytes;
-    sr.requests = d->count.requests;
-    sr.malformed = d->count.malformed;
-    sr.refused = d->count.refused;
-    sr.uptime_ms = (uint64_t)(mb_now_ms() - d->started_ms);
-    sr.pid = (uint32_t)getpid();
+    mb__status_reply__init(sr);
+    sr->backend = (char *)d->be->name;
+    sr->device = (uint32_t)d->device;
+    sr->frame_bytes = d->pool.frame_bytes;
+    sr->budget_bytes = d->pool.budget_bytes;
+    sr->frames_total = d->pool.n_total;
+    sr->frames_free = d->pool.n_free;
+    sr->frames_granted = d->pool.n_granted;
+    sr->bytes_free = (uint64_t)d->pool.n_free * d->pool.frame_bytes;
+    sr->bytes_granted = (uint64_t)d->pool.n_granted * d->pool.frame_bytes;
+    sr->requests = d->count.requests;
+    sr->malformed = d->count.malformed;
+    sr->refused = d->count.refused;
+    sr->refused_quota = d->count.refused_quota;
+    sr->errors = d->count.errors;
+    sr->uptime_ms = (uint64_t)(mb_now_ms() - d->started_ms);
+    sr->pid = (uint32_t)getpid();
+    sr->draining = d->draining;
+    sr->scrubs = d->pool.scrubs;
+    sr->reclaim_notices = d->count.reclaim_notices;
+    sr->grants_waiting = d->n_pending;
     size_t n = 0;
     for (struct session *s = d->sessions; s; s = s->next) {
         if (!s->bound)
@@ -217,12 +327,246 @@ static void h_status(struct request_ctx *rc, const Mb__Request *req, Mb__Reply *
         si->tenant = s->tenant->name;
         si->frames = s->frames;
         si->bytes = (uint64_t)s->frames * d->pool.frame_bytes;
+        si->cached = s->cached;
         infop[n++] = si;
     }
-    sr.n_sessions = n;
-    sr.sessions = infop;
+    sr->n_sessions = n;
+    sr->sessions = infop;
+    return 0;
+}
+
+static void h_status(struct request_ctx *rc, const Mb__Request *req, Mb__Reply *rep)
+{
+    static Mb__StatusReply sr;
+    if (fill_status(rc->d, &sr) != 0) {
+        mb_reply_error(rep, MB_ENOMEM, "out of memory");
+        return;
+    }
     rep->body_case = MB__REPLY__BODY_STATUS;
     rep->status = &sr;
+}
+
+static void h_tenants(struct request_ctx *rc, const Mb__Request *req, Mb__Reply *rep)
+{
+    static Mb__TenantsReply tr;
+    static Mb__TenantInfo *infos;
+    static Mb__TenantInfo **infop;
+    static uint32_t cap;
+    struct daemon *d = rc->d;
+    if (d->n_tenants > cap) {
+        uint32_t ncap = d->n_tenants * 2;
+        Mb__TenantInfo *ni = realloc(infos, ncap * sizeof(*ni));
+        Mb__TenantInfo **np = ni ? realloc(infop, ncap * sizeof(*np)) : NULL;
+        if (ni)
+            infos = ni;
+        if (!np) {
+            mb_reply_error(rep, MB_ENOMEM, "out of memory");
+            return;
+        }
+        infop = np;
+        cap = ncap;
+    }
+    size_t n = 0;
+    for (struct tenant *t = d->tenants; t && n < cap; t = t->next) {
+        Mb__TenantInfo *ti = &infos[n];
+        mb__tenant_info__init(ti);
+        ti->name = t->name;
+        ti->bytes = t->bytes;
+        ti->max = t->max;
+        ti->min = t->min;
+        for (struct session *s = d->sessions; s; s = s->next)
+            if (s->bound && s->tenant == t) {
+                ti->sessions++;
+                ti->cached += s->cached;
+            }
+        infop[n++] = ti;
+    }
+    mb__tenants_reply__init(&tr);
+    tr.n_tenants = n;
+    tr.tenants = infop;
+    rep->body_case = MB__REPLY__BODY_TENANTS;
+    rep->tenants = &tr;
+}
+
+static void h_frames(struct request_ctx *rc, const Mb__Request *req, Mb__Reply *rep)
+{
+    static Mb__FramesReply fr;
+    static Mb__FrameInfo infos[MAX_FRAMES_PAGE];
+    static Mb__FrameInfo *infop[MAX_FRAMES_PAGE];
+    struct daemon *d = rc->d;
+    uint32_t limit = req->frames->limit;
+    if (limit == 0 || limit > MAX_FRAMES_PAGE)
+        limit = MAX_FRAMES_PAGE;
+    uint32_t id = req->frames->start ? req->frames->start : 1;
+    size_t n = 0;
+    mb__frames_reply__init(&fr);
+    for (; id < d->pool.next_unused && n < limit; id++) {
+        struct frame *f = frame_pool_get(&d->pool, id);
+        if (!f)
+            continue;
+        Mb__FrameInfo *fi = &infos[n];
+        mb__frame_info__init(fi);
+        fi->id = id;
+        fi->bytes = d->pool.frame_bytes;
+        struct tenant *last = tenant_by_id(d, f->last_tenant);
+        fi->last_tenant = last ? last->name : "";
+        if (f->state == FRAME_GRANTED) {
+            struct session *s = session_by_id(d, f->owner);
+            fi->state = s ? "granted" : "withdrawn";
+            fi->session = f->owner;
+            fi->tenant = s && s->tenant ? s->tenant->name : fi->last_tenant;
+        } else {
+            fi->state = "free";
+        }
+        infop[n++] = fi;
+    }
+    fr.next = id < d->pool.next_unused ? id : 0;
+    fr.n_frames = n;
+    fr.frames = infop;
+    rep->body_case = MB__REPLY__BODY_FRAMES;
+    rep->frames = &fr;
+}
+
+static void h_quota(struct request_ctx *rc, const Mb__Request *req, Mb__Reply *rep)
+{
+    static Mb__QuotaReply qr;
+    static char name[64];
+    const Mb__Quota *q = req->quota;
+    struct daemon *d = rc->d;
+    if (!q->tenant || !tenant_name_ok(q->tenant)) {
+        mb_reply_error(rep, MB_EINVAL, "quota needs a tenant name (1-63 of A-Z a-z 0-9 . _ - : @ +)");
+        return;
+    }
+    uint64_t max = q->unlimited ? MB_CONFIG_UNLIMITED : q->max;
+    struct tenant *t = tenant_get(d, q->tenant);
+    if (!t) {
+        mb_reply_error(rep, MB_ENOMEM, "out of memory");
+        return;
+    }
+    char a[32], b[32], c[32];
+    if (max < t->min) {
+        mb_reply_error(rep, MB_EINVAL, "max %s for tenant '%s' is below its guaranteed min %s",
+                       mb_format_size(max, a, sizeof(a)), t->name, mb_format_size(t->min, b, sizeof(b)));
+        return;
+    }
+    mb__quota_reply__init(&qr);
+    snprintf(name, sizeof(name), "%s", t->name);
+    qr.tenant = name;
+    qr.previous_max = t->max;
+    qr.max = max;
+    qr.bytes = t->bytes;
+    t->max = max;
+    mb_log(MB_LOG_INFO, "uid %u set tenant %s max to %s (was %s; holds %s)", (unsigned)rc->s->uid,
+           t->name, size_str(max, a, sizeof(a)), size_str(qr.previous_max, b, sizeof(b)),
+           mb_format_size(t->bytes, c, sizeof(c)));
+    rep->body_case = MB__REPLY__BODY_QUOTA;
+    rep->quota = &qr;
+}
+
+static void h_reclaim(struct request_ctx *rc, const Mb__Request *req, Mb__Reply *rep)
+{
+    static Mb__ReclaimReply rr;
+    const Mb__Reclaim *r = req->reclaim;
+    struct daemon *d = rc->d;
+    const struct tenant *t = NULL;
+    if (r->tenant && *r->tenant && !(t = tenant_find(d, r->tenant))) {
+        mb_reply_error(rep, MB_ENOENT, "no tenant '%.63s'", r->tenant);
+        return;
+    }
+    mb__reclaim_reply__init(&rr);
+    rr.sessions = reclaim_ask(d, t, NULL, r->bytes, &rr.cached);
+    mb_log(MB_LOG_INFO, "uid %u asked %u sessions%s%s to return cached frames", (unsigned)rc->s->uid,
+           rr.sessions, t ? " of tenant " : "", t ? t->name : "");
+    rep->body_case = MB__REPLY__BODY_RECLAIM;
+    rep->reclaim = &rr;
+}
+
+static void h_drain(struct request_ctx *rc, const Mb__Request *req, Mb__Reply *rep)
+{
+    static Mb__DrainReply dr;
+    struct daemon *d = rc->d;
+    if (req->drain->off && d->stopping) {
+        mb_reply_error(rep, MB_EBUSY, "the daemon is shutting down; the drain cannot be lifted");
+        return;
+    }
+    if (d->draining != !req->drain->off) {
+        mb_log(MB_LOG_INFO, "uid %u %s the drain", (unsigned)rc->s->uid,
+               req->drain->off ? "lifted" : "started");
+        daemon_drain(d, !req->drain->off, false);
+    }
+    mb__drain_reply__init(&dr);
+    dr.draining = d->draining;
+    dr.sessions = d->n_sessions;
+    rep->body_case = MB__REPLY__BODY_DRAIN;
+    rep->drain = &dr;
+}
+
+static void h_kill(struct request_ctx *rc, const Mb__Request *req, Mb__Reply *rep)
+{
+    static Mb__KillReply kr;
+    struct daemon *d = rc->d;
+    uint64_t id = req->kill->session;
+    struct session *s = session_by_id(d, id);
+    if (!s) {
+        mb_reply_error(rep, MB_ENOENT, "no session %llu", (unsigned long long)id);
+        return;
+    }
+    if (s == rc->s) {
+        mb_reply_error(rep, MB_EINVAL, "session %llu is the caller's own", (unsigned long long)id);
+        return;
+    }
+    mb_log(MB_LOG_INFO, "uid %u kills session %llu", (unsigned)rc->s->uid, (unsigned long long)id);
+    mb__kill_reply__init(&kr);
+    kr.session = id;
+    kr.frames = session_kill(d, s);
+    rep->body_case = MB__REPLY__BODY_KILL;
+    rep->kill = &kr;
+}
+
+static void h_metrics(struct request_ctx *rc, const Mb__Request *req, Mb__Reply *rep)
+{
+    static Mb__MetricsReply mr;
+    static Mb__StatusReply sr;
+    static Mb__CommandStats cs[MB_CMD_COUNT];
+    static Mb__CommandStats *csp[MB_CMD_COUNT];
+    static uint64_t cum[MB_CMD_COUNT][MB_LAT_BUCKETS];
+    static uint64_t bounds[MB_LAT_BUCKETS];
+    struct daemon *d = rc->d;
+    if (fill_status(d, &sr) != 0) {
+        mb_reply_error(rep, MB_ENOMEM, "out of memory");
+        return;
+    }
+    mb__metrics_reply__init(&mr);
+    mr.status = &sr;
+    memcpy(bounds, mb_lat_bounds_us, sizeof(bounds));
+    mr.n_bucket_le_us = MB_LAT_BUCKETS;
+    mr.bucket_le_us = bounds;
+    size_t n = 0;
+    for (int c = 0; c < MB_CMD_COUNT; c++) {
+        const struct cmd_stats *st = &d->stats[c];
+        Mb__CommandStats *x = &cs[n];
+        mb__command_stats__init(x);
+        x->name = (char *)mb_commands[c].name;
+        x->count = st->count;
+        x->errors = st->errors;
+        x->sum_us = st->sum_us;
+        uint64_t acc = 0;
+        for (int i = 0; i < MB_LAT_BUCKETS; i++)
+            cum[c][i] = acc += st->bucket[i];
+        x->n_buckets = MB_LAT_BUCKETS;
+        x->buckets = cum[c];
+        csp[n++] = x;
+    }
+    mr.n_commands = n;
+    mr.commands = csp;
+    mr.sessions_opened = d->count.sessions_opened;
+    mr.sessions_closed = d->count.sessions_closed;
+    mr.sessions_killed = d->count.sessions_killed;
+    mr.reclaim_bytes = d->count.reclaim_bytes;
+    mr.reclaim_timeouts = d->count.reclaim_timeouts;
+    mr.refused_auth = d->count.refused_auth;
+    rep->body_case = MB__REPLY__BODY_METRICS;
+    rep->metrics = &mr;
 }
 
 static handler_fn *const handlers[MB_CMD_COUNT] = {
@@ -233,23 +577,31 @@ static handler_fn *const handlers[MB_CMD_COUNT] = {
 
 void handle_request(struct request_ctx *rc, const Mb__Request *req, Mb__Reply *rep)
 {
+    struct daemon *d = rc->d;
     rep->id = req->id;
     int cmd = mb_command_by_body(req->body_case);
-    if (cmd < 0 || req->body_case == MB__REQUEST__BODY__NOT_SET) {
-        rc->d->count.malformed++;
+    if (cmd < 0 || !handlers[cmd]) {
+        d->count.malformed++;
         mb_reply_error(rep, MB_EPROTO, "unknown or missing request body (%d)", (int)req->body_case);
         return;
     }
-    if ((mb_commands[cmd].flags & MB_CMD_SESSION) && !rc->s) {
-        rc->d->count.refused++;
+    const struct mb_command *c = &mb_commands[cmd];
+    if ((c->flags & (MB_CMD_SESSION | MB_CMD_ADMIN)) && !rc->s) {
         mb_reply_error(rep, MB_EPERM, "%s needs a session: connect the handle channel and send hello",
-                       mb_commands[cmd].name);
+                       c->name);
+        stats_record(d, cmd, rep->code, rc->t0_ns);
         return;
     }
-    rc->d->count.requests++;
+    if ((c->flags & MB_CMD_ADMIN) && !mb_config_is_admin(&d->cfg, rc->s->uid)) {
+        mb_reply_error(rep, MB_EPERM, "%s is for administrators: uid %u is neither root nor in admin_uids",
+                       c->name, (unsigned)rc->s->uid);
+        mb_log(MB_LOG_WARN, "refused %s from session %llu (pid %d, uid %u): not an administrator",
+               c->name, (unsigned long long)rc->s->id, (int)rc->s->pid, (unsigned)rc->s->uid);
+        stats_record(d, cmd, rep->code, rc->t0_ns);
+        return;
+    }
+    d->count.requests++;
     handlers[cmd](rc, req, rep);
-    if (rep->code == MB_EPERM)
-        rc->d->count.refused++;
-    else if (rep->code != 0)
-        rc->d->count.errors++;
+    if (!rc->deferred)
+        stats_record(d, cmd, rep->code, rc->t0_ns);
 }

@@ -1,6 +1,7 @@
 /* main.c: moonbrightd's start-up and shut-down: options, the runtime
- * directory and its lock, the backend, the sockets, readiness (sd-daemon
- * READY=1 only once all of that is done) and STOPPING=1 on every exit. */
+ * directory and its lock, the backend, the sockets, tenants from the
+ * config, readiness (sd-daemon READY=1 only once all of that is done) and
+ * STOPPING=1 on every exit path. */
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
@@ -29,6 +30,8 @@ struct options {
     int device;
     const char *config;          /* --config, else the default path */
     bool foreground;
+    int64_t drain_timeout_ms;    /* --drain-timeout */
+    int64_t reclaim_timeout_ms;  /* --reclaim-timeout */
     /* Command-line settings, applied over the file with mb_config_set. */
     const char *keys[16], *values[16];
     int n;
@@ -48,6 +51,10 @@ static void usage(FILE *f)
         "  --reserve SIZE      frames created ahead of demand (default 0)\n"
         "  --no-scrub          do not zero frames between tenants (single-tenant hosts)\n"
         "  --foreground        stay in the foreground (systemd uses this)\n"
+        "  --drain-timeout S   on SIGTERM, wait at most S seconds (default 10; may be\n"
+        "                      fractional) for sessions to end; a second SIGTERM exits at once\n"
+        "  --reclaim-timeout MS  how long a grant waits for reclaimed frames (default 2000;\n"
+        "                      0: never wait, answer MB_ENOMEM at once)\n"
         "  --log-level LEVEL   err, warn, info or debug (default info)\n"
         "  --help, --version\n"
         "Command-line settings override the file. SIZE takes K, M, G or T suffixes.\n");
@@ -62,6 +69,8 @@ static int parse_options(int argc, char **argv, struct options *o)
         { "reserve", required_argument, 0, 'R' },     { "log-level", required_argument, 0, 'l' },
         { "no-scrub", no_argument, 0, 'S' },          { "foreground", no_argument, 0, 'F' },
         { "help", no_argument, 0, 'h' },              { "version", no_argument, 0, 'V' },
+        { "drain-timeout", required_argument, 0, 'D' },
+        { "reclaim-timeout", required_argument, 0, 'T' },
         { 0, 0, 0, 0 },
     };
     int c, idx;
@@ -78,6 +87,26 @@ static int parse_options(int argc, char **argv, struct options *o)
             o->device = (int)v;
             break;
         case 'c': o->config = optarg; break;
+        case 'D': {
+            errno = 0;
+            double sec = strtod(optarg, &end);
+            if (errno || *end || end == optarg || !(sec >= 0 && sec <= 86400)) {
+                mb_log(MB_LOG_ERR, "bad drain timeout '%s' (expected 0-86400 seconds)", optarg);
+                return 2;
+            }
+            o->drain_timeout_ms = (int64_t)(sec * 1000);
+            break;
+        }
+        case 'T': {
+            errno = 0;
+            long ms = strtol(optarg, &end, 10);
+            if (errno || *end || end == optarg || ms < 0 || ms > 600000) {
+                mb_log(MB_LOG_ERR, "bad reclaim timeout '%s' (expected 0-600000 ms)", optarg);
+                return 2;
+            }
+            o->reclaim_timeout_ms = ms;
+            break;
+        }
         case 'b': case 'r': case 'B': case 'f': case 'R': case 'l':
             if (o->n < 16) {
                 o->keys[o->n] = longs[idx].name;
@@ -242,8 +271,12 @@ static int daemonize(int *ready_fd)
 
 static void cleanup(struct daemon *d)
 {
+    while (d->pending)
+        pending_drop_session(d, d->pending->session);
     while (d->sessions)
         session_close(d, d->sessions);
+    while (d->withdrawn)
+        withdrawn_release(d, d->withdrawn);
     while (d->tenants) {
         struct tenant *t = d->tenants;
         d->tenants = t->next;
@@ -268,18 +301,39 @@ static void cleanup(struct daemon *d)
         close(d->lock_fd);
 }
 
+/* Every exit after start-up began tells systemd it is stopping. */
+static int stop(int rc)
+{
+    sd_notify(0, "STOPPING=1");
+    return rc;
+}
+
+/* Tenants named in the config exist from the start, so their min is kept
+ * available before their first session and `tenants` lists them. */
+static int add_config_tenants(struct daemon *d)
+{
+    for (size_t i = 0; i < d->cfg.n_tenants; i++)
+        if (!tenant_get(d, d->cfg.tenants[i].name)) {
+            mb_log(MB_LOG_ERR, "failed to set up tenant %s: out of memory", d->cfg.tenants[i].name);
+            return MB_ENOMEM;
+        }
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     mb_log_set_ident("moonbrightd");
-    struct options o = { .device = 0 };
+    struct options o = { .device = 0, .drain_timeout_ms = 10000, .reclaim_timeout_ms = 2000 };
     int rc = parse_options(argc, argv, &o);
     if (rc)
-        return rc;
-    struct daemon d = { .device = o.device, .chan_listen = -1, .sigfd = -1, .lock_fd = -1 };
+        return stop(rc);
+    struct daemon d = { .device = o.device, .chan_listen = -1, .sigfd = -1, .lock_fd = -1,
+                        .drain_timeout_ms = o.drain_timeout_ms,
+                        .reclaim_timeout_ms = o.reclaim_timeout_ms };
     mb_config_defaults(&d.cfg);
     if ((rc = load_config(&o, &d.cfg)) != 0) {
         mb_config_free(&d.cfg);
-        return rc;
+        return stop(rc);
     }
     const struct mb_config *cfg = &d.cfg;
     d.runtime_dir = cfg->runtime_dir ? cfg->runtime_dir : mb_default_runtime_dir();
@@ -287,15 +341,18 @@ int main(int argc, char **argv)
 
     if (mkdir(d.runtime_dir, 0755) != 0 && errno != EEXIST) {
         mb_log(MB_LOG_ERR, "failed to create runtime directory %s: %s", d.runtime_dir, strerror(errno));
-        return 1;
+        mb_config_free(&d.cfg);
+        return stop(1);
     }
     if (take_lock(&d) != 0) {
         mb_config_free(&d.cfg);
-        return 1;
+        return stop(1);
     }
     if (!o.foreground && daemonize(&ready_fd) != 0) {
         mb_log(MB_LOG_ERR, "failed to go to the background: %s", strerror(errno));
-        return 1;
+        close(d.lock_fd);
+        mb_config_free(&d.cfg);
+        return stop(1);
     }
     if (!o.foreground) {
         /* The child inherited the locked file: it now records its own pid. */
@@ -325,15 +382,18 @@ int main(int argc, char **argv)
     if (cfg->reserve && frame_pool_prefill(&d.pool, cfg->reserve) != 0)
         mb_log(MB_LOG_WARN, "failed to create the %llu-byte reserve; continuing",
                (unsigned long long)cfg->reserve);
-    if (bind_sockets(&d) != 0)
+    if (add_config_tenants(&d) != 0 || bind_sockets(&d) != 0)
         goto out;
     d.started_ms = mb_now_ms();
     char a[32], b[32];
     mb_log(MB_LOG_INFO, "serving device %d (%s backend) in %s: %s frames, budget %s, scrub %s",
            d.device, d.be->name, d.runtime_dir, mb_format_size(cfg->frame_size, a, sizeof(a)),
            mb_format_size(d.pool.budget_bytes, b, sizeof(b)), cfg->scrub ? "on" : "off");
-    sd_notifyf(0, "READY=1\nSTATUS=serving device %d (%s backend)\nMAINPID=%d", d.device,
-               d.be->name, (int)getpid());
+    /* The ROUTER is bound: a request sent now is answered once the loop
+     * turns, so READY=1 means the control socket answers. */
+    snprintf(d.last_status, sizeof(d.last_status), "serving device %d (%s backend)", d.device,
+             d.be->name);
+    sd_notifyf(0, "READY=1\nSTATUS=%s\nMAINPID=%d", d.last_status, (int)getpid());
     if (ready_fd >= 0) {
         if (write(ready_fd, "R", 1) != 1)
             mb_log(MB_LOG_WARN, "failed to tell the parent we are ready");
@@ -348,7 +408,7 @@ int main(int argc, char **argv)
     }
     rc = daemon_serve(&d) == 0 ? 0 : 1;
 out:
-    sd_notify(0, "STOPPING=1");
+    sd_notify(0, "STOPPING=1\nSTATUS=stopping");
     cleanup(&d);
     if (ready_fd >= 0)
         close(ready_fd);

@@ -1,8 +1,10 @@
 /* server.c: moonbrightd's one zmq_poll loop: the ROUTER control socket, the
  * handle channel's listening socket and every session's channel (whose end
- * of file ends the session), signals, and the sd-daemon watchdog. The poll
- * timeout is the next deadline. Malformed messages are logged, counted and
- * answered or dropped; never asserted. */
+ * of file ends the session), killed sessions' pidfds, signals, and the
+ * sd-daemon protocol (WATCHDOG=1 from the loop, STATUS= as state changes,
+ * STOPPING=1 when SIGTERM starts the drain). The poll timeout is the next
+ * deadline (watchdog, status, pending grants, drain). Malformed messages
+ * are logged, counted and answered or dropped; never asserted. */
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
@@ -23,13 +25,87 @@
 #define BURST 256
 #define STATUS_PERIOD_MS 1000
 
+int daemon_send(struct daemon *d, const uint8_t *ident, size_t ident_len, const Mb__Reply *rep)
+{
+    if (d->router)
+        return mb_wire_send_reply(d->router, ident, ident_len, rep);
+    /* No socket (the fuzz target): pack it all the same. */
+    size_t len = mb__reply__get_packed_size(rep);
+    uint8_t *buf = malloc(len ? len : 1);
+    if (!buf)
+        return MB_ENOMEM;
+    mb__reply__pack(rep, buf);
+    free(buf);
+    return len > MB_WIRE_MAX_BYTES ? MB_EINVAL : 0;
+}
+
+int daemon_notice(struct daemon *d, const struct session *s, Mb__Notice__Kind kind,
+                  uint64_t bytes, uint32_t deadline_ms, const char *reason)
+{
+    if (!s->bound)
+        return MB_EINVAL;
+    Mb__Reply rep = MB__REPLY__INIT;
+    Mb__Notice n = MB__NOTICE__INIT;
+    n.kind = kind;
+    n.bytes = bytes;
+    n.deadline_ms = deadline_ms;
+    n.exiting = d->stopping;
+    n.reason = (char *)reason;
+    rep.id = 0;
+    rep.body_case = MB__REPLY__BODY_NOTICE;
+    rep.notice = &n;
+    int rc = daemon_send(d, s->ident, s->ident_len, &rep);
+    if (rc != 0)
+        mb_log(MB_LOG_DEBUG, "failed to send a notice to session %llu: %s",
+               (unsigned long long)s->id, mb_strerror(rc));
+    return rc;
+}
+
+void daemon_drain(struct daemon *d, bool on, bool exiting)
+{
+    d->draining = on;
+    if (exiting) {
+        d->stopping = true;
+        d->drain_deadline_ms = mb_now_ms() + d->drain_timeout_ms;
+    }
+    if (on)
+        pending_fail_all(d, MB_EBUSY, exiting ? "the daemon is shutting down" : "draining");
+    for (struct session *s = d->sessions; s; s = s->next)
+        if (s->bound)
+            daemon_notice(d, s, on ? MB__NOTICE__KIND__DRAINING : MB__NOTICE__KIND__UNDRAINED, 0,
+                          exiting ? (uint32_t)d->drain_timeout_ms : 0,
+                          !on ? "grants resume" : exiting ? "the daemon is shutting down"
+                                                          : "drained by an administrator");
+    daemon_notify_status(d);
+}
+
 static void reply_malformed(struct daemon *d, const uint8_t *ident, size_t len, const char *why)
 {
     Mb__Reply rep = MB__REPLY__INIT;
     d->count.malformed++;
     mb_log(MB_LOG_DEBUG, "malformed request: %s", why);
     mb_reply_error(&rep, MB_EPROTO, "malformed request: %s", why);
-    mb_wire_send_reply(d->router, ident, len, &rep);
+    daemon_send(d, ident, len, &rep);
+}
+
+void daemon_message(struct daemon *d, const uint8_t *ident, size_t ident_len,
+                    const void *data, size_t size)
+{
+    uint64_t t0 = mb_now_ns();
+    Mb__Request *req = mb__request__unpack(NULL, size, data);
+    if (!req) {
+        reply_malformed(d, ident, ident_len, "not a Request message");
+        return;
+    }
+    struct request_ctx rc = { .d = d, .ident = ident, .ident_len = ident_len, .t0_ns = t0 };
+    rc.s = session_by_ident(d, ident, ident_len);
+    Mb__Reply rep = MB__REPLY__INIT;
+    handle_request(&rc, req, &rep);
+    if (rep.code != 0)
+        mb_log(MB_LOG_DEBUG, "request %llu refused: %s", (unsigned long long)req->id, rep.error);
+    mb__request__free_unpacked(req, NULL);
+    if (!rc.deferred && daemon_send(d, ident, ident_len, &rep) != 0)
+        mb_log(MB_LOG_DEBUG, "failed to send a reply (peer gone)");
 }
 
 /* Read whatever is left of a multipart message. */
@@ -73,21 +149,8 @@ static int serve_one(struct daemon *d)
         reply_malformed(d, ident, (size_t)ilen, "a request is one frame");
         return 0;
     }
-    Mb__Request *req = mb__request__unpack(NULL, zmq_msg_size(&msg), zmq_msg_data(&msg));
+    daemon_message(d, ident, (size_t)ilen, zmq_msg_data(&msg), zmq_msg_size(&msg));
     zmq_msg_close(&msg);
-    if (!req) {
-        reply_malformed(d, ident, (size_t)ilen, "not a Request message");
-        return 0;
-    }
-    struct request_ctx rc = { .d = d, .ident = ident, .ident_len = (size_t)ilen };
-    rc.s = session_by_ident(d, ident, (size_t)ilen);
-    Mb__Reply rep = MB__REPLY__INIT;
-    handle_request(&rc, req, &rep);
-    if (rep.code != 0)
-        mb_log(MB_LOG_DEBUG, "request %llu refused: %s", (unsigned long long)req->id, rep.error);
-    mb__request__free_unpacked(req, NULL);
-    if (mb_wire_send_reply(d->router, ident, (size_t)ilen, &rep) != 0)
-        mb_log(MB_LOG_DEBUG, "failed to send a reply (peer gone)");
     return 0;
 }
 
@@ -128,35 +191,73 @@ static void check_channel(struct daemon *d, uint64_t id)
     session_close(d, s);
 }
 
+/* The first SIGTERM (or SIGINT) drains: no new grants, sessions told, exit
+ * once they end or the drain timeout passes. A second one exits at once. */
 static void handle_signals(struct daemon *d)
 {
     struct signalfd_siginfo si;
     while (read(d->sigfd, &si, sizeof(si)) == (ssize_t)sizeof(si)) {
-        if (si.ssi_signo == SIGTERM || si.ssi_signo == SIGINT) {
-            mb_log(MB_LOG_INFO, "%s received: stopping", strsignal((int)si.ssi_signo));
-            d->stopping = true;
+        if (si.ssi_signo != SIGTERM && si.ssi_signo != SIGINT)
+            continue;
+        if (d->stopping) {
+            mb_log(MB_LOG_INFO, "%s received again: exiting now", strsignal((int)si.ssi_signo));
+            d->exit_now = true;
+            continue;
         }
+        mb_log(MB_LOG_INFO, "%s received: draining %u sessions for at most %lld ms, then stopping",
+               strsignal((int)si.ssi_signo), d->n_sessions, (long long)d->drain_timeout_ms);
+        sd_notify(0, "STOPPING=1");
+        daemon_drain(d, true, true);
     }
 }
 
-static void notify_status(struct daemon *d)
+void daemon_notify_status(struct daemon *d)
 {
-    sd_notifyf(0, "STATUS=serving %u sessions; frames %u free, %u granted of %u",
-               d->n_sessions, d->pool.n_free, d->pool.n_granted, d->pool.n_total);
+    char line[sizeof(d->last_status)];
+    if (d->stopping)
+        snprintf(line, sizeof(line), "draining to stop: %u sessions left, %lld s at most",
+                 d->n_sessions, (long long)(d->drain_deadline_ms - mb_now_ms() + 999) / 1000);
+    else
+        snprintf(line, sizeof(line), "%s %u sessions; frames %u free, %u granted of %u%s",
+                 d->draining ? "draining:" : "serving", d->n_sessions, d->pool.n_free,
+                 d->pool.n_granted, d->pool.n_total,
+                 d->n_pending ? "; grants waiting for reclaim" : "");
+    if (strcmp(line, d->last_status) == 0)
+        return;
+    memcpy(d->last_status, line, sizeof(line));
+    sd_notifyf(0, "STATUS=%s", line);
+}
+
+static void check_withdrawn(struct daemon *d, int pidfd)
+{
+    for (struct withdrawn *w = d->withdrawn; w; w = w->next)
+        if (w->pidfd == pidfd) {
+            withdrawn_release(d, w);
+            return;
+        }
 }
 
 int daemon_serve(struct daemon *d)
 {
     uint64_t wd_usec = 0;
-    int64_t wd_period = sd_watchdog_enabled(0, &wd_usec) > 0 ? (int64_t)(wd_usec / 2000) : 0;
+    int64_t wd_period = d->cfg.watchdog && sd_watchdog_enabled(0, &wd_usec) > 0
+                        ? (int64_t)(wd_usec / 2000) : 0;
+    if (wd_period <= 0 && wd_usec)
+        wd_period = 1;
     int64_t next_wd = mb_now_ms(), next_status = mb_now_ms();
     zmq_pollitem_t *items = NULL;
     uint64_t *ids = NULL;
     size_t cap = 0;
     int rc = 0;
 
-    while (!d->stopping) {
-        size_t n = 3 + d->n_sessions;
+    while (!d->exit_now) {
+        if (d->stopping && (d->n_sessions == 0 || mb_now_ms() >= d->drain_deadline_ms)) {
+            if (d->n_sessions)
+                mb_log(MB_LOG_WARN, "drain timeout: stopping with %u sessions still open",
+                       d->n_sessions);
+            break;
+        }
+        size_t n = 3 + d->n_sessions + d->n_withdrawn;
         if (n > cap) {
             zmq_pollitem_t *ni = realloc(items, 2 * n * sizeof(*ni));
             uint64_t *nid = ni ? realloc(ids, 2 * n * sizeof(*nid)) : NULL;
@@ -178,10 +279,19 @@ int daemon_serve(struct daemon *d)
             items[k] = (zmq_pollitem_t){ NULL, s->chan, ZMQ_POLLIN, 0 };
             ids[k] = s->id;
         }
+        size_t k_sessions = k;
+        for (struct withdrawn *w = d->withdrawn; w; w = w->next, k++) {
+            items[k] = (zmq_pollitem_t){ NULL, w->pidfd, ZMQ_POLLIN, 0 };
+            ids[k] = (uint64_t)w->pidfd;
+        }
         int64_t now = mb_now_ms();
         int64_t deadline = next_status;
         if (wd_period && next_wd < deadline)
             deadline = next_wd;
+        if (pending_next_deadline(d) < deadline)
+            deadline = pending_next_deadline(d);
+        if (d->stopping && d->drain_deadline_ms < deadline)
+            deadline = d->drain_deadline_ms;
         long timeout = deadline > now ? (long)(deadline - now) : 0;
         int pr = zmq_poll(items, (int)k, timeout);
         if (pr < 0 && errno != EINTR) {
@@ -197,20 +307,27 @@ int daemon_serve(struct daemon *d)
                     ;
             if (items[1].revents)
                 accept_sessions(d);
-            for (size_t i = 3; i < k; i++)
+            for (size_t i = 3; i < k_sessions; i++)
                 if (items[i].revents)
                     check_channel(d, ids[i]);
+            for (size_t i = k_sessions; i < k; i++)
+                if (items[i].revents)
+                    check_withdrawn(d, (int)ids[i]);
         }
+        if (d->pending)
+            pending_run(d);
         now = mb_now_ms();
         if (wd_period && now >= next_wd) {
             sd_notify(0, "WATCHDOG=1");
             next_wd = now + wd_period;
         }
         if (now >= next_status) {
-            notify_status(d);
+            daemon_notify_status(d);
             next_status = now + STATUS_PERIOD_MS;
         }
     }
+    if (d->pending)
+        pending_fail_all(d, MB_EBUSY, "the daemon is stopping");
     free(items);
     free(ids);
     return rc;

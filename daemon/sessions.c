@@ -1,10 +1,15 @@
 /* sessions.c: the session table (one per client process, opened on the
- * handle channel, bound to a ZeroMQ identity by hello) and the tenant names
- * sessions run under. */
+ * handle channel, bound to a ZeroMQ identity by hello, ended by the
+ * channel's end of file or by an administrator's kill), the frames of killed
+ * sessions kept until their process exits, and the tenants sessions run
+ * under with their live policy. */
+#include <ctype.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <moonbright/mbclient.h>
@@ -19,6 +24,7 @@ struct session *session_open(struct daemon *d, int chan)
         return NULL;
     if (mb_chan_peer(chan, &s->pid, &s->uid, &s->gid) != 0 ||
         getrandom(s->token, sizeof(s->token), 0) != (ssize_t)sizeof(s->token)) {
+        mb_log(MB_LOG_WARN, "failed to open a session: no peer credentials or no randomness");
         free(s);
         return NULL;
     }
@@ -41,6 +47,21 @@ struct session *session_open(struct daemon *d, int chan)
     return s;
 }
 
+static void session_unlink(struct daemon *d, struct session *s)
+{
+    for (struct session **pp = &d->sessions; *pp; pp = &(*pp)->next)
+        if (*pp == s) {
+            *pp = s->next;
+            break;
+        }
+    if (s->waiting)
+        pending_drop_session(d, s->id);
+    close(s->chan);
+    d->n_sessions--;
+    d->count.sessions_closed++;
+    free(s);
+}
+
 /* End a session: every frame it held goes back to the pool. */
 void session_close(struct daemon *d, struct session *s)
 {
@@ -52,21 +73,92 @@ void session_close(struct daemon *d, struct session *s)
                (unsigned long long)s->id, n, s->frames);
     mb_log(n ? MB_LOG_INFO : MB_LOG_DEBUG, "session %llu (pid %d, tenant %s) ended; %u frames reclaimed",
            (unsigned long long)s->id, (int)s->pid, s->tenant ? s->tenant->name : "-", n);
-    for (struct session **pp = &d->sessions; *pp; pp = &(*pp)->next)
-        if (*pp == s) {
-            *pp = s->next;
+    session_unlink(d, s);
+}
+
+/* A killed session's process may still map its frames: they stay granted
+ * to the dead session id (never granted again) until the process exits,
+ * which its pidfd reports; then they return to the pool (and are scrubbed
+ * before another tenant gets them). */
+static int pidfd_open_pid(pid_t pid)
+{
+#ifdef SYS_pidfd_open
+    return (int)syscall(SYS_pidfd_open, pid, 0);
+#else
+    errno = ENOSYS;
+    return -1;
+#endif
+}
+
+uint32_t session_kill(struct daemon *d, struct session *s)
+{
+    if (s->bound)
+        daemon_notice(d, s, MB__NOTICE__KIND__KILLED, 0, 0, "ended by an administrator");
+    uint32_t n = s->frames;
+    struct withdrawn *w = n ? calloc(1, sizeof(*w)) : NULL;
+    if (w) {
+        w->session = s->id;
+        w->frames = n;
+        w->tenant = s->tenant;
+        w->pidfd = pidfd_open_pid(s->pid);
+    }
+    if (n && (!w || w->pidfd < 0)) {
+        /* The process is gone already (or cannot be watched and we cannot
+         * keep the record): nothing maps the frames any more. */
+        if (w && errno != ESRCH)
+            mb_log(MB_LOG_WARN, "failed to watch pid %d: %s; taking its frames back now",
+                   (int)s->pid, strerror(errno));
+        free(w);
+        w = NULL;
+        session_close(d, s);
+        d->count.sessions_killed++;
+        return n;
+    }
+    mb_log(MB_LOG_INFO, "session %llu (pid %d, tenant %s) killed; %u frames withdrawn until it exits",
+           (unsigned long long)s->id, (int)s->pid, s->tenant ? s->tenant->name : "-", n);
+    if (w) {
+        w->next = d->withdrawn;
+        d->withdrawn = w;
+        d->n_withdrawn++;
+    }
+    d->count.sessions_killed++;
+    session_unlink(d, s);
+    return n;
+}
+
+void withdrawn_release(struct daemon *d, struct withdrawn *w)
+{
+    uint32_t n = frame_pool_reclaim(&d->pool, w->session);
+    if (w->tenant)
+        w->tenant->bytes -= (uint64_t)w->frames * d->pool.frame_bytes;
+    if (n != w->frames)
+        mb_log(MB_LOG_ERR, "killed session %llu: books disagree (%u frames reclaimed, %u recorded)",
+               (unsigned long long)w->session, n, w->frames);
+    mb_log(MB_LOG_INFO, "killed session %llu's process exited; %u frames back in the pool",
+           (unsigned long long)w->session, n);
+    for (struct withdrawn **pp = &d->withdrawn; *pp; pp = &(*pp)->next)
+        if (*pp == w) {
+            *pp = w->next;
             break;
         }
-    close(s->chan);
-    d->n_sessions--;
-    d->count.sessions_closed++;
-    free(s);
+    if (w->pidfd >= 0)
+        close(w->pidfd);
+    d->n_withdrawn--;
+    free(w);
 }
 
 struct session *session_by_ident(struct daemon *d, const void *ident, size_t len)
 {
     for (struct session *s = d->sessions; s; s = s->next)
         if (s->bound && s->ident_len == len && memcmp(s->ident, ident, len) == 0)
+            return s;
+    return NULL;
+}
+
+struct session *session_by_id(struct daemon *d, uint64_t id)
+{
+    for (struct session *s = d->sessions; s; s = s->next)
+        if (s->id == id)
             return s;
     return NULL;
 }
@@ -84,18 +176,51 @@ struct session *session_by_token(struct daemon *d, const uint8_t *token)
     return NULL;
 }
 
-struct tenant *tenant_get(struct daemon *d, const char *name)
+uint64_t uid_bytes(const struct daemon *d, uid_t uid)
+{
+    uint64_t n = 0;
+    for (const struct session *s = d->sessions; s; s = s->next)
+        if (s->uid == uid)
+            n += s->frames;
+    return n * d->pool.frame_bytes;
+}
+
+bool tenant_name_ok(const char *s)
+{
+    size_t n = strlen(s);
+    if (n == 0 || n >= sizeof(((struct tenant *)0)->name))
+        return false;
+    for (size_t i = 0; i < n; i++)
+        if (!isalnum((unsigned char)s[i]) && !strchr("._-:@+", s[i]))
+            return false;
+    return true;
+}
+
+struct tenant *tenant_find(struct daemon *d, const char *name)
 {
     for (struct tenant *t = d->tenants; t; t = t->next)
         if (strcmp(t->name, name) == 0)
             return t;
-    struct tenant *t = calloc(1, sizeof(*t));
-    if (!t)
+    return NULL;
+}
+
+struct tenant *tenant_get(struct daemon *d, const char *name)
+{
+    struct tenant *t = tenant_find(d, name);
+    if (t)
+        return t;
+    if (!(t = calloc(1, sizeof(*t))))
         return NULL;
     t->id = ++d->n_tenants;
     snprintf(t->name, sizeof(t->name), "%s", name);
-    t->next = d->tenants;
-    d->tenants = t;
+    const struct mb_config_policy *pol = mb_config_tenant(&d->cfg, name);
+    t->max = pol ? pol->max : MB_CONFIG_UNLIMITED;
+    t->min = pol ? pol->min : 0;
+    /* Appended: tenants list in the order they appeared. */
+    struct tenant **pp = &d->tenants;
+    while (*pp)
+        pp = &(*pp)->next;
+    *pp = t;
     return t;
 }
 

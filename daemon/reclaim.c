@@ -1,0 +1,229 @@
+/* reclaim.c: elastic reclaim. A grant that the budget cannot cover waits in
+ * a FIFO while sessions that report cached frames are asked (RECLAIM
+ * notices, tenants above their min first) to hand some back; the poll loop
+ * answers it when returned frames cover it, or with MB_ENOMEM at its
+ * deadline. Also the guarantee arithmetic every grant goes through. */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <moonbright/mbclient.h>
+
+#include "daemon.h"
+#include "log.h"
+#include "size.h"
+
+static uint64_t sat_sub(uint64_t a, uint64_t b)
+{
+    return a > b ? a - b : 0;
+}
+
+/* Bytes the budget keeps for other tenants' and uids' unmet `min`. */
+static uint64_t reserved_for_others(const struct daemon *d, const struct session *s)
+{
+    uint64_t r = 0;
+    for (const struct tenant *t = d->tenants; t; t = t->next)
+        if (t != s->tenant && t->min)
+            r += sat_sub(t->min, t->bytes);
+    for (size_t i = 0; i < d->cfg.n_uids; i++) {
+        const struct mb_config_policy *u = &d->cfg.uids[i];
+        if (u->uid != s->uid && u->min)
+            r += sat_sub(u->min, uid_bytes(d, u->uid));
+    }
+    return r;
+}
+
+bool grant_fits(const struct daemon *d, const struct session *s, uint32_t n, uint64_t *short_bytes)
+{
+    uint64_t fb = d->pool.frame_bytes;
+    uint64_t granted = (uint64_t)d->pool.n_granted * fb;
+    uint64_t avail = sat_sub(sat_sub(d->pool.budget_bytes, granted), reserved_for_others(d, s));
+    uint64_t want = (uint64_t)n * fb;
+    *short_bytes = sat_sub(want, avail);
+    return want <= avail;
+}
+
+static bool over_min(const struct session *s)
+{
+    return !s->tenant || s->tenant->bytes > s->tenant->min;
+}
+
+/* Sessions above their tenant's min come first, then larger caches. */
+static int ask_order(const void *a, const void *b)
+{
+    const struct session *x = *(const struct session *const *)a;
+    const struct session *y = *(const struct session *const *)b;
+    if (over_min(x) != over_min(y))
+        return over_min(x) ? -1 : 1;
+    return x->cached < y->cached ? 1 : x->cached > y->cached ? -1 : 0;
+}
+
+uint32_t reclaim_ask(struct daemon *d, const struct tenant *t, const struct session *except,
+                     uint64_t bytes, uint64_t *cached_out)
+{
+    uint32_t n = 0, sent = 0;
+    for (struct session *s = d->sessions; s; s = s->next)
+        n++;
+    struct session **v = n ? calloc(n, sizeof(*v)) : NULL;
+    if (!v) {
+        if (n)
+            mb_log(MB_LOG_ERR, "failed to ask for cached frames: out of memory");
+        return 0;
+    }
+    uint32_t k = 0;
+    bool automatic = bytes != 0;
+    for (struct session *s = d->sessions; s; s = s->next) {
+        if (!s->bound || s == except || s->frames == 0 || (t && s->tenant != t))
+            continue;
+        if (automatic && s->cached == 0)
+            continue;   /* only sessions that report a cache are asked */
+        v[k++] = s;
+    }
+    qsort(v, k, sizeof(*v), ask_order);
+    uint64_t left = bytes, cached = 0;
+    uint32_t deadline = (uint32_t)d->reclaim_timeout_ms;
+    for (uint32_t i = 0; i < k && (!automatic || left > 0); i++) {
+        uint64_t ask = automatic ? (v[i]->cached < left ? v[i]->cached : left) : 0;
+        cached += v[i]->cached;
+        if (daemon_notice(d, v[i], MB__NOTICE__KIND__RECLAIM, ask, deadline,
+                          automatic ? "a grant is waiting for frames" : "reclaim requested") == 0) {
+            sent++;
+            d->count.reclaim_notices++;
+        }
+        left = sat_sub(left, ask);
+    }
+    free(v);
+    if (cached_out)
+        *cached_out = cached;
+    return sent;
+}
+
+int pending_add(struct daemon *d, struct session *s, const uint8_t *ident, size_t ident_len,
+                uint64_t req_id, uint32_t n, uint64_t t0_ns, uint64_t short_bytes)
+{
+    if (d->reclaim_timeout_ms <= 0 || d->n_pending >= MB_MAX_PENDING || s->waiting ||
+        ident_len > sizeof(((struct pending *)0)->ident))
+        return MB_ENOMEM;
+    uint64_t cached = 0;
+    for (const struct session *o = d->sessions; o; o = o->next)
+        if (o != s && o->bound)
+            cached += o->cached;
+    if (cached < short_bytes)
+        return MB_ENOMEM;   /* nobody could give enough back: fail now */
+    struct pending *p = calloc(1, sizeof(*p));
+    if (!p)
+        return MB_ENOMEM;
+    memcpy(p->ident, ident, ident_len);
+    p->ident_len = ident_len;
+    p->session = s->id;
+    p->req_id = req_id;
+    p->n = n;
+    p->t0_ns = t0_ns;
+    p->deadline_ms = mb_now_ms() + d->reclaim_timeout_ms;
+    p->reclaimed_at_start = d->count.reclaim_bytes;
+    struct pending **pp = &d->pending;
+    while (*pp)
+        pp = &(*pp)->next;
+    *pp = p;
+    d->n_pending++;
+    s->waiting = true;
+    uint32_t asked = reclaim_ask(d, NULL, s, short_bytes, NULL);
+    char a[32];
+    mb_log(MB_LOG_INFO, "session %llu waits for %u frames: asked %u sessions for %s of cached frames",
+           (unsigned long long)s->id, n, asked, mb_format_size(short_bytes, a, sizeof(a)));
+    return 0;
+}
+
+static void pending_unlink(struct daemon *d, struct pending *p)
+{
+    for (struct pending **pp = &d->pending; *pp; pp = &(*pp)->next)
+        if (*pp == p) {
+            *pp = p->next;
+            break;
+        }
+    d->n_pending--;
+    free(p);
+}
+
+static void pending_answer(struct daemon *d, struct pending *p, Mb__Reply *rep)
+{
+    rep->id = p->req_id;
+    stats_record(d, MB_CMD_grant, rep->code, p->t0_ns);
+    if (daemon_send(d, p->ident, p->ident_len, rep) != 0)
+        mb_log(MB_LOG_DEBUG, "failed to send a deferred grant reply (peer gone)");
+}
+
+void pending_run(struct daemon *d)
+{
+    int64_t now = mb_now_ms();
+    bool blocked = false;   /* FIFO: a grant that still waits keeps later ones waiting */
+    for (struct pending *p = d->pending, *next; p; p = next) {
+        next = p->next;
+        struct session *s = session_by_id(d, p->session);
+        if (!s) {
+            pending_unlink(d, p);
+            continue;
+        }
+        uint64_t short_bytes;
+        if (!blocked && grant_fits(d, s, p->n, &short_bytes)) {
+            Mb__Reply rep = MB__REPLY__INIT;
+            grant_now(d, s, p->n, &rep);
+            s->waiting = false;
+            pending_answer(d, p, &rep);
+            pending_unlink(d, p);
+            continue;
+        }
+        if (now >= p->deadline_ms) {
+            Mb__Reply rep = MB__REPLY__INIT;
+            char a[32], b[32], c[32];
+            uint64_t fb = d->pool.frame_bytes;
+            mb_reply_error(&rep, MB_ENOMEM,
+                           "cannot grant %u frames: %s of %s budget in use, and reclaim returned "
+                           "only %s within %lld ms", p->n,
+                           mb_format_size((uint64_t)d->pool.n_granted * fb, a, sizeof(a)),
+                           mb_format_size(d->pool.budget_bytes, b, sizeof(b)),
+                           mb_format_size(d->count.reclaim_bytes - p->reclaimed_at_start, c, sizeof(c)),
+                           (long long)d->reclaim_timeout_ms);
+            d->count.reclaim_timeouts++;
+            s->waiting = false;
+            pending_answer(d, p, &rep);
+            pending_unlink(d, p);
+            continue;
+        }
+        blocked = true;
+    }
+}
+
+void pending_drop_session(struct daemon *d, uint64_t session)
+{
+    for (struct pending *p = d->pending, *next; p; p = next) {
+        next = p->next;
+        if (p->session == session)
+            pending_unlink(d, p);
+    }
+}
+
+void pending_fail_all(struct daemon *d, int code, const char *why)
+{
+    while (d->pending) {
+        struct pending *p = d->pending;
+        struct session *s = session_by_id(d, p->session);
+        if (s) {
+            Mb__Reply rep = MB__REPLY__INIT;
+            mb_reply_error(&rep, code, "cannot grant %u frames: %s", p->n, why);
+            s->waiting = false;
+            pending_answer(d, p, &rep);
+        }
+        pending_unlink(d, p);
+    }
+}
+
+int64_t pending_next_deadline(const struct daemon *d)
+{
+    int64_t t = INT64_MAX;
+    for (const struct pending *p = d->pending; p; p = p->next)
+        if (p->deadline_ms < t)
+            t = p->deadline_ms;
+    return t;
+}
