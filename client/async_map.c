@@ -1,0 +1,424 @@
+/* async_map.c: the stream-ordered slow path of mb_malloc_async (see
+ * async_map.h): per client, one device-mapped host word that gated streams
+ * wait on, and one mapper thread that maps queued ranges in order and
+ * raises the word to each range's sequence number when its mapping is done. */
+#include "async_map.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "log.h"
+
+/* One range handed out before it was mapped. */
+struct amap_job {
+    struct stitched *s;
+    size_t n;                    /* frames to map: s->frames[0..n) */
+    uint32_t seq;                /* the word reaches seq once this job is done */
+    bool done;
+    bool unmapped;               /* failed and left without any mapping */
+    int rc;                      /* 0, or why the mapping failed */
+    struct amap_job *next;
+};
+
+/* Invariants (amap_is_valid), under lock:
+ *   the queue head..tail holds the jobs not done, seq increasing by one
+ *   *flag == seq of the last job done (next_seq - queued jobs)
+ *   failed holds done jobs whose range is still live (rc != 0) */
+struct amap {
+    mb_client *c;
+    mb_backend *be;
+    pthread_mutex_t lock;
+    pthread_cond_t wake;         /* mapper: a job was queued, or stop */
+    pthread_cond_t done;         /* waiters: a job finished */
+    pthread_t thread;
+    bool stop;
+    volatile uint32_t *flag;     /* device-mapped host word */
+    uint64_t flag_dev;
+    uint32_t next_seq;           /* seq of the last job queued */
+    struct amap_job *head, *tail;
+    size_t queued;
+    struct amap_job *failed;
+    int error;                   /* first failure not yet reported */
+};
+
+/* Test hooks: process-wide; see async_map.h. */
+static unsigned g_delay_us;
+static unsigned g_fail_next;
+static pthread_once_t g_env_once = PTHREAD_ONCE_INIT;
+
+static void read_env(void)
+{
+    const char *d = getenv("MOONBRIGHT_TEST_AMAP_DELAY_US");
+    const char *f = getenv("MOONBRIGHT_TEST_AMAP_FAIL");
+    if (d && *d)
+        __atomic_store_n(&g_delay_us, (unsigned)strtoul(d, NULL, 10), __ATOMIC_RELAXED);
+    if (f && *f)
+        __atomic_store_n(&g_fail_next, (unsigned)strtoul(f, NULL, 10), __ATOMIC_RELAXED);
+}
+
+void amap_test_inject(mb_client *c, unsigned delay_us, unsigned fail_next)
+{
+    pthread_once(&g_env_once, read_env);
+    __atomic_store_n(&g_delay_us, delay_us, __ATOMIC_RELAXED);
+    __atomic_store_n(&g_fail_next, fail_next, __ATOMIC_RELAXED);
+}
+
+/* Registry: client -> its amap (client.h has no field for it). */
+static pthread_mutex_t g_reg_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct amap **g_maps;
+static size_t g_nmaps, g_cap;
+
+static struct amap *find(mb_client *c, bool unlink)
+{
+    struct amap *a = NULL;
+    pthread_mutex_lock(&g_reg_lock);
+    for (size_t i = 0; i < g_nmaps && !a; i++) {
+        if (g_maps[i]->c == c) {
+            a = g_maps[i];
+            if (unlink)
+                g_maps[i] = g_maps[--g_nmaps];
+        }
+    }
+    pthread_mutex_unlock(&g_reg_lock);
+    return a;
+}
+
+#ifdef MB_DEBUG
+static bool amap_is_valid(const struct amap *a)
+{
+    size_t n = 0;
+    uint32_t seq = a->next_seq - (uint32_t)a->queued;
+    for (const struct amap_job *j = a->head; j; j = j->next) {
+        if (j->seq != ++seq || j->done || (!j->next && j != a->tail))
+            return false;
+        n++;
+    }
+    for (const struct amap_job *j = a->failed; j; j = j->next)
+        if (!j->done || j->rc == 0)
+            return false;
+    return n == a->queued && seq == a->next_seq &&
+           *a->flag == a->next_seq - (uint32_t)a->queued;
+}
+#define AMAP_CHECK(a) do { if (!amap_is_valid(a)) abort(); } while (0)
+#else
+#define AMAP_CHECK(a) ((void)0)
+#endif
+
+/* Map frames[0..n) of s side by side and give access; on failure nothing
+ * of s stays mapped. */
+static int map_range(mb_backend *be, struct stitched *s, size_t n, size_t fb)
+{
+    size_t mapped = 0;
+    int rc = 0;
+    for (; rc == 0 && mapped < n; mapped += rc == 0)
+        rc = be->ops->map(be, (char *)s->va + mapped * fb, &s->frames[mapped]->mem);
+    if (rc == 0)
+        rc = be->ops->set_access(be, s->va, n * fb);
+    if (rc != 0 && mapped > 0)
+        be->ops->unmap(be, s->va, mapped * fb);
+    return rc;
+}
+
+/* After a failure: back every slot of s with its own first frame, so a
+ * dependent kernel writes into memory s owns instead of faulting. */
+static bool alias_first_frame(mb_backend *be, struct stitched *s, size_t n, size_t fb)
+{
+    size_t mapped = 0;
+    int rc = 0;
+    for (; rc == 0 && mapped < n; mapped += rc == 0)
+        rc = be->ops->map(be, (char *)s->va + mapped * fb, &s->frames[0]->mem);
+    if (rc == 0)
+        rc = be->ops->set_access(be, s->va, n * fb);
+    if (rc != 0 && mapped > 0)
+        be->ops->unmap(be, s->va, mapped * fb);
+    return rc == 0;
+}
+
+static void *mapper_main(void *arg)
+{
+    struct amap *a = arg;
+    size_t fb = a->c->frame_bytes;
+    pthread_mutex_lock(&a->lock);
+    for (;;) {
+        while (!a->head && !a->stop)
+            pthread_cond_wait(&a->wake, &a->lock);
+        if (!a->head)
+            break;
+        struct amap_job *j = a->head;
+        pthread_mutex_unlock(&a->lock);
+
+        unsigned delay = __atomic_load_n(&g_delay_us, __ATOMIC_RELAXED);
+        if (delay)
+            usleep(delay);
+        int rc;
+        unsigned fail = __atomic_load_n(&g_fail_next, __ATOMIC_RELAXED);
+        if (fail && __atomic_compare_exchange_n(&g_fail_next, &fail, fail - 1, false,
+                                                __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+            rc = MB_EBACKEND;
+            mb_log(MB_LOG_ERR, "failed to map %p+%zu for a stream: injected failure",
+                   j->s->va, j->n * fb);
+        } else {
+            rc = map_range(a->be, j->s, j->n, fb);
+        }
+        bool unmapped = false;
+        if (rc != 0) {
+            unmapped = !alias_first_frame(a->be, j->s, j->n, fb);
+            mb_log(MB_LOG_ERR, "failed to map %p+%zu after mb_malloc_async returned it: %s; "
+                               "the range is %s, the next call reports the error",
+                   j->s->va, j->n * fb, mb_strerror(rc),
+                   unmapped ? "left unmapped (dependent kernels fault)"
+                            : "backed by aliases of its first frame");
+        }
+        /* Open the gate of every stream waiting for this job. */
+        __atomic_store_n(a->flag, j->seq, __ATOMIC_RELEASE);
+
+        pthread_mutex_lock(&a->lock);
+        a->head = j->next;
+        if (!a->head)
+            a->tail = NULL;
+        a->queued--;
+        j->done = true;
+        j->rc = rc;
+        j->unmapped = unmapped;
+        if (rc != 0) {
+            if (a->error == 0)
+                a->error = rc;
+            j->next = a->failed;
+            a->failed = j;
+        } else {
+            free(j);
+        }
+        AMAP_CHECK(a);
+        pthread_cond_broadcast(&a->done);
+    }
+    pthread_mutex_unlock(&a->lock);
+    return NULL;
+}
+
+/* The client's amap, started on first use; NULL when the backend cannot
+ * gate streams (the caller maps synchronously). */
+static struct amap *amap_get(mb_client *c)
+{
+    struct amap *a = find(c, false);
+    if (a)
+        return a;
+    mb_backend *be = c->be;
+    if (!be->ops->host_mapped_alloc || !be->ops->stream_wait_value32)
+        return NULL;
+    pthread_once(&g_env_once, read_env);
+    a = calloc(1, sizeof(*a));
+    if (!a)
+        return NULL;
+    a->c = c;
+    a->be = be;
+    void *host = NULL;
+    int rc = be->ops->host_mapped_alloc(be, 64, &host, &a->flag_dev);
+    if (rc == 0) {
+        a->flag = host;
+        /* The wait operation's first use happens here, not on a user's
+         * stream: the word is 0, so it is already satisfied. */
+        rc = be->ops->stream_wait_value32(be, NULL, a->flag_dev, 0);
+        if (rc == 0)
+            rc = be->ops->stream_sync(be, NULL);
+    }
+    if (rc == 0) {
+        pthread_mutex_init(&a->lock, NULL);
+        pthread_cond_init(&a->wake, NULL);
+        pthread_cond_init(&a->done, NULL);
+        int e = pthread_create(&a->thread, NULL, mapper_main, a);
+        if (e != 0) {
+            mb_log(MB_LOG_ERR, "failed to start the mapper thread: %s", strerror(e));
+            pthread_cond_destroy(&a->done);
+            pthread_cond_destroy(&a->wake);
+            pthread_mutex_destroy(&a->lock);
+            rc = MB_ESYS;
+        }
+    }
+    if (rc == 0) {
+        pthread_mutex_lock(&g_reg_lock);
+        if (g_nmaps == g_cap) {
+            size_t cap = g_cap ? 2 * g_cap : 4;
+            struct amap **nm = realloc(g_maps, cap * sizeof(*nm));
+            if (nm) {
+                g_maps = nm;
+                g_cap = cap;
+            }
+        }
+        if (g_nmaps < g_cap)
+            g_maps[g_nmaps++] = a;
+        else
+            rc = MB_ENOMEM;
+        pthread_mutex_unlock(&g_reg_lock);
+        if (rc == 0)
+            return a;
+        pthread_mutex_lock(&a->lock);
+        a->stop = true;
+        pthread_cond_signal(&a->wake);
+        pthread_mutex_unlock(&a->lock);
+        pthread_join(a->thread, NULL);
+    }
+    mb_log(MB_LOG_WARN, "stream-ordered mapping unavailable (%s): mb_malloc_async maps "
+                        "synchronously", mb_strerror(rc));
+    if (a->flag)
+        be->ops->host_mapped_free(be, (void *)a->flag);
+    free(a);
+    return NULL;
+}
+
+int amap_take_error(mb_client *c)
+{
+    struct amap *a = find(c, false);
+    if (!a)
+        return 0;
+    pthread_mutex_lock(&a->lock);
+    int rc = a->error;
+    a->error = 0;
+    pthread_mutex_unlock(&a->lock);
+    if (rc && c->sticky == 0)
+        c->sticky = rc;
+    return rc;
+}
+
+int amap_alloc(mb_client *c, size_t size, void *stream, struct stitched **out)
+{
+    size_t fb = c->frame_bytes;
+    if (size == 0 || size > SIZE_MAX - fb || !out)
+        return MB_EINVAL;
+    struct amap *a = amap_get(c);
+    if (!a)
+        return stitch_alloc(c, size, size, out);
+    pthread_mutex_lock(&a->lock);
+    int rc = a->error;
+    a->error = 0;
+    pthread_mutex_unlock(&a->lock);
+    if (rc)
+        return rc;
+
+    size_t n = (size + fb - 1) / fb;
+    struct stitched *s = malloc(sizeof(*s) + n * sizeof(s->frames[0]));
+    struct amap_job *j = calloc(1, sizeof(*j));
+    if (!s || !j) {
+        free(s);
+        free(j);
+        return MB_ENOMEM;
+    }
+    s->n = s->cap = n;
+    s->bytes = s->reserved = n * fb;
+    rc = c->be->ops->reserve(c->be, s->reserved, &s->va);
+    if (rc == 0 && (rc = fcache_take(c, n, s->frames)) != 0)
+        c->be->ops->free_va(c->be, s->va, s->reserved);
+    if (rc != 0) {
+        free(s);
+        free(j);
+        return rc;
+    }
+    j->s = s;
+    j->n = n;
+    pthread_mutex_lock(&a->lock);
+    j->seq = a->next_seq + 1;
+    rc = c->be->ops->stream_wait_value32(c->be, stream, a->flag_dev, j->seq);
+    if (rc == 0) {
+        a->next_seq = j->seq;
+        if (a->tail)
+            a->tail->next = j;
+        else
+            a->head = j;
+        a->tail = j;
+        a->queued++;
+        AMAP_CHECK(a);
+        pthread_cond_signal(&a->wake);
+    }
+    pthread_mutex_unlock(&a->lock);
+    if (rc != 0) {
+        /* The stream could not be gated: map now, before returning. */
+        free(j);
+        rc = map_range(c->be, s, n, fb);
+        if (rc != 0) {
+            c->be->ops->free_va(c->be, s->va, s->reserved);
+            for (size_t i = 0; i < n; i++)
+                fcache_put(c, s->frames[i]);
+            free(s);
+            return rc;
+        }
+    }
+    c->st.bytes_mapped += s->bytes;
+    *out = s;
+    return 0;
+}
+
+int amap_free(mb_client *c, struct stitched *s, void *stream)
+{
+    struct amap *a = find(c, false);
+    if (!a)
+        return stitch_free(c, s, stream);
+    bool unmapped = false;
+    pthread_mutex_lock(&a->lock);
+    /* In flight: wait until the mapper is done with it. */
+    for (struct amap_job *j = a->head; j;) {
+        if (j->s == s) {
+            pthread_cond_wait(&a->done, &a->lock);
+            j = a->head;   /* the queue changed: look again */
+        } else {
+            j = j->next;
+        }
+    }
+    for (struct amap_job **jj = &a->failed; *jj; jj = &(*jj)->next) {
+        if ((*jj)->s == s) {
+            struct amap_job *j = *jj;
+            unmapped = j->unmapped;
+            *jj = j->next;
+            free(j);
+            break;
+        }
+    }
+    pthread_mutex_unlock(&a->lock);
+    if (!unmapped)
+        return stitch_free(c, s, stream);
+    /* Nothing is mapped: wait for the stream's work, free the range. */
+    int rc = c->be->ops->stream_sync(c->be, stream);
+    if (rc != 0)
+        mb_log(MB_LOG_ERR, "failed to wait for work on a range being freed: %s", mb_strerror(rc));
+    c->be->ops->free_va(c->be, s->va, s->reserved);
+    for (size_t i = 0; i < s->n; i++)
+        fcache_put(c, s->frames[i]);
+    c->st.bytes_mapped -= s->bytes;
+    free(s);
+    return 0;
+}
+
+size_t amap_in_flight(mb_client *c)
+{
+    struct amap *a = find(c, false);
+    if (!a)
+        return 0;
+    pthread_mutex_lock(&a->lock);
+    size_t n = a->queued;
+    pthread_mutex_unlock(&a->lock);
+    return n;
+}
+
+void amap_close(mb_client *c)
+{
+    struct amap *a = find(c, true);
+    if (!a)
+        return;
+    pthread_mutex_lock(&a->lock);
+    a->stop = true;   /* the mapper finishes the queue first */
+    pthread_cond_signal(&a->wake);
+    pthread_mutex_unlock(&a->lock);
+    pthread_join(a->thread, NULL);
+    while (a->failed) {
+        struct amap_job *j = a->failed;
+        a->failed = j->next;
+        free(j);
+    }
+    a->be->ops->host_mapped_free(a->be, (void *)a->flag);
+    pthread_cond_destroy(&a->done);
+    pthread_cond_destroy(&a->wake);
+    pthread_mutex_destroy(&a->lock);
+    free(a);
+}

@@ -1,0 +1,68 @@
+/* async_map.h: the stream-ordered slow path of mb_malloc_async, for
+ * client.c. When no tier can serve a request on a stream, amap_alloc takes
+ * the frames at once (so quota and out-of-memory are immediate errors),
+ * reserves a range and returns it unmapped; the stream is gated with a
+ * 32-bit wait on a device-mapped host word, and the client's mapper thread
+ * maps the frames, gives access, then raises the word. Work enqueued later
+ * on the stream runs after the mapping; other streams and the calling
+ * thread never wait for it.
+ *
+ * How client.c uses it (every function: c->lock held):
+ *
+ *   mb_malloc_async, once the tiers returned MB_ENOENT:
+ *       rc = amap_take_error(c);             (also at the top of mb_free*)
+ *       struct stitched *s;
+ *       if (rc == 0) rc = amap_alloc(c, size, stream, &s);
+ *       if (rc == 0 && (rc = ptrmap_put(&c->live, s->va, s)) != 0)
+ *           amap_free(c, s, stream);
+ *       if (rc == 0) { c->st.stitch_live += s->bytes; *ptr = s->va; }
+ *   freeing or growing any live stitched range s (mb_free*, mb_grow):
+ *       amap_free(c, s, stream) instead of stitch_free(c, s, stream)
+ *       (it waits for the mapper when s is still being mapped, then frees;
+ *       it is stitch_free for every other range); the ranges of amap_alloc
+ *       have no room to grow (reserved == bytes).
+ *   mb_close, first of all (before live ranges are unmapped):
+ *       amap_close(c);
+ *
+ * Failures after the pointer was returned (mapping failed in the mapper
+ * thread): the gate is still raised, so nothing hangs, and the range is
+ * backed by aliases of its own first frame where the driver allows (a
+ * dependent kernel then writes garbage into memory the allocation owns,
+ * never into another allocation, and never faults); otherwise it stays
+ * unmapped and a dependent kernel faults with an illegal address. Either
+ * way the error is sticky: amap_take_error (and amap_alloc) return it once,
+ * and amap_take_error also stores it in c->sticky when that is 0, so the
+ * next mb_malloc* call returns it. The range stays a live allocation that
+ * mb_free releases normally.
+ *
+ * Backends without stream memory operations (host) map synchronously
+ * inside amap_alloc: the pointer is usable when it returns.
+ *
+ * Test hooks (any build): $MOONBRIGHT_TEST_AMAP_DELAY_US makes the mapper
+ * sleep that long before each mapping; $MOONBRIGHT_TEST_AMAP_FAIL=N makes
+ * the next N mappings fail (MB_EBACKEND) after their pointer was returned.
+ * Both are read when the client's mapper starts; amap_test_inject changes
+ * them at run time. */
+#ifndef MB_CLIENT_ASYNC_MAP_H
+#define MB_CLIENT_ASYNC_MAP_H
+
+#include <stddef.h>
+
+#include "client.h"
+
+/* A stitched range of ceil(size / frame_bytes) frames whose va may be
+ * handed out now; mapped (or failed, see above) in stream order. */
+int amap_alloc(mb_client *c, size_t size, void *stream, struct stitched **out);
+/* Free s (wait for its mapping first when it is in flight). */
+int amap_free(mb_client *c, struct stitched *s, void *stream);
+/* 0, or the first mapping failure not reported yet (cleared by this call;
+ * stored in c->sticky when that is 0). */
+int amap_take_error(mb_client *c);
+/* Wait for every mapping in flight, stop the mapper, free its state. */
+void amap_close(mb_client *c);
+/* Ranges being mapped now (for stats and tests). */
+size_t amap_in_flight(mb_client *c);
+
+void amap_test_inject(mb_client *c, unsigned delay_us, unsigned fail_next);
+
+#endif

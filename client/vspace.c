@@ -1,0 +1,1012 @@
+/* vspace.c: vspaces (moonbright/vspace.h): the host mirror of each GPU page
+ * table, the runs of entry writes that bring the device copy up to date
+ * (PTE kernels on the cuda backend, plain stores on the host backend), and
+ * the per-client pools of physical pages carved from frames. */
+#include <moonbright/vspace.h>
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "client.h"
+#include "log.h"
+
+#ifdef MB_HAVE_KERNELS
+#include "mbk_vspace.h"
+#endif
+
+/* Glossary
+ *   page     page_bytes of physical memory at a device address, carved from
+ *            a frame the pool mapped; the unit a leaf entry points at.
+ *   node     FANOUT 64-bit entries (4 KiB) of device memory: the root, a
+ *            directory (entries point at nodes) or a leaf (entries point at
+ *            pages). Absent entries hold MB_VSPACE_INVALID.
+ *   mirror   the host copy of every node (vs_node.e), always equal to what
+ *            the device holds once the runs already enqueued have run.
+ *   run      one write of consecutive entries of a node (struct vs_run).
+ *   pending  pages unmapped on a stream, reusable once an event recorded
+ *            after the invalidation completed. */
+
+#define FANOUT MB_VSPACE_FANOUT
+#define NODE_BYTES ((size_t)FANOUT * sizeof(uint64_t))
+#define NODE_SHIFT 12          /* log2(NODE_BYTES): step between nodes of a chunk */
+#define CHUNK_MIN_NODES 4      /* node memory comes in chunks growing from 4 to 512 nodes */
+#define CHUNK_MAX_NODES 512
+
+#ifdef MB_DEBUG
+#define VS_CHECK(x, fn) do { if (!fn(x)) abort(); } while (0)
+#else
+#define VS_CHECK(x, fn) ((void)0)
+#endif
+
+/* Layout of struct mbk_pte_run, so runs go to the kernel as they are. */
+struct vs_run {
+    uint64_t dst;
+    uint64_t value;
+    uint32_t count;
+    uint32_t step_shift;       /* 0: constant value; else value + (i << step_shift) */
+};
+#ifdef MB_HAVE_KERNELS
+_Static_assert(sizeof(struct vs_run) == sizeof(struct mbk_pte_run) &&
+               offsetof(struct vs_run, count) == offsetof(struct mbk_pte_run, count),
+               "vs_run must match mbk_pte_run");
+#endif
+
+/* How runs and reads reach the table's memory. */
+struct vs_engine {
+    const char *name;
+    int (*write)(const struct vs_run *runs, size_t n, void *stream);
+    int (*read)(void *dst, uint64_t src, size_t bytes, void *stream);
+    int (*warm)(void);
+};
+
+/* Host backend: the table lives in host memory; a "kernel" is plain stores,
+ * done at once (host streams are trivially ordered). */
+static int host_write(const struct vs_run *runs, size_t n, void *stream)
+{
+    for (size_t r = 0; r < n; r++) {
+        uint64_t *dst = (uint64_t *)(uintptr_t)runs[r].dst;
+        for (uint32_t i = 0; i < runs[r].count; i++)
+            dst[i] = runs[r].value + (runs[r].step_shift ? (uint64_t)i << runs[r].step_shift : 0);
+    }
+    __atomic_thread_fence(__ATOMIC_RELEASE);
+    return 0;
+}
+
+static int host_read(void *dst, uint64_t src, size_t bytes, void *stream)
+{
+    memcpy(dst, (const void *)(uintptr_t)src, bytes);
+    return 0;
+}
+
+static int host_warm(void) { return 0; }
+
+static const struct vs_engine host_engine = { "host", host_write, host_read, host_warm };
+
+#ifdef MB_HAVE_KERNELS
+static int cuda_write(const struct vs_run *runs, size_t n, void *stream)
+{
+    return mbk_pte_write((const struct mbk_pte_run *)runs, n, stream);
+}
+
+static pthread_once_t g_warm_once = PTHREAD_ONCE_INIT;
+static int g_warm_rc;
+static void warm_once(void) { g_warm_rc = mbk_vspace_warm(); }
+/* Kernels are launched once per process, before any stream is gated. */
+static int cuda_warm(void)
+{
+    pthread_once(&g_warm_once, warm_once);
+    return g_warm_rc;
+}
+
+static const struct vs_engine cuda_engine = { "cuda", cuda_write, mbk_read, cuda_warm };
+#endif
+
+/* ---- page pools: one per (client, page size), shared by its vspaces ---- */
+
+/* Frames mapped side by side into one range the pool owns, carved into pages. */
+struct vs_extent {
+    void *va;
+    size_t nframes;
+    size_t live;                 /* frames[] not yet returned; the range is freed at 0 */
+    struct vs_extent *next;
+    struct cframe *frames[];     /* frames[i] at va + i * frame_bytes; NULL once returned */
+};
+
+struct vs_pending {
+    void *ev;                    /* recorded after the invalidation; NULL: already complete */
+    size_t n;
+    struct vs_pending *next;
+    uint64_t pages[];
+};
+
+/* Guarded by the client's lock. Invariants (pool_is_valid):
+ *   n_free + n_pending + n_used == n_total == live frames * pages_per_frame
+ *   free[] holds distinct pages inside live frames of the extents */
+struct vs_pool {
+    mb_client *c;
+    size_t page_bytes, pages_per_frame;
+    int refs;                    /* vspaces using the pool (registry lock) */
+    uint64_t *free;              /* LIFO stack of free pages */
+    size_t n_free, cap_free;
+    struct vs_pending *pending;
+    size_t n_pending, n_used, n_total;
+    struct vs_extent *extents;
+};
+
+static pthread_mutex_t g_reg_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct vs_pool **g_pools;
+static size_t g_npools, g_cap_pools;
+
+static bool pool_is_valid(const struct vs_pool *p)
+{
+    size_t frames = 0;
+    for (const struct vs_extent *x = p->extents; x; x = x->next) {
+        size_t live = 0;
+        for (size_t i = 0; i < x->nframes; i++)
+            live += x->frames[i] != NULL;
+        if (live != x->live || live == 0)
+            return false;
+        frames += live;
+    }
+    size_t pend = 0;
+    for (const struct vs_pending *q = p->pending; q; q = q->next)
+        pend += q->n;
+    return pend == p->n_pending && p->n_free <= p->cap_free &&
+           p->n_free + p->n_pending + p->n_used == p->n_total &&
+           p->n_total == frames * p->pages_per_frame;
+}
+
+static int push_free(struct vs_pool *p, const uint64_t *pages, size_t n)
+{
+    if (p->n_free + n > p->cap_free) {
+        size_t cap = p->cap_free ? p->cap_free : 256;
+        while (cap < p->n_free + n)
+            cap *= 2;
+        uint64_t *nf = realloc(p->free, cap * sizeof(*nf));
+        if (!nf)
+            return MB_ENOMEM;
+        p->free = nf;
+        p->cap_free = cap;
+    }
+    memcpy(p->free + p->n_free, pages, n * sizeof(*pages));
+    p->n_free += n;
+    return 0;
+}
+
+/* Move pending batches whose work completed to the free stack; with wait,
+ * wait for all of them. */
+static void pool_reclaim(struct vs_pool *p, bool wait)
+{
+    mb_backend *be = p->c->be;
+    for (struct vs_pending **qq = &p->pending; *qq;) {
+        struct vs_pending *q = *qq;
+        int done = q->ev ? be->ops->event_query(be, q->ev) : 1;
+        while (wait && done == 0) {
+            struct timespec ts = { 0, 20000 };
+            nanosleep(&ts, NULL);
+            done = be->ops->event_query(be, q->ev);
+        }
+        if (done < 0) {   /* the device failed: the pages may never be safe to reuse */
+            mb_log(MB_LOG_ERR, "failed to learn whether unmapped pages are idle: %s; "
+                               "keeping them out of use", mb_strerror(done));
+            done = 0;
+            if (wait)
+                break;
+        }
+        if (done && push_free(p, q->pages, q->n) == 0) {
+            *qq = q->next;
+            p->n_pending -= q->n;
+            if (q->ev)
+                be->ops->event_destroy(be, q->ev);
+            free(q);
+        } else {
+            qq = &q->next;
+        }
+    }
+}
+
+/* Take frames, map them into a new extent, push their pages. Client lock held. */
+static int pool_grow(struct vs_pool *p, size_t pages)
+{
+    mb_client *c = p->c;
+    size_t fb = c->frame_bytes;
+    size_t n = (pages + p->pages_per_frame - 1) / p->pages_per_frame;
+    struct vs_extent *x = calloc(1, sizeof(*x) + n * sizeof(x->frames[0]));
+    if (!x)
+        return MB_ENOMEM;
+    x->nframes = n;
+    int rc = c->be->ops->reserve(c->be, n * fb, &x->va);
+    if (rc) {
+        free(x);
+        return rc;
+    }
+    rc = fcache_take(c, n, x->frames);
+    if (rc) {
+        c->be->ops->free_va(c->be, x->va, n * fb);
+        free(x);
+        return rc;
+    }
+    size_t mapped = 0;
+    for (; rc == 0 && mapped < n; mapped += rc == 0)
+        rc = c->be->ops->map(c->be, (char *)x->va + mapped * fb, &x->frames[mapped]->mem);
+    if (rc == 0)
+        rc = c->be->ops->set_access(c->be, x->va, n * fb);
+    size_t np = n * p->pages_per_frame;
+    uint64_t *pg = rc == 0 ? malloc(np * sizeof(*pg)) : NULL;
+    if (rc == 0 && !pg)
+        rc = MB_ENOMEM;
+    if (rc == 0) {
+        /* Reverse order: the lowest addresses are popped first, in order. */
+        for (size_t i = 0; i < np; i++)
+            pg[i] = (uint64_t)(uintptr_t)x->va + (np - 1 - i) * p->page_bytes;
+        rc = push_free(p, pg, np);
+        free(pg);
+    }
+    if (rc) {
+        mb_log(MB_LOG_ERR, "failed to map %zu frames for %zu KiB pages: %s", n,
+               p->page_bytes >> 10, mb_strerror(rc));
+        if (mapped)
+            c->be->ops->unmap(c->be, x->va, mapped * fb);
+        c->be->ops->free_va(c->be, x->va, n * fb);
+        for (size_t i = 0; i < n; i++)
+            fcache_put(c, x->frames[i]);
+        free(x);
+        return rc;
+    }
+    x->live = n;
+    x->next = p->extents;
+    p->extents = x;
+    p->n_total += np;
+    c->st.bytes_mapped += n * fb;
+    return 0;
+}
+
+/* n pages into out[], lowest address first among those popped. Client lock held. */
+static int pool_take(struct vs_pool *p, size_t n, uint64_t *out)
+{
+    if (p->n_free < n && p->pending)
+        pool_reclaim(p, false);
+    if (p->n_free < n) {
+        int rc = pool_grow(p, n - p->n_free);
+        if (rc)
+            return rc;
+    }
+    for (size_t i = 0; i < n; i++)
+        out[i] = p->free[--p->n_free];
+    p->n_used += n;
+    VS_CHECK(p, pool_is_valid);
+    return 0;
+}
+
+/* Pages whose last use is complete back to the free stack. Client lock held. */
+static void pool_give(struct vs_pool *p, const uint64_t *pages, size_t n)
+{
+    if (push_free(p, pages, n) != 0) {
+        mb_log(MB_LOG_ERR, "failed to keep %zu free pages: out of memory; they are lost", n);
+        p->n_total -= n;   /* leaked until the pool is destroyed */
+    }
+    p->n_used -= n;
+}
+
+/* Pages unmapped on stream: free once the work enqueued so far completed. */
+static void pool_defer(struct vs_pool *p, const uint64_t *pages, size_t n, void *stream)
+{
+    mb_backend *be = p->c->be;
+    struct vs_pending *q = malloc(sizeof(*q) + n * sizeof(q->pages[0]));
+    int rc = q ? be->ops->event_create(be, &q->ev) : MB_ENOMEM;
+    if (rc == 0 && (rc = be->ops->event_record(be, q->ev, stream)) != 0)
+        be->ops->event_destroy(be, q->ev);
+    if (rc != 0) {
+        /* No event: wait for the stream instead, then the pages are idle. */
+        int e = be->ops->stream_sync(be, stream);
+        if (e != 0 || !q) {
+            mb_log(MB_LOG_ERR, "failed to wait for unmapped pages to be idle: %s; "
+                               "keeping them out of use", mb_strerror(e ? e : rc));
+            p->n_used -= n;
+            p->n_total -= n;
+            free(q);
+            return;
+        }
+        q->ev = NULL;
+    }
+    q->n = n;
+    memcpy(q->pages, pages, n * sizeof(*pages));
+    q->next = p->pending;
+    p->pending = q;
+    p->n_used -= n;
+    p->n_pending += n;
+}
+
+/* Return frames whose pages are all free until at most keep free pages
+ * remain. Client lock held. */
+static void pool_trim(struct vs_pool *p, size_t keep)
+{
+    mb_client *c = p->c;
+    size_t fb = c->frame_bytes, ppf = p->pages_per_frame;
+    for (struct vs_extent **xx = &p->extents; *xx && p->n_free > keep;) {
+        struct vs_extent *x = *xx;
+        uint64_t lo = (uint64_t)(uintptr_t)x->va, hi = lo + x->nframes * fb;
+        size_t *cnt = calloc(x->nframes, sizeof(*cnt));
+        if (!cnt)
+            return;
+        for (size_t i = 0; i < p->n_free; i++)
+            if (p->free[i] >= lo && p->free[i] < hi)
+                cnt[(p->free[i] - lo) / fb]++;
+        for (size_t f = 0; f < x->nframes && p->n_free > keep; f++) {
+            if (!x->frames[f] || cnt[f] != ppf)
+                continue;
+            uint64_t flo = lo + f * fb;
+            if (c->be->ops->unmap(c->be, (void *)(uintptr_t)flo, fb) != 0)
+                continue;   /* still mapped: keep it */
+            size_t k = 0;
+            for (size_t i = 0; i < p->n_free; i++)
+                if (p->free[i] < flo || p->free[i] >= flo + fb)
+                    p->free[k++] = p->free[i];
+            p->n_free = k;
+            p->n_total -= ppf;
+            fcache_put(c, x->frames[f]);
+            x->frames[f] = NULL;
+            x->live--;
+            c->st.bytes_mapped -= fb;
+        }
+        free(cnt);
+        if (x->live == 0) {
+            c->be->ops->free_va(c->be, x->va, x->nframes * fb);
+            *xx = x->next;
+            free(x);
+        } else {
+            xx = &x->next;
+        }
+    }
+    VS_CHECK(p, pool_is_valid);
+}
+
+/* The pool of (c, page_bytes), created on first use; registry lock. */
+static int pool_ref(mb_client *c, size_t page_bytes, struct vs_pool **out)
+{
+    int rc = 0;
+    pthread_mutex_lock(&g_reg_lock);
+    struct vs_pool *p = NULL;
+    for (size_t i = 0; i < g_npools && !p; i++)
+        if (g_pools[i]->c == c && g_pools[i]->page_bytes == page_bytes)
+            p = g_pools[i];
+    if (!p) {
+        if (g_npools == g_cap_pools) {
+            size_t cap = g_cap_pools ? 2 * g_cap_pools : 8;
+            struct vs_pool **np = realloc(g_pools, cap * sizeof(*np));
+            if (!np)
+                rc = MB_ENOMEM;
+            else {
+                g_pools = np;
+                g_cap_pools = cap;
+            }
+        }
+        if (rc == 0 && !(p = calloc(1, sizeof(*p))))
+            rc = MB_ENOMEM;
+        if (rc == 0) {
+            p->c = c;
+            p->page_bytes = page_bytes;
+            p->pages_per_frame = c->frame_bytes / page_bytes;
+            g_pools[g_npools++] = p;
+        }
+    }
+    if (rc == 0) {
+        p->refs++;
+        *out = p;
+    }
+    pthread_mutex_unlock(&g_reg_lock);
+    return rc;
+}
+
+/* Drop a reference; the last one waits for pending pages and returns every
+ * frame. keep: free pages the pool may keep while still referenced. */
+static void pool_unref(struct vs_pool *p, size_t keep)
+{
+    mb_client *c = p->c;
+    pthread_mutex_lock(&g_reg_lock);
+    bool last = --p->refs == 0;
+    if (last) {
+        for (size_t i = 0; i < g_npools; i++)
+            if (g_pools[i] == p) {
+                g_pools[i] = g_pools[--g_npools];
+                break;
+            }
+    }
+    pthread_mutex_unlock(&g_reg_lock);
+    pthread_mutex_lock(&c->lock);
+    pool_reclaim(p, last);
+    pool_trim(p, last ? 0 : keep);
+    if (last && (p->n_total || p->pending))
+        mb_log(MB_LOG_ERR, "failed to return every frame of a %zu KiB page pool: "
+                           "%zu pages still held", p->page_bytes >> 10, p->n_total);
+    pthread_mutex_unlock(&c->lock);
+    if (last && !p->n_total && !p->pending) {
+        free(p->free);
+        free(p);
+    }
+}
+
+/* ---- the table ---- */
+
+/* One node of the mirror. Invariants (vspace_is_valid):
+ *   used == number of entries e[i] != INVALID
+ *   leaf (level 0): e[i] is a page of the pool or INVALID
+ *   directory: child[i] != NULL  <=>  e[i] == child[i]->dev
+ *   lo < hi  <=>  on the dirty list (entries [lo, hi) not yet sent) */
+struct vs_node {
+    uint64_t dev;                /* device address of the node's entries */
+    uint64_t e[FANOUT];
+    struct vs_node **child;      /* directories only */
+    uint32_t lo, hi;
+    uint32_t used;
+    uint32_t level;              /* 0: leaf */
+    struct vs_node *next_dirty;
+};
+
+/* Device memory for nodes, from mb_malloc. */
+struct vs_chunk {
+    void *mem;
+    size_t n, used;              /* nodes: used <= n */
+    struct vs_chunk *next;
+};
+
+/* Streams the vspace enqueued work on, each with an event after its latest. */
+struct vs_stream {
+    void *stream, *ev;
+};
+
+struct mb_vspace {
+    mb_client *c;
+    struct vs_pool *pool;
+    const struct vs_engine *eng;
+    pthread_mutex_t lock;        /* serialises calls on this vspace; taken before c->lock */
+    struct mb_vspace_dev dev;
+    size_t npages;               /* max_bytes / page_bytes */
+    size_t mapped;               /* leaf entries != INVALID, all nodes */
+    struct vs_node *root;        /* level dev.levels - 1 */
+    struct vs_node *dirty;
+    struct vs_chunk *chunks;
+    size_t chunk_room;           /* unused nodes in chunks */
+    struct vs_run *runs;
+    size_t n_runs, cap_runs;
+    struct vs_stream *streams;
+    size_t n_streams;
+};
+
+static void node_free(struct vs_node *n)
+{
+    if (!n)
+        return;
+    if (n->child) {
+        for (size_t i = 0; i < FANOUT; i++)
+            node_free(n->child[i]);
+        free(n->child);
+    }
+    free(n);
+}
+
+static bool node_is_valid(const mb_vspace *v, const struct vs_node *n, size_t *mapped)
+{
+    uint32_t used = 0;
+    for (size_t i = 0; i < FANOUT; i++) {
+        used += n->e[i] != MB_VSPACE_INVALID;
+        if (n->level == 0) {
+            *mapped += n->e[i] != MB_VSPACE_INVALID;
+            if (n->e[i] % v->pool->page_bytes)
+                return false;
+        } else if ((n->child[i] != NULL) != (n->e[i] != MB_VSPACE_INVALID) ||
+                   (n->child[i] && (n->child[i]->dev != n->e[i] ||
+                                    n->child[i]->level + 1 != n->level ||
+                                    !node_is_valid(v, n->child[i], mapped)))) {
+            return false;
+        }
+    }
+    return used == n->used && (n->level == 0) == (n->child == NULL) && n->lo <= FANOUT &&
+           n->hi <= FANOUT;
+}
+
+static bool vspace_is_valid(const mb_vspace *v)
+{
+    size_t mapped = 0;
+    return v->root && v->root->level + 1 == v->dev.levels && node_is_valid(v, v->root, &mapped) &&
+           mapped == v->mapped && v->mapped <= v->npages;
+}
+
+static void mark_dirty(mb_vspace *v, struct vs_node *n, uint32_t lo, uint32_t hi)
+{
+    if (n->lo >= n->hi) {
+        n->lo = lo;
+        n->hi = hi;
+        n->next_dirty = v->dirty;
+        v->dirty = n;
+    } else {
+        n->lo = lo < n->lo ? lo : n->lo;
+        n->hi = hi > n->hi ? hi : n->hi;
+    }
+}
+
+/* Device memory for `more` nodes beyond what the chunks hold. Called
+ * without the client's lock (mb_malloc takes it). */
+static int reserve_nodes(mb_vspace *v, size_t more)
+{
+    while (v->chunk_room < more) {
+        size_t n = v->chunks ? v->chunks->n * 2 : CHUNK_MIN_NODES;
+        if (n > CHUNK_MAX_NODES)
+            n = CHUNK_MAX_NODES;
+        if (n < more - v->chunk_room && more - v->chunk_room < CHUNK_MAX_NODES)
+            n = more - v->chunk_room;
+        struct vs_chunk *ch = calloc(1, sizeof(*ch));
+        if (!ch)
+            return MB_ENOMEM;
+        int rc = mb_malloc(v->c, n * NODE_BYTES, &ch->mem);
+        if (rc) {
+            mb_log(MB_LOG_ERR, "failed to allocate %zu page-table nodes: %s", n, mb_strerror(rc));
+            free(ch);
+            return rc;
+        }
+        ch->n = n;
+        ch->next = v->chunks;
+        v->chunks = ch;
+        v->chunk_room += n;
+    }
+    return 0;
+}
+
+/* A new node, all INVALID, dirty whole (its device memory is not yet written). */
+static struct vs_node *node_new(mb_vspace *v, uint32_t level)
+{
+    struct vs_chunk *ch = v->chunks;
+    while (ch && ch->used == ch->n)
+        ch = ch->next;
+    struct vs_node *n = calloc(1, sizeof(*n));
+    if (!ch || !n || (level > 0 && !(n->child = calloc(FANOUT, sizeof(*n->child))))) {
+        free(n);
+        return NULL;
+    }
+    n->dev = (uint64_t)(uintptr_t)ch->mem + ch->used++ * NODE_BYTES;
+    n->level = level;
+    v->chunk_room--;
+    mark_dirty(v, n, 0, FANOUT);
+    return n;
+}
+
+/* The leaf holding page p; created with its missing parents when create. */
+static struct vs_node *leaf_of(mb_vspace *v, size_t p, bool create)
+{
+    struct vs_node *n = v->root;
+    while (n->level > 0) {
+        size_t i = (p >> (MB_VSPACE_FANOUT_SHIFT * n->level)) & (FANOUT - 1);
+        if (!n->child[i]) {
+            if (!create)
+                return NULL;
+            struct vs_node *k = node_new(v, n->level - 1);
+            if (!k)
+                return NULL;
+            n->child[i] = k;
+            n->e[i] = k->dev;
+            n->used++;
+            mark_dirty(v, n, (uint32_t)i, (uint32_t)i + 1);
+        }
+        n = n->child[i];
+    }
+    return n;
+}
+
+/* Nodes that mapping [first, first + n) would add. */
+static size_t nodes_missing(mb_vspace *v, size_t first, size_t n)
+{
+    size_t missing = 0;
+    for (uint32_t level = 0; level + 1 < v->dev.levels; level++) {
+        /* Nodes of this level cover FANOUT^(level+1) pages each. */
+        size_t shift = MB_VSPACE_FANOUT_SHIFT * (level + 1);
+        for (size_t k = first >> shift; k <= (first + n - 1) >> shift; k++) {
+            /* Does the node of `level` covering page k << shift exist? */
+            struct vs_node *x = v->root;
+            size_t p = k << shift;
+            while (x && x->level > level) {
+                size_t i = (p >> (MB_VSPACE_FANOUT_SHIFT * x->level)) & (FANOUT - 1);
+                x = x->child[i];
+            }
+            missing += x == NULL;
+        }
+    }
+    return missing;
+}
+
+static int add_run(mb_vspace *v, uint64_t dst, uint64_t value, uint32_t count, uint32_t step)
+{
+    if (v->n_runs == v->cap_runs) {
+        size_t cap = v->cap_runs ? 2 * v->cap_runs : 64;
+        struct vs_run *nr = realloc(v->runs, cap * sizeof(*nr));
+        if (!nr)
+            return MB_ENOMEM;
+        v->runs = nr;
+        v->cap_runs = cap;
+    }
+    v->runs[v->n_runs++] = (struct vs_run){ dst, value, count, step };
+    return 0;
+}
+
+/* Runs for every dirty node: constant stretches (INVALID ones mostly) and
+ * stretches stepping by the page size (leaves) or node size (directories). */
+static int build_runs(mb_vspace *v)
+{
+    v->n_runs = 0;
+    for (struct vs_node *n = v->dirty; n; n = n->next_dirty) {
+        uint32_t step = n->level == 0 ? v->dev.page_shift : NODE_SHIFT;
+        for (uint32_t i = n->lo; i < n->hi;) {
+            uint64_t x = n->e[i];
+            uint32_t j = i + 1;
+            if (x == MB_VSPACE_INVALID)
+                while (j < n->hi && n->e[j] == x)
+                    j++;
+            else
+                while (j < n->hi && n->e[j] == x + ((uint64_t)(j - i) << step))
+                    j++;
+            int rc = add_run(v, n->dev + (uint64_t)i * sizeof(uint64_t), x, j - i,
+                             x == MB_VSPACE_INVALID || j == i + 1 ? 0 : step);
+            if (rc)
+                return rc;
+            i = j;
+        }
+    }
+    return 0;
+}
+
+static void clear_dirty(mb_vspace *v)
+{
+    while (v->dirty) {
+        struct vs_node *n = v->dirty;
+        v->dirty = n->next_dirty;
+        n->lo = n->hi = 0;
+        n->next_dirty = NULL;
+    }
+}
+
+/* Remember stream and record its event after the work just enqueued. */
+static void note_stream(mb_vspace *v, void *stream)
+{
+    mb_backend *be = v->c->be;
+    struct vs_stream *s = NULL;
+    for (size_t i = 0; i < v->n_streams && !s; i++)
+        if (v->streams[i].stream == stream)
+            s = &v->streams[i];
+    if (!s) {
+        struct vs_stream *ns = realloc(v->streams, (v->n_streams + 1) * sizeof(*ns));
+        if (!ns)
+            return;
+        v->streams = ns;
+        s = &ns[v->n_streams];
+        s->stream = stream;
+        if (be->ops->event_create(be, &s->ev) != 0)
+            return;
+        v->n_streams++;
+    }
+    be->ops->event_record(be, s->ev, stream);
+}
+
+/* Send the dirty entries to the device on stream. On failure the dirty
+ * marks stay (a later call sends them) and the caller undoes its changes. */
+static int flush(mb_vspace *v, void *stream)
+{
+    int rc = build_runs(v);
+    if (rc == 0 && v->n_runs)
+        rc = v->eng->write(v->runs, v->n_runs, stream);
+    if (rc) {
+        mb_log(MB_LOG_ERR, "failed to enqueue page-table writes: %s", mb_strerror(rc));
+        return rc;
+    }
+    clear_dirty(v);
+    note_stream(v, stream);
+    return 0;
+}
+
+static int check_range(const mb_vspace *v, size_t first, size_t n, const char *what)
+{
+    if (!v || n == 0 || first >= v->npages || n > v->npages - first) {
+        mb_log(MB_LOG_ERR, "failed to %s pages [%zu, +%zu): outside the vspace's %zu pages", what,
+               first, n, v ? v->npages : 0);
+        return MB_EINVAL;
+    }
+    return 0;
+}
+
+int mb_vspace_map_async(mb_vspace *v, size_t first, size_t n, void *stream)
+{
+    int rc = check_range(v, first, n, "map");
+    if (rc)
+        return rc;
+    mb_client *c = v->c;
+    pthread_mutex_lock(&v->lock);
+    /* Pages of the range not mapped yet. */
+    size_t want = 0;
+    for (size_t p = first; p < first + n; p++) {
+        struct vs_node *l = leaf_of(v, p, false);
+        want += !l || l->e[p & (FANOUT - 1)] == MB_VSPACE_INVALID;
+    }
+    uint64_t *pages = want ? malloc(want * sizeof(*pages)) : NULL;
+    size_t *where = want ? malloc(want * sizeof(*where)) : NULL;
+    if (want && (!pages || !where))
+        rc = MB_ENOMEM;
+    if (rc == 0 && want)
+        rc = reserve_nodes(v, nodes_missing(v, first, n));
+    bool taken = false;
+    if (rc == 0 && want) {
+        pthread_mutex_lock(&c->lock);
+        rc = pool_take(v->pool, want, pages);
+        pthread_mutex_unlock(&c->lock);
+        taken = rc == 0;
+    }
+    size_t k = 0;   /* pages[0..k) entered at where[0..k) */
+    for (size_t p = first; rc == 0 && k < want && p < first + n; p++) {
+        struct vs_node *l = leaf_of(v, p, true);
+        if (!l) {
+            rc = MB_ENOMEM;
+            break;
+        }
+        size_t i = p & (FANOUT - 1);
+        if (l->e[i] != MB_VSPACE_INVALID)
+            continue;
+        l->e[i] = pages[k];
+        where[k++] = p;
+        l->used++;
+        mark_dirty(v, l, (uint32_t)i, (uint32_t)i + 1);
+    }
+    if (rc == 0 && want)
+        rc = flush(v, stream);
+    if (rc == 0) {
+        v->mapped += want;
+    } else {
+        /* Undo: nothing of this call reached the device. New nodes stay
+         * (dirty, so a later call writes them). */
+        for (size_t j = 0; j < k; j++) {
+            struct vs_node *l = leaf_of(v, where[j], false);
+            l->e[where[j] & (FANOUT - 1)] = MB_VSPACE_INVALID;
+            l->used--;
+        }
+        if (taken) {
+            pthread_mutex_lock(&c->lock);
+            pool_give(v->pool, pages, want);
+            pthread_mutex_unlock(&c->lock);
+        }
+    }
+    VS_CHECK(v, vspace_is_valid);
+    pthread_mutex_unlock(&v->lock);
+    free(pages);
+    free(where);
+    return rc;
+}
+
+int mb_vspace_unmap_async(mb_vspace *v, size_t first, size_t n, void *stream)
+{
+    int rc = check_range(v, first, n, "unmap");
+    if (rc)
+        return rc;
+    mb_client *c = v->c;
+    pthread_mutex_lock(&v->lock);
+    size_t cap = n < v->mapped ? n : v->mapped, k = 0;
+    uint64_t *pages = cap ? malloc(cap * sizeof(*pages)) : NULL;
+    size_t *where = cap ? malloc(cap * sizeof(*where)) : NULL;
+    if (cap && (!pages || !where))
+        rc = MB_ENOMEM;
+    for (size_t p = first; rc == 0 && k < cap && p < first + n; p++) {
+        struct vs_node *l = leaf_of(v, p, false);
+        if (!l) {   /* skip the rest of this absent leaf */
+            p |= FANOUT - 1;
+            continue;
+        }
+        size_t i = p & (FANOUT - 1);
+        if (l->e[i] == MB_VSPACE_INVALID)
+            continue;
+        pages[k] = l->e[i];
+        where[k++] = p;
+        l->e[i] = MB_VSPACE_INVALID;
+        l->used--;
+        mark_dirty(v, l, (uint32_t)i, (uint32_t)i + 1);
+    }
+    if (rc == 0 && k)
+        rc = flush(v, stream);
+    if (rc == 0 && k) {
+        v->mapped -= k;
+        pthread_mutex_lock(&c->lock);
+        pool_defer(v->pool, pages, k, stream);
+        pthread_mutex_unlock(&c->lock);
+    } else if (rc != 0) {
+        /* The device still holds the old entries: so does the mirror. */
+        for (size_t j = 0; j < k; j++) {
+            struct vs_node *l = leaf_of(v, where[j], false);
+            l->e[where[j] & (FANOUT - 1)] = pages[j];
+            l->used++;
+        }
+    }
+    VS_CHECK(v, vspace_is_valid);
+    pthread_mutex_unlock(&v->lock);
+    free(pages);
+    free(where);
+    return rc;
+}
+
+const struct mb_vspace_dev *mb_vspace_device(const mb_vspace *v) { return v ? &v->dev : NULL; }
+
+size_t mb_vspace_mapped_pages(const mb_vspace *v) { return v ? v->mapped : 0; }
+
+static void collect_pages(struct vs_node *n, uint64_t *out, size_t *k)
+{
+    for (size_t i = 0; i < FANOUT; i++) {
+        if (n->e[i] == MB_VSPACE_INVALID)
+            continue;
+        if (n->level == 0)
+            out[(*k)++] = n->e[i];
+        else
+            collect_pages(n->child[i], out, k);
+    }
+}
+
+void mb_vspace_destroy(mb_vspace *v)
+{
+    if (!v)
+        return;
+    mb_client *c = v->c;
+    mb_backend *be = c->be;
+    pthread_mutex_lock(&v->lock);
+    /* The table and its pages may be in use by work enqueued on our streams. */
+    for (size_t i = 0; i < v->n_streams; i++) {
+        int rc = 0;
+        int done = be->ops->event_query(be, v->streams[i].ev);
+        while (done == 0) {
+            struct timespec ts = { 0, 20000 };
+            nanosleep(&ts, NULL);
+            done = be->ops->event_query(be, v->streams[i].ev);
+        }
+        if (done < 0)
+            rc = done;
+        if (rc)
+            mb_log(MB_LOG_ERR, "failed to wait for a vspace's work: %s", mb_strerror(rc));
+        be->ops->event_destroy(be, v->streams[i].ev);
+    }
+    uint64_t *pages = v->mapped ? malloc(v->mapped * sizeof(*pages)) : NULL;
+    size_t k = 0;
+    if (pages && v->root)
+        collect_pages(v->root, pages, &k);
+    pthread_mutex_lock(&c->lock);
+    if (pages)
+        pool_give(v->pool, pages, k);
+    else if (v->mapped)
+        mb_log(MB_LOG_ERR, "failed to return %zu pages of a vspace: out of memory", v->mapped);
+    size_t keep = v->pool->n_used / 4;
+    pthread_mutex_unlock(&c->lock);
+    free(pages);
+    pool_unref(v->pool, keep);
+    for (struct vs_chunk *ch = v->chunks; ch;) {
+        struct vs_chunk *next = ch->next;
+        mb_free(c, ch->mem);
+        free(ch);
+        ch = next;
+    }
+    node_free(v->root);
+    free(v->runs);
+    free(v->streams);
+    pthread_mutex_unlock(&v->lock);
+    pthread_mutex_destroy(&v->lock);
+    free(v);
+}
+
+int mb_vspace_create(mb_client *c, size_t max_bytes, size_t page_bytes, mb_vspace **out)
+{
+    if (!c || !out || max_bytes == 0 || page_bytes < MB_VSPACE_MIN_PAGE ||
+        page_bytes > MB_VSPACE_MAX_PAGE || (page_bytes & (page_bytes - 1)) ||
+        max_bytes > ((size_t)1 << 62)) {
+        mb_log(MB_LOG_ERR, "failed to create a vspace of %zu bytes in %zu-byte pages: invalid "
+                           "argument (pages are a power of two from 64 KiB to 2 MiB)",
+               max_bytes, page_bytes);
+        return MB_EINVAL;
+    }
+    if (c->frame_bytes % page_bytes) {
+        mb_log(MB_LOG_ERR, "failed to create a vspace: %zu-byte pages do not divide %zu-byte "
+                           "frames", page_bytes, c->frame_bytes);
+        return MB_EINVAL;
+    }
+    const struct vs_engine *eng = NULL;
+    if (strcmp(c->be->name, "host") == 0)
+        eng = &host_engine;
+#ifdef MB_HAVE_KERNELS
+    else if (strcmp(c->be->name, "cuda") == 0)
+        eng = &cuda_engine;
+#endif
+    if (!eng) {
+        mb_log(MB_LOG_ERR, "failed to create a vspace: no page-table kernels for the '%s' "
+                           "backend in this build", c->be->name);
+        return MB_EBACKEND;
+    }
+    int rc = eng->warm();
+    if (rc)
+        return rc;
+    mb_vspace *v = calloc(1, sizeof(*v));
+    if (!v)
+        return MB_ENOMEM;
+    pthread_mutex_init(&v->lock, NULL);
+    v->c = c;
+    v->eng = eng;
+    uint32_t shift = 0;
+    while (((size_t)1 << shift) < page_bytes)
+        shift++;
+    v->npages = (max_bytes + page_bytes - 1) >> shift;
+    uint32_t levels = 1;
+    while (levels < MB_VSPACE_MAX_LEVELS &&
+           ((uint64_t)1 << (MB_VSPACE_FANOUT_SHIFT * levels)) < v->npages)
+        levels++;
+    v->dev.max_bytes = (uint64_t)v->npages << shift;
+    v->dev.page_shift = shift;
+    v->dev.levels = levels;
+    rc = pool_ref(c, page_bytes, &v->pool);
+    if (rc) {
+        pthread_mutex_destroy(&v->lock);
+        free(v);
+        return rc;
+    }
+    pthread_mutex_lock(&v->lock);
+    rc = reserve_nodes(v, 1);
+    if (rc == 0 && !(v->root = node_new(v, levels - 1)))
+        rc = MB_ENOMEM;
+    if (rc == 0)
+        v->dev.root = v->root->dev;
+    /* The root's INVALID entries, written and waited for on the legacy
+     * stream: any stream may use the vspace from now on. */
+    if (rc == 0 && (rc = flush(v, NULL)) == 0)
+        rc = c->be->ops->stream_sync(c->be, NULL);
+    pthread_mutex_unlock(&v->lock);
+    if (rc) {
+        mb_log(MB_LOG_ERR, "failed to create a vspace: %s", mb_strerror(rc));
+        mb_vspace_destroy(v);
+        return rc;
+    }
+    VS_CHECK(v, vspace_is_valid);
+    *out = v;
+    return 0;
+}
+
+/* Walk the device's copy of the table, reading each node once. */
+int mb_vspace_read_entries(mb_vspace *v, size_t first, size_t n, void *stream, uint64_t *out)
+{
+    int rc = check_range(v, first, n, "read");
+    if (rc || !out)
+        return rc ? rc : MB_EINVAL;
+    struct seen {
+        uint64_t dev;
+        uint64_t e[FANOUT];
+    } *cache = NULL;
+    size_t n_cache = 0, cap = 0;
+    pthread_mutex_lock(&v->lock);
+    for (size_t p = first; rc == 0 && p < first + n; p++) {
+        uint64_t e = v->dev.root;
+        for (int l = (int)v->dev.levels - 1; l >= 0 && e != MB_VSPACE_INVALID; l--) {
+            struct seen *s = NULL;
+            for (size_t i = n_cache; i-- > 0 && !s;)
+                if (cache[i].dev == e)
+                    s = &cache[i];
+            if (!s) {
+                if (n_cache == cap) {
+                    cap = cap ? 2 * cap : 8;
+                    struct seen *nc = realloc(cache, cap * sizeof(*nc));
+                    if (!nc) {
+                        rc = MB_ENOMEM;
+                        break;
+                    }
+                    cache = nc;
+                }
+                s = &cache[n_cache];
+                s->dev = e;
+                if ((rc = v->eng->read(s->e, e, NODE_BYTES, stream)) != 0)
+                    break;
+                n_cache++;
+            }
+            e = s->e[(p >> (MB_VSPACE_FANOUT_SHIFT * l)) & (FANOUT - 1)];
+        }
+        out[p - first] = e;
+    }
+    pthread_mutex_unlock(&v->lock);
+    free(cache);
+    return rc;
+}
