@@ -379,6 +379,9 @@ static void h_tenants(struct request_ctx *rc, const Mb__Request *req, Mb__Reply 
                 ti->sessions++;
                 ti->cached += s->cached;
             }
+        /* Tenants with nothing to show (past sessions, default policy) are left out. */
+        if (ti->sessions == 0 && t->bytes == 0 && t->max == MB_CONFIG_UNLIMITED && t->min == 0)
+            continue;
         infop[n++] = ti;
     }
     mb__tenants_reply__init(&tr);

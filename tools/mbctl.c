@@ -1,14 +1,20 @@
 /* mbctl.c: the command line to inspect and administer moonbrightd. Its
  * commands, usage and help come from common/commands.def, the table the
- * daemon dispatches on. Exit codes: 0 success, 1 the daemon refused,
- * 2 usage error, 3 the daemon is not running or did not answer. */
+ * daemon dispatches on. Admin commands run in a session of their own (handle
+ * channel token, then hello as tenant "mbctl"), so the daemon knows the
+ * caller's uid from the socket. Exit codes: 0 success, 1 the daemon
+ * refused, 2 usage error, 3 the daemon is not running or did not answer. */
 #include <errno.h>
 #include <getopt.h>
 #include <stdarg.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 #include <zmq.h>
 
@@ -22,20 +28,26 @@
 
 enum { EXIT_REFUSED = 1, EXIT_USAGE = 2, EXIT_NODAEMON = 3 };
 
+#define UNLIMITED UINT64_MAX
+
 struct ctl {
     const char *runtime_dir;
     int device;
     int timeout_ms;
     bool json;
     void *zctx, *dealer;
+    int chan;                    /* handle channel while in a session, else -1 */
+    uint64_t next_id;
 };
 
 typedef int cli_fn(struct ctl *ctl, int argc, char **argv);
 
+/* ---- output helpers ---------------------------------------------------- */
+
 static void json_str(const char *s)
 {
     putchar('"');
-    for (; *s; s++) {
+    for (; s && *s; s++) {
         unsigned char ch = (unsigned char)*s;
         if (ch == '"' || ch == '\\')
             printf("\\%c", ch);
@@ -47,8 +59,39 @@ static void json_str(const char *s)
     putchar('"');
 }
 
+/* A max as JSON: null when unlimited. */
+static void json_max(uint64_t v)
+{
+    if (v == UNLIMITED)
+        printf("null");
+    else
+        printf("%llu", (unsigned long long)v);
+}
+
+static const char *size_or_unlimited(uint64_t v, char *buf, size_t len)
+{
+    return v == UNLIMITED ? "unlimited" : mb_format_size(v, buf, len);
+}
+
+/* A Prometheus label value: backslash, double quote and newline escaped. */
+static void prom_label(const char *s)
+{
+    for (; s && *s; s++) {
+        if (*s == '\\' || *s == '"')
+            printf("\\%c", *s);
+        else if (*s == '\n')
+            printf("\\n");
+        else
+            putchar(*s);
+    }
+}
+
+/* ---- talking to the daemon -------------------------------------------- */
+
 static int ctl_connect(struct ctl *ctl)
 {
+    if (ctl->dealer)
+        return 0;
     char ep[300], path[256];
     if (mb_ctl_endpoint(ep, sizeof(ep), ctl->runtime_dir, ctl->device) != 0 ||
         mb_chan_path(path, sizeof(path), ctl->runtime_dir, ctl->device) != 0) {
@@ -62,7 +105,11 @@ static int ctl_connect(struct ctl *ctl)
         return EXIT_NODAEMON;
     }
     ctl->zctx = zmq_ctx_new();
-    ctl->dealer = zmq_socket(ctl->zctx, ZMQ_DEALER);
+    ctl->dealer = ctl->zctx ? zmq_socket(ctl->zctx, ZMQ_DEALER) : NULL;
+    if (!ctl->dealer) {
+        fprintf(stderr, "mbctl: failed to create a ZeroMQ socket: %s\n", zmq_strerror(errno));
+        return EXIT_NODAEMON;
+    }
     int zero = 0;
     zmq_setsockopt(ctl->dealer, ZMQ_LINGER, &zero, sizeof(zero));
     if (zmq_connect(ctl->dealer, ep) != 0) {
@@ -78,17 +125,22 @@ static void ctl_close(struct ctl *ctl)
         zmq_close(ctl->dealer);
     if (ctl->zctx)
         zmq_ctx_term(ctl->zctx);
+    if (ctl->chan >= 0)
+        close(ctl->chan);
+    ctl->dealer = ctl->zctx = NULL;
+    ctl->chan = -1;
 }
 
-/* One request, one reply; maps failures to exit codes. */
-static int ctl_call(struct ctl *ctl, Mb__Request *req, Mb__Reply **rep)
+/* One request, one reply (notices are ignored); maps failures to exit
+ * codes and prints the daemon's error. */
+static int ctl_call(struct ctl *ctl, Mb__Request *req, int body, Mb__Reply **rep)
 {
     int rc = ctl_connect(ctl);
     if (rc)
         return rc;
-    req->id = 1;
+    req->id = ++ctl->next_id;
     if (mb_wire_send_request(ctl->dealer, req) != 0 ||
-        mb_wire_recv_reply(ctl->dealer, 1, ctl->timeout_ms, rep, NULL, NULL) != 0) {
+        mb_wire_recv_reply(ctl->dealer, req->id, ctl->timeout_ms, rep, NULL, NULL) != 0) {
         fprintf(stderr, "mbctl: moonbrightd (device %d, %s) did not answer within %d ms\n",
                 ctl->device, ctl->runtime_dir, ctl->timeout_ms);
         return EXIT_NODAEMON;
@@ -99,28 +151,127 @@ static int ctl_call(struct ctl *ctl, Mb__Request *req, Mb__Reply **rep)
         mb__reply__free_unpacked(*rep, NULL);
         return EXIT_REFUSED;
     }
+    if ((int)(*rep)->body_case != body) {
+        fprintf(stderr, "mbctl: unexpected reply from moonbrightd\n");
+        mb__reply__free_unpacked(*rep, NULL);
+        return EXIT_REFUSED;
+    }
     return 0;
 }
 
-static int cli_status(struct ctl *ctl, int argc, char **argv)
+/* Open a session, as libmbclient does: connect the handle channel, read
+ * the token from the daemon's welcome, present it in hello on ZeroMQ. The
+ * daemon takes the caller's uid from the channel (SO_PEERCRED). */
+static int ctl_session(struct ctl *ctl)
+{
+    int rc = ctl_connect(ctl);
+    if (rc)
+        return rc;
+    char path[256];
+    mb_chan_path(path, sizeof(path), ctl->runtime_dir, ctl->device);
+    struct sockaddr_un sa;
+    ctl->chan = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+    if (ctl->chan < 0 || mb_chan_sockaddr(&sa, path) != 0 ||
+        connect(ctl->chan, (struct sockaddr *)&sa, sizeof(sa)) != 0) {
+        fprintf(stderr, "mbctl: failed to connect to %s: %s (is moonbrightd running?)\n", path,
+                strerror(errno));
+        return EXIT_NODAEMON;
+    }
+    struct mb_chan_msg w;
+    int fds[MB_CHAN_MAX_FDS];
+    rc = mb_chan_recv(ctl->chan, &w, fds, ctl->timeout_ms);
+    if (rc == 0) {
+        for (uint32_t i = 0; i < w.count; i++)
+            close(fds[i]);
+        if (w.type != MB_CHAN_WELCOME)
+            rc = MB_EPROTO;
+    }
+    if (rc != 0) {
+        fprintf(stderr, "mbctl: no welcome from moonbrightd on %s: %s\n", path, mb_strerror(rc));
+        return EXIT_NODAEMON;
+    }
+    Mb__Request req = MB__REQUEST__INIT;
+    Mb__Hello h = MB__HELLO__INIT;
+    h.token.data = w.token;
+    h.token.len = sizeof(w.token);
+    h.tenant = "mbctl";
+    h.version = 1;
+    req.body_case = MB__REQUEST__BODY_HELLO;
+    req.hello = &h;
+    Mb__Reply *rep;
+    if ((rc = ctl_call(ctl, &req, MB__REPLY__BODY_HELLO, &rep)) != 0)
+        return rc;
+    mb__reply__free_unpacked(rep, NULL);
+    return 0;
+}
+
+static int no_args(const char *cmd, int argc)
 {
     if (argc > 1) {
-        fprintf(stderr, "mbctl: status takes no arguments besides --json\n");
+        fprintf(stderr, "mbctl: %s takes no arguments besides --json\n", cmd);
         return EXIT_USAGE;
     }
+    return 0;
+}
+
+static int get_status(struct ctl *ctl, Mb__Reply **rep)
+{
     Mb__Request req = MB__REQUEST__INIT;
     Mb__Status st = MB__STATUS__INIT;
     req.body_case = MB__REQUEST__BODY_STATUS;
     req.status = &st;
-    Mb__Reply *rep;
-    int rc = ctl_call(ctl, &req, &rep);
-    if (rc)
-        return rc;
-    if (rep->body_case != MB__REPLY__BODY_STATUS) {
-        fprintf(stderr, "mbctl: unexpected reply from moonbrightd\n");
-        mb__reply__free_unpacked(rep, NULL);
-        return EXIT_REFUSED;
+    return ctl_call(ctl, &req, MB__REPLY__BODY_STATUS, rep);
+}
+
+static int get_tenants(struct ctl *ctl, Mb__Reply **rep)
+{
+    Mb__Request req = MB__REQUEST__INIT;
+    Mb__Tenants t = MB__TENANTS__INIT;
+    req.body_case = MB__REQUEST__BODY_TENANTS;
+    req.tenants = &t;
+    return ctl_call(ctl, &req, MB__REPLY__BODY_TENANTS, rep);
+}
+
+/* ---- status ------------------------------------------------------------ */
+
+static void print_sessions(const Mb__StatusReply *s)
+{
+    char a[32], b[32];
+    printf("%-8s %-8s %-6s %-20s %8s %12s %12s\n", "SESSION", "PID", "UID", "TENANT", "FRAMES",
+           "BYTES", "CACHED");
+    for (size_t i = 0; i < s->n_sessions; i++) {
+        const Mb__SessionInfo *si = s->sessions[i];
+        printf("%-8llu %-8u %-6u %-20s %8u %12s %12s\n", (unsigned long long)si->id, si->pid,
+               si->uid, si->tenant, si->frames, mb_format_size(si->bytes, a, sizeof(a)),
+               mb_format_size(si->cached, b, sizeof(b)));
     }
+    if (s->n_sessions == 0)
+        printf("(no sessions)\n");
+}
+
+static void print_status_head(const Mb__StatusReply *s)
+{
+    char a[32], b[32], f[32];
+    printf("moonbrightd pid %u, device %u, %s backend, up %llu s%s\n", s->pid, s->device,
+           s->backend, (unsigned long long)(s->uptime_ms / 1000), s->draining ? ", DRAINING" : "");
+    printf("frames   %u total (%s each): %u free, %u granted\n", s->frames_total,
+           mb_format_size(s->frame_bytes, f, sizeof(f)), s->frames_free, s->frames_granted);
+    printf("budget   %s, %s granted\n", mb_format_size(s->budget_bytes, a, sizeof(a)),
+           mb_format_size(s->bytes_granted, b, sizeof(b)));
+    printf("requests %llu served, %llu malformed, %llu refused (%llu over quota), %llu errors\n",
+           (unsigned long long)s->requests, (unsigned long long)s->malformed,
+           (unsigned long long)s->refused, (unsigned long long)s->refused_quota,
+           (unsigned long long)s->errors);
+    printf("reclaim  %llu notices sent, %u grants waiting; %llu scrubs\n",
+           (unsigned long long)s->reclaim_notices, s->grants_waiting, (unsigned long long)s->scrubs);
+}
+
+static int cli_status(struct ctl *ctl, int argc, char **argv)
+{
+    int rc = no_args("status", argc);
+    Mb__Reply *rep;
+    if (rc || (rc = get_status(ctl, &rep)) != 0)
+        return rc;
     const Mb__StatusReply *s = rep->status;
     if (ctl->json) {
         printf("{\"backend\":");
@@ -128,66 +279,504 @@ static int cli_status(struct ctl *ctl, int argc, char **argv)
         printf(",\"device\":%u,\"pid\":%u,\"uptime_ms\":%llu,\"frame_bytes\":%llu,"
                "\"budget_bytes\":%llu,\"frames_total\":%u,\"frames_free\":%u,\"frames_granted\":%u,"
                "\"bytes_free\":%llu,\"bytes_granted\":%llu,\"requests\":%llu,\"malformed\":%llu,"
-               "\"refused\":%llu,\"tenants\":[",
+               "\"refused\":%llu,\"refused_quota\":%llu,\"errors\":%llu,\"draining\":%s,"
+               "\"scrubs\":%llu,\"reclaim_notices\":%llu,\"grants_waiting\":%u,\"tenants\":[",
                s->device, s->pid, (unsigned long long)s->uptime_ms,
                (unsigned long long)s->frame_bytes, (unsigned long long)s->budget_bytes,
                s->frames_total, s->frames_free, s->frames_granted,
                (unsigned long long)s->bytes_free, (unsigned long long)s->bytes_granted,
                (unsigned long long)s->requests, (unsigned long long)s->malformed,
-               (unsigned long long)s->refused);
+               (unsigned long long)s->refused, (unsigned long long)s->refused_quota,
+               (unsigned long long)s->errors, s->draining ? "true" : "false",
+               (unsigned long long)s->scrubs, (unsigned long long)s->reclaim_notices,
+               s->grants_waiting);
+        /* "tenants" lists sessions (each with its tenant's name), as before. */
         for (size_t i = 0; i < s->n_sessions; i++) {
             const Mb__SessionInfo *si = s->sessions[i];
             printf("%s{\"session\":%llu,\"pid\":%u,\"uid\":%u,\"name\":", i ? "," : "",
                    (unsigned long long)si->id, si->pid, si->uid);
             json_str(si->tenant);
-            printf(",\"frames\":%u,\"bytes\":%llu}", si->frames, (unsigned long long)si->bytes);
+            printf(",\"frames\":%u,\"bytes\":%llu,\"cached\":%llu}", si->frames,
+                   (unsigned long long)si->bytes, (unsigned long long)si->cached);
         }
         printf("]}\n");
     } else {
-        char a[32], b[32], f[32];
-        printf("moonbrightd pid %u, device %u, %s backend, up %llu s\n", s->pid, s->device,
-               s->backend, (unsigned long long)(s->uptime_ms / 1000));
-        printf("frames   %u total (%s each): %u free, %u granted\n", s->frames_total,
-               mb_format_size(s->frame_bytes, f, sizeof(f)), s->frames_free, s->frames_granted);
-        printf("budget   %s, %s granted\n", mb_format_size(s->budget_bytes, a, sizeof(a)),
-               mb_format_size(s->bytes_granted, b, sizeof(b)));
-        printf("requests %llu served, %llu malformed, %llu refused\n",
-               (unsigned long long)s->requests, (unsigned long long)s->malformed,
-               (unsigned long long)s->refused);
-        printf("\n%-8s %-8s %-6s %-20s %8s %12s\n", "SESSION", "PID", "UID", "TENANT", "FRAMES", "BYTES");
-        for (size_t i = 0; i < s->n_sessions; i++) {
-            const Mb__SessionInfo *si = s->sessions[i];
-            printf("%-8llu %-8u %-6u %-20s %8u %12s\n", (unsigned long long)si->id, si->pid,
-                   si->uid, si->tenant, si->frames, mb_format_size(si->bytes, a, sizeof(a)));
-        }
-        if (s->n_sessions == 0)
-            printf("(no sessions)\n");
+        print_status_head(s);
+        printf("\n");
+        print_sessions(s);
     }
     mb__reply__free_unpacked(rep, NULL);
     return 0;
 }
 
-/* mbctl's runners for the table's MB_CMD_CLI rows. */
+/* ---- tenants ----------------------------------------------------------- */
+
+static void print_tenants(const Mb__TenantsReply *t)
+{
+    char a[32], b[32], c[32], e[32];
+    printf("%-24s %8s %12s %12s %12s %12s\n", "TENANT", "SESSIONS", "BYTES", "MAX", "MIN", "CACHED");
+    for (size_t i = 0; i < t->n_tenants; i++) {
+        const Mb__TenantInfo *ti = t->tenants[i];
+        printf("%-24s %8u %12s %12s %12s %12s\n", ti->name, ti->sessions,
+               mb_format_size(ti->bytes, a, sizeof(a)), size_or_unlimited(ti->max, b, sizeof(b)),
+               mb_format_size(ti->min, c, sizeof(c)), mb_format_size(ti->cached, e, sizeof(e)));
+    }
+    if (t->n_tenants == 0)
+        printf("(no tenants)\n");
+}
+
+static int cli_tenants(struct ctl *ctl, int argc, char **argv)
+{
+    int rc = no_args("tenants", argc);
+    Mb__Reply *rep;
+    if (rc || (rc = get_tenants(ctl, &rep)) != 0)
+        return rc;
+    const Mb__TenantsReply *t = rep->tenants;
+    if (ctl->json) {
+        printf("{\"tenants\":[");
+        for (size_t i = 0; i < t->n_tenants; i++) {
+            const Mb__TenantInfo *ti = t->tenants[i];
+            printf("%s{\"name\":", i ? "," : "");
+            json_str(ti->name);
+            printf(",\"sessions\":%u,\"bytes\":%llu,\"max\":", ti->sessions,
+                   (unsigned long long)ti->bytes);
+            json_max(ti->max);
+            printf(",\"min\":%llu,\"cached\":%llu}", (unsigned long long)ti->min,
+                   (unsigned long long)ti->cached);
+        }
+        printf("]}\n");
+    } else {
+        print_tenants(t);
+    }
+    mb__reply__free_unpacked(rep, NULL);
+    return 0;
+}
+
+/* ---- frames ------------------------------------------------------------ */
+
+static int cli_frames(struct ctl *ctl, int argc, char **argv)
+{
+    int rc = no_args("frames", argc);
+    if (rc)
+        return rc;
+    uint32_t start = 1;
+    size_t shown = 0;
+    if (ctl->json)
+        printf("{\"frames\":[");
+    else
+        printf("%-8s %10s %-10s %-8s %-20s %-20s\n", "FRAME", "BYTES", "STATE", "SESSION", "TENANT",
+               "LAST_TENANT");
+    do {
+        Mb__Request req = MB__REQUEST__INIT;
+        Mb__Frames fr = MB__FRAMES__INIT;
+        fr.start = start;
+        req.body_case = MB__REQUEST__BODY_FRAMES;
+        req.frames = &fr;
+        Mb__Reply *rep;
+        if ((rc = ctl_call(ctl, &req, MB__REPLY__BODY_FRAMES, &rep)) != 0) {
+            if (ctl->json)
+                printf("]}\n");
+            return rc;
+        }
+        const Mb__FramesReply *f = rep->frames;
+        for (size_t i = 0; i < f->n_frames; i++, shown++) {
+            const Mb__FrameInfo *fi = f->frames[i];
+            if (ctl->json) {
+                printf("%s{\"id\":%u,\"bytes\":%llu,\"state\":", shown ? "," : "", fi->id,
+                       (unsigned long long)fi->bytes);
+                json_str(fi->state);
+                printf(",\"session\":%llu,\"tenant\":", (unsigned long long)fi->session);
+                json_str(fi->tenant);
+                printf(",\"last_tenant\":");
+                json_str(fi->last_tenant);
+                printf("}");
+            } else {
+                char sess[24] = "-";
+                if (fi->session)
+                    snprintf(sess, sizeof(sess), "%llu", (unsigned long long)fi->session);
+                printf("%-8u %10llu %-10s %-8s %-20s %-20s\n", fi->id, (unsigned long long)fi->bytes,
+                       fi->state, sess, *fi->tenant ? fi->tenant : "-",
+                       *fi->last_tenant ? fi->last_tenant : "-");
+            }
+        }
+        start = f->next;
+        mb__reply__free_unpacked(rep, NULL);
+    } while (start != 0);
+    if (ctl->json)
+        printf("]}\n");
+    else if (shown == 0)
+        printf("(no frames created yet)\n");
+    return 0;
+}
+
+/* ---- admin commands ---------------------------------------------------- */
+
+static int cli_quota(struct ctl *ctl, int argc, char **argv)
+{
+    if (argc != 3) {
+        fprintf(stderr, "mbctl: usage: quota TENANT SIZE|unlimited\n");
+        return EXIT_USAGE;
+    }
+    Mb__Request req = MB__REQUEST__INIT;
+    Mb__Quota q = MB__QUOTA__INIT;
+    q.tenant = argv[1];
+    if (strcmp(argv[2], "unlimited") == 0) {
+        q.unlimited = true;
+    } else if (mb_parse_size(argv[2], &q.max) != 0) {
+        fprintf(stderr, "mbctl: bad size '%s' (bytes with an optional K, M, G or T suffix, or unlimited)\n",
+                argv[2]);
+        return EXIT_USAGE;
+    }
+    req.body_case = MB__REQUEST__BODY_QUOTA;
+    req.quota = &q;
+    Mb__Reply *rep;
+    int rc = ctl_session(ctl);
+    if (rc || (rc = ctl_call(ctl, &req, MB__REPLY__BODY_QUOTA, &rep)) != 0)
+        return rc;
+    const Mb__QuotaReply *r = rep->quota;
+    if (ctl->json) {
+        printf("{\"tenant\":");
+        json_str(r->tenant);
+        printf(",\"previous_max\":");
+        json_max(r->previous_max);
+        printf(",\"max\":");
+        json_max(r->max);
+        printf(",\"bytes\":%llu}\n", (unsigned long long)r->bytes);
+    } else {
+        char a[32], b[32], c[32];
+        printf("tenant %s: max %s (was %s); holds %s\n", r->tenant, size_or_unlimited(r->max, a, sizeof(a)),
+               size_or_unlimited(r->previous_max, b, sizeof(b)), mb_format_size(r->bytes, c, sizeof(c)));
+    }
+    mb__reply__free_unpacked(rep, NULL);
+    return 0;
+}
+
+static int cli_reclaim(struct ctl *ctl, int argc, char **argv)
+{
+    if (argc > 2) {
+        fprintf(stderr, "mbctl: usage: reclaim [TENANT]\n");
+        return EXIT_USAGE;
+    }
+    Mb__Request req = MB__REQUEST__INIT;
+    Mb__Reclaim r = MB__RECLAIM__INIT;
+    r.tenant = argc == 2 ? argv[1] : "";
+    req.body_case = MB__REQUEST__BODY_RECLAIM;
+    req.reclaim = &r;
+    Mb__Reply *rep;
+    int rc = ctl_session(ctl);
+    if (rc || (rc = ctl_call(ctl, &req, MB__REPLY__BODY_RECLAIM, &rep)) != 0)
+        return rc;
+    if (ctl->json) {
+        printf("{\"sessions\":%u,\"cached\":%llu}\n", rep->reclaim->sessions,
+               (unsigned long long)rep->reclaim->cached);
+    } else {
+        char a[32];
+        printf("asked %u sessions to return cached frames (%s cached, as last reported)\n",
+               rep->reclaim->sessions, mb_format_size(rep->reclaim->cached, a, sizeof(a)));
+    }
+    mb__reply__free_unpacked(rep, NULL);
+    return 0;
+}
+
+static int cli_drain(struct ctl *ctl, int argc, char **argv)
+{
+    if (argc > 2 || (argc == 2 && strcmp(argv[1], "off") != 0 && strcmp(argv[1], "on") != 0)) {
+        fprintf(stderr, "mbctl: usage: drain [on|off]\n");
+        return EXIT_USAGE;
+    }
+    Mb__Request req = MB__REQUEST__INIT;
+    Mb__Drain dr = MB__DRAIN__INIT;
+    dr.off = argc == 2 && strcmp(argv[1], "off") == 0;
+    req.body_case = MB__REQUEST__BODY_DRAIN;
+    req.drain = &dr;
+    Mb__Reply *rep;
+    int rc = ctl_session(ctl);
+    if (rc || (rc = ctl_call(ctl, &req, MB__REPLY__BODY_DRAIN, &rep)) != 0)
+        return rc;
+    if (ctl->json)
+        printf("{\"draining\":%s,\"sessions\":%u}\n", rep->drain->draining ? "true" : "false",
+               rep->drain->sessions);
+    else
+        printf("%s; %u sessions open (this one included)\n",
+               rep->drain->draining ? "draining: no new frames are granted" : "granting frames",
+               rep->drain->sessions);
+    mb__reply__free_unpacked(rep, NULL);
+    return 0;
+}
+
+static int cli_kill(struct ctl *ctl, int argc, char **argv)
+{
+    char *end = NULL;
+    unsigned long long id = argc == 2 ? strtoull(argv[1], &end, 10) : 0;
+    if (argc != 2 || !end || *end || end == argv[1] || id == 0) {
+        fprintf(stderr, "mbctl: usage: kill SESSION (a session id from 'mbctl status')\n");
+        return EXIT_USAGE;
+    }
+    Mb__Request req = MB__REQUEST__INIT;
+    Mb__Kill k = MB__KILL__INIT;
+    k.session = id;
+    req.body_case = MB__REQUEST__BODY_KILL;
+    req.kill = &k;
+    Mb__Reply *rep;
+    int rc = ctl_session(ctl);
+    if (rc || (rc = ctl_call(ctl, &req, MB__REPLY__BODY_KILL, &rep)) != 0)
+        return rc;
+    if (ctl->json)
+        printf("{\"session\":%llu,\"frames\":%u}\n", (unsigned long long)rep->kill->session,
+               rep->kill->frames);
+    else
+        printf("session %llu ended; %u frames withdrawn until its process exits\n",
+               (unsigned long long)rep->kill->session, rep->kill->frames);
+    mb__reply__free_unpacked(rep, NULL);
+    return 0;
+}
+
+/* ---- metrics ----------------------------------------------------------- */
+
+static void prom_head(const char *name, const char *type, const char *help)
+{
+    printf("# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+static void prom_metrics(const Mb__MetricsReply *m, const Mb__TenantsReply *t)
+{
+    const Mb__StatusReply *s = m->status;
+    unsigned dev = s->device;
+    prom_head("moonbright_frames", "gauge", "Frames the daemon created, by state.");
+    printf("moonbright_frames{device=\"%u\",state=\"free\"} %u\n", dev, s->frames_free);
+    printf("moonbright_frames{device=\"%u\",state=\"granted\"} %u\n", dev, s->frames_granted);
+    prom_head("moonbright_bytes", "gauge", "Bytes of frames, by state.");
+    printf("moonbright_bytes{device=\"%u\",state=\"free\"} %llu\n", dev, (unsigned long long)s->bytes_free);
+    printf("moonbright_bytes{device=\"%u\",state=\"granted\"} %llu\n", dev, (unsigned long long)s->bytes_granted);
+    prom_head("moonbright_budget_bytes", "gauge", "Most bytes of frames the daemon creates.");
+    printf("moonbright_budget_bytes{device=\"%u\"} %llu\n", dev, (unsigned long long)s->budget_bytes);
+    prom_head("moonbright_frame_bytes", "gauge", "Bytes per frame.");
+    printf("moonbright_frame_bytes{device=\"%u\"} %llu\n", dev, (unsigned long long)s->frame_bytes);
+    prom_head("moonbright_sessions", "gauge", "Sessions bound now.");
+    printf("moonbright_sessions{device=\"%u\"} %zu\n", dev, s->n_sessions);
+    prom_head("moonbright_sessions_opened_total", "counter", "Sessions opened on the handle channel.");
+    printf("moonbright_sessions_opened_total{device=\"%u\"} %llu\n", dev, (unsigned long long)m->sessions_opened);
+    prom_head("moonbright_sessions_closed_total", "counter", "Sessions ended.");
+    printf("moonbright_sessions_closed_total{device=\"%u\"} %llu\n", dev, (unsigned long long)m->sessions_closed);
+    prom_head("moonbright_sessions_killed_total", "counter", "Sessions ended by an administrator.");
+    printf("moonbright_sessions_killed_total{device=\"%u\"} %llu\n", dev, (unsigned long long)m->sessions_killed);
+    prom_head("moonbright_tenant_bytes", "gauge", "Bytes granted to each tenant's sessions.");
+    for (size_t i = 0; t && i < t->n_tenants; i++) {
+        printf("moonbright_tenant_bytes{device=\"%u\",tenant=\"", dev);
+        prom_label(t->tenants[i]->name);
+        printf("\"} %llu\n", (unsigned long long)t->tenants[i]->bytes);
+    }
+    prom_head("moonbright_requests_total", "counter", "Requests handled, by command.");
+    for (size_t i = 0; i < m->n_commands; i++)
+        printf("moonbright_requests_total{device=\"%u\",command=\"%s\"} %llu\n", dev,
+               m->commands[i]->name, (unsigned long long)m->commands[i]->count);
+    prom_head("moonbright_request_errors_total", "counter", "Requests answered with an error, by command.");
+    for (size_t i = 0; i < m->n_commands; i++)
+        printf("moonbright_request_errors_total{device=\"%u\",command=\"%s\"} %llu\n", dev,
+               m->commands[i]->name, (unsigned long long)m->commands[i]->errors);
+    prom_head("moonbright_request_duration_seconds", "histogram",
+              "Time from a request's arrival to its reply, by command.");
+    for (size_t i = 0; i < m->n_commands; i++) {
+        const Mb__CommandStats *c = m->commands[i];
+        for (size_t b = 0; b < c->n_buckets && b < m->n_bucket_le_us; b++)
+            printf("moonbright_request_duration_seconds_bucket{device=\"%u\",command=\"%s\",le=\"%g\"} %llu\n",
+                   dev, c->name, (double)m->bucket_le_us[b] / 1e6, (unsigned long long)c->buckets[b]);
+        printf("moonbright_request_duration_seconds_bucket{device=\"%u\",command=\"%s\",le=\"+Inf\"} %llu\n",
+               dev, c->name, (unsigned long long)c->count);
+        printf("moonbright_request_duration_seconds_sum{device=\"%u\",command=\"%s\"} %.6f\n", dev,
+               c->name, (double)c->sum_us / 1e6);
+        printf("moonbright_request_duration_seconds_count{device=\"%u\",command=\"%s\"} %llu\n", dev,
+               c->name, (unsigned long long)c->count);
+    }
+    prom_head("moonbright_refused_total", "counter", "Requests refused, by reason.");
+    printf("moonbright_refused_total{device=\"%u\",reason=\"permission\"} %llu\n", dev,
+           (unsigned long long)m->refused_auth);
+    printf("moonbright_refused_total{device=\"%u\",reason=\"quota\"} %llu\n", dev,
+           (unsigned long long)s->refused_quota);
+    prom_head("moonbright_malformed_total", "counter", "Malformed messages dropped or answered.");
+    printf("moonbright_malformed_total{device=\"%u\"} %llu\n", dev, (unsigned long long)s->malformed);
+    prom_head("moonbright_scrubs_total", "counter", "Frames zeroed before moving to another tenant.");
+    printf("moonbright_scrubs_total{device=\"%u\"} %llu\n", dev, (unsigned long long)s->scrubs);
+    prom_head("moonbright_reclaim_notices_total", "counter", "RECLAIM notices sent to sessions.");
+    printf("moonbright_reclaim_notices_total{device=\"%u\"} %llu\n", dev, (unsigned long long)s->reclaim_notices);
+    prom_head("moonbright_reclaim_bytes_total", "counter", "Bytes returned while a grant waited.");
+    printf("moonbright_reclaim_bytes_total{device=\"%u\"} %llu\n", dev, (unsigned long long)m->reclaim_bytes);
+    prom_head("moonbright_reclaim_timeouts_total", "counter", "Waiting grants that ran out of time.");
+    printf("moonbright_reclaim_timeouts_total{device=\"%u\"} %llu\n", dev, (unsigned long long)m->reclaim_timeouts);
+    prom_head("moonbright_grants_waiting", "gauge", "Grants waiting for reclaimed frames.");
+    printf("moonbright_grants_waiting{device=\"%u\"} %u\n", dev, s->grants_waiting);
+    prom_head("moonbright_draining", "gauge", "1 while grants are refused (drain).");
+    printf("moonbright_draining{device=\"%u\"} %d\n", dev, s->draining ? 1 : 0);
+    prom_head("moonbright_uptime_seconds", "gauge", "Seconds since the daemon started serving.");
+    printf("moonbright_uptime_seconds{device=\"%u\"} %.3f\n", dev, (double)s->uptime_ms / 1e3);
+}
+
+static void json_metrics(const Mb__MetricsReply *m)
+{
+    const Mb__StatusReply *s = m->status;
+    printf("{\"device\":%u,\"frames_free\":%u,\"frames_granted\":%u,\"bytes_free\":%llu,"
+           "\"bytes_granted\":%llu,\"budget_bytes\":%llu,\"sessions\":%zu,\"sessions_opened\":%llu,"
+           "\"sessions_closed\":%llu,\"sessions_killed\":%llu,\"refused_permission\":%llu,"
+           "\"refused_quota\":%llu,\"malformed\":%llu,\"scrubs\":%llu,\"reclaim_notices\":%llu,"
+           "\"reclaim_bytes\":%llu,\"reclaim_timeouts\":%llu,\"commands\":[",
+           s->device, s->frames_free, s->frames_granted, (unsigned long long)s->bytes_free,
+           (unsigned long long)s->bytes_granted, (unsigned long long)s->budget_bytes, s->n_sessions,
+           (unsigned long long)m->sessions_opened, (unsigned long long)m->sessions_closed,
+           (unsigned long long)m->sessions_killed, (unsigned long long)m->refused_auth,
+           (unsigned long long)s->refused_quota, (unsigned long long)s->malformed,
+           (unsigned long long)s->scrubs, (unsigned long long)s->reclaim_notices,
+           (unsigned long long)m->reclaim_bytes, (unsigned long long)m->reclaim_timeouts);
+    for (size_t i = 0; i < m->n_commands; i++) {
+        const Mb__CommandStats *c = m->commands[i];
+        printf("%s{\"name\":", i ? "," : "");
+        json_str(c->name);
+        printf(",\"count\":%llu,\"errors\":%llu,\"sum_us\":%llu,\"buckets\":[",
+               (unsigned long long)c->count, (unsigned long long)c->errors,
+               (unsigned long long)c->sum_us);
+        for (size_t b = 0; b < c->n_buckets && b < m->n_bucket_le_us; b++)
+            printf("%s{\"le_us\":%llu,\"count\":%llu}", b ? "," : "",
+                   (unsigned long long)m->bucket_le_us[b], (unsigned long long)c->buckets[b]);
+        printf("]}");
+    }
+    printf("]}\n");
+}
+
+static int cli_metrics(struct ctl *ctl, int argc, char **argv)
+{
+    int rc = no_args("metrics", argc);
+    if (rc)
+        return rc;
+    Mb__Request req = MB__REQUEST__INIT;
+    Mb__Metrics mt = MB__METRICS__INIT;
+    req.body_case = MB__REQUEST__BODY_METRICS;
+    req.metrics = &mt;
+    Mb__Reply *rep, *trep = NULL;
+    if ((rc = ctl_call(ctl, &req, MB__REPLY__BODY_METRICS, &rep)) != 0)
+        return rc;
+    if (ctl->json) {
+        json_metrics(rep->metrics);
+    } else {
+        if ((rc = get_tenants(ctl, &trep)) != 0) {
+            mb__reply__free_unpacked(rep, NULL);
+            return rc;
+        }
+        prom_metrics(rep->metrics, trep->tenants);
+        mb__reply__free_unpacked(trep, NULL);
+    }
+    mb__reply__free_unpacked(rep, NULL);
+    return 0;
+}
+
+/* ---- top --------------------------------------------------------------- */
+
+static void sleep_ms(int ms)
+{
+    struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+        ;
+}
+
+static int cli_top(struct ctl *ctl, int argc, char **argv)
+{
+    long count = -1, interval = 1000;
+    for (int i = 1; i < argc; i++) {
+        char *end = NULL;
+        if (strcmp(argv[i], "--once") == 0) {
+            count = 1;
+        } else if ((strcmp(argv[i], "-n") == 0 || strcmp(argv[i], "--count") == 0) && i + 1 < argc) {
+            count = strtol(argv[++i], &end, 10);
+            if (*end || end == argv[i] || count <= 0) {
+                fprintf(stderr, "mbctl: bad count '%s' (a number > 0)\n", argv[i]);
+                return EXIT_USAGE;
+            }
+        } else if (strcmp(argv[i], "--interval") == 0 && i + 1 < argc) {
+            interval = strtol(argv[++i], &end, 10);
+            if (*end || end == argv[i] || interval < 10 || interval > 3600000) {
+                fprintf(stderr, "mbctl: bad interval '%s' (milliseconds, 10 or more)\n", argv[i]);
+                return EXIT_USAGE;
+            }
+        } else {
+            fprintf(stderr, "mbctl: usage: top [--once] [-n COUNT] [--interval MS]\n");
+            return EXIT_USAGE;
+        }
+    }
+    bool tty = isatty(1);
+    for (long shown = 0; count < 0 || shown < count; shown++) {
+        if (shown)
+            sleep_ms((int)interval);
+        Mb__Reply *srep, *trep;
+        int rc = get_status(ctl, &srep);
+        if (rc)
+            return rc;
+        if ((rc = get_tenants(ctl, &trep)) != 0) {
+            mb__reply__free_unpacked(srep, NULL);
+            return rc;
+        }
+        if (tty)
+            printf("\033[H\033[2J");   /* home, clear */
+        else if (shown)
+            printf("\n");
+        time_t now = time(NULL);
+        char when[32];
+        strftime(when, sizeof(when), "%H:%M:%S", localtime(&now));
+        printf("mbctl top, %s (every %ld ms)\n", when, interval);
+        print_status_head(srep->status);
+        printf("\n");
+        print_tenants(trep->tenants);
+        printf("\n");
+        print_sessions(srep->status);
+        fflush(stdout);
+        mb__reply__free_unpacked(srep, NULL);
+        mb__reply__free_unpacked(trep, NULL);
+    }
+    return 0;
+}
+
+/* ---- the table --------------------------------------------------------- */
+
+/* mbctl's runners for the table's MB_CMD_CLI rows and its views. */
 static cli_fn *const cli_fns[MB_CMD_COUNT] = {
-    [MB_CMD_status] = cli_status,
+    [MB_CMD_status] = cli_status,   [MB_CMD_tenants] = cli_tenants, [MB_CMD_frames] = cli_frames,
+    [MB_CMD_quota] = cli_quota,     [MB_CMD_reclaim] = cli_reclaim, [MB_CMD_drain] = cli_drain,
+    [MB_CMD_kill] = cli_kill,       [MB_CMD_metrics] = cli_metrics,
 };
+static cli_fn *const view_fns[MB_VIEW_COUNT] = {
+    [MB_VIEW_top] = cli_top,
+};
+
+static void usage_row(FILE *f, const struct mb_command *c)
+{
+    fprintf(f, "  %-8s %-32s %s\n", c->name, c->usage, c->summary);
+}
 
 static void usage(FILE *f)
 {
     fprintf(f, "usage: mbctl [--runtime-dir DIR] [--device N] [--timeout MS] COMMAND [ARGS]\n\ncommands:\n");
     for (int i = 0; i < MB_CMD_COUNT; i++)
         if (mb_commands[i].flags & MB_CMD_CLI)
-            fprintf(f, "  %-8s %-24s %s\n", mb_commands[i].name, mb_commands[i].usage,
-                    mb_commands[i].summary);
+            usage_row(f, &mb_commands[i]);
+    for (int i = 0; i < MB_VIEW_COUNT; i++)
+        usage_row(f, &mb_views[i]);
     fprintf(f, "\n'mbctl COMMAND --help' describes one command. Exit codes: 0 success, 1 refused,\n"
                "2 usage error, 3 moonbrightd not running or not answering.\n");
+}
+
+static void command_help(const struct mb_command *c)
+{
+    printf("usage: mbctl %s %s\n  %s\n", c->name, c->usage, c->summary);
+    if (c->flags & MB_CMD_ADMIN)
+        printf("  Administrators only: root and the users in admin_uids of moonbrightd.conf;\n"
+               "  mbctl opens a session so the daemon knows who asks.\n");
+    if (c->flags & MB_CMD_JSON)
+        printf("  --json prints one JSON document instead of a table.\n");
+    printf("  Exit codes: 0 success, 1 refused by the daemon, 2 usage error, 3 not running.\n");
 }
 
 int main(int argc, char **argv)
 {
     mb_log_set_ident("mbctl");
     mb_log_set_level(MB_LOG_ERR);
-    struct ctl ctl = { .runtime_dir = mb_default_runtime_dir(), .timeout_ms = 3000 };
+    struct ctl ctl = { .runtime_dir = mb_default_runtime_dir(), .timeout_ms = 3000, .chan = -1 };
     const char *dev = getenv("MOONBRIGHT_DEVICE");
     if (dev && *dev)
         ctl.device = atoi(dev);
@@ -223,8 +812,19 @@ int main(int argc, char **argv)
         usage(stderr);
         return EXIT_USAGE;
     }
+    const struct mb_command *row = NULL;
+    cli_fn *fn = NULL;
     int cmd = mb_command_by_name(argv[optind]);
-    if (cmd < 0 || !(mb_commands[cmd].flags & MB_CMD_CLI) || !cli_fns[cmd]) {
+    if (cmd >= 0 && (mb_commands[cmd].flags & MB_CMD_CLI)) {
+        row = &mb_commands[cmd];
+        fn = cli_fns[cmd];
+    }
+    for (int i = 0; !row && i < MB_VIEW_COUNT; i++)
+        if (strcmp(mb_views[i].name, argv[optind]) == 0) {
+            row = &mb_views[i];
+            fn = view_fns[i];
+        }
+    if (!row || !fn) {
         fprintf(stderr, "mbctl: unknown command '%s'\n", argv[optind]);
         usage(stderr);
         return EXIT_USAGE;
@@ -232,19 +832,22 @@ int main(int argc, char **argv)
     /* Common flags after the command word: --json and --help. */
     int cargc = 0;
     char **cargv = calloc((size_t)(argc - optind + 1), sizeof(*cargv));
+    if (!cargv) {
+        fprintf(stderr, "mbctl: out of memory\n");
+        return EXIT_USAGE;
+    }
     for (int i = optind; i < argc; i++) {
-        if (strcmp(argv[i], "--json") == 0) {
+        if (strcmp(argv[i], "--json") == 0 && (row->flags & MB_CMD_JSON)) {
             ctl.json = true;
         } else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
-            printf("usage: mbctl %s %s\n  %s\n", mb_commands[cmd].name, mb_commands[cmd].usage,
-                   mb_commands[cmd].summary);
+            command_help(row);
             free(cargv);
             return 0;
         } else {
             cargv[cargc++] = argv[i];
         }
     }
-    int rc = cli_fns[cmd](&ctl, cargc, cargv);
+    int rc = fn(&ctl, cargc, cargv);
     free(cargv);
     ctl_close(&ctl);
     return rc;
