@@ -240,6 +240,7 @@ def child_replay(args, name):
                 live -= size.pop(i)
             else:
                 step = op[1]
+                st_live, st_res = max(st_live, live), max(st_res, reserved())   # idle steps hold memory too
                 if (step + 1) % bucket == 0 or step + 1 == steps:
                     series["step"].append(step)
                     series["live_bytes"].append(st_live)

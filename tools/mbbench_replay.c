@@ -484,6 +484,10 @@ static int run_strategy(struct replay_ctx *x, const struct replay_cfg *cfg, stru
             break;
         case OP_STEP_END: {
             uint32_t step = o->req;
+            /* Steps without operations still hold memory: sample them too. */
+            uint64_t res_end = reserved_now(x);
+            step_res = res_end > step_res ? res_end : step_res;
+            step_live = live > step_live ? live : step_live;
             if (x->d && step % cfg->daemon_every == 0 && bench_daemon_status(x->d, &ds) == 0) {
                 /* Sampled after the step's frees; the client-side peak is exact. */
                 step_daemon = ds.bytes_granted > step_daemon ? ds.bytes_granted : step_daemon;
