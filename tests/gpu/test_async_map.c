@@ -1,0 +1,180 @@
+/* test_async_map.c: the stream-ordered slow path (client/async_map.c) on a
+ * real GPU through a real daemon: a kernel enqueued right after the call on
+ * the same stream writes through the new pointer; a kernel on another
+ * stream finishes while a deliberately slow mapper is still mapping; a
+ * failure injected after the pointer was returned is reported and nothing
+ * hangs. Exits 77 (skipped) when no GPU is usable. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <cmocka.h>
+
+#include <moonbright/mbclient.h>
+
+#include "async_map.h"
+#include "client.h"
+#include "harness.h"
+#include "mbk_vspace.h"
+#include "mbkernels.h"
+
+static struct mbt_daemon g_d;
+static mb_client *g_c;
+static void *g_s, *g_t;
+
+static double now_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e6 + ts.tv_nsec * 1e-3;
+}
+
+static int alloc(size_t bytes, void *stream, struct stitched **s, double *us)
+{
+    double t0 = now_us();
+    pthread_mutex_lock(&g_c->lock);
+    int rc = amap_take_error(g_c);
+    if (rc == 0)
+        rc = amap_alloc(g_c, bytes, stream, s);
+    pthread_mutex_unlock(&g_c->lock);
+    if (us)
+        *us = now_us() - t0;
+    return rc;
+}
+
+static int release(struct stitched *s, void *stream)
+{
+    pthread_mutex_lock(&g_c->lock);
+    int rc = amap_free(g_c, s, stream);
+    pthread_mutex_unlock(&g_c->lock);
+    return rc;
+}
+
+/* A slow mapper (300 ms): the call returns at once, the dependent kernel
+ * writes correctly once mapped, another stream is not held up. */
+static void test_slow_mapper(void **state)
+{
+    (void)state;
+    const size_t bytes = (size_t)64 << 20;
+    amap_test_inject(g_c, 300 * 1000, 0);
+    struct stitched *s;
+    double us;
+    assert_int_equal(alloc(bytes, g_s, &s, &us), 0);
+    double t0 = now_us();
+    assert_int_equal(mbk_fill_pattern(s->va, bytes, 42, g_s), 0);
+    assert_int_equal(mbk_spin(1000, g_t), 0);
+    assert_int_equal(mbk_stream_sync(g_t), 0);
+    double other_us = now_us() - t0;
+    size_t in_flight = amap_in_flight(g_c);
+    printf("  amap_alloc(64 MiB) returned in %.1f us; other stream done after %.1f us with "
+           "%zu mapping(s) in flight\n", us, other_us, in_flight);
+    assert_int_equal(in_flight, 1);
+    assert_true(other_us < 200 * 1000.0);
+    unsigned long long bad = 1;
+    assert_int_equal(mbk_check_pattern(s->va, bytes, 0, 42, g_s, &bad, NULL), 0);
+    assert_int_equal(bad, 0);
+    assert_int_equal(amap_in_flight(g_c), 0);
+    assert_int_equal(release(s, g_s), 0);
+    amap_test_inject(g_c, 0, 0);
+}
+
+/* Several ranges queued on two streams, each written right after its call. */
+static void test_many(void **state)
+{
+    (void)state;
+    struct stitched *s[8];
+    for (int i = 0; i < 8; i++) {
+        size_t bytes = (size_t)(i + 1) << 21;
+        void *st = i % 2 ? g_t : g_s;
+        assert_int_equal(alloc(bytes, st, &s[i], NULL), 0);
+        assert_int_equal(mbk_fill_pattern(s[i]->va, bytes, 100 + i, st), 0);
+    }
+    for (int i = 0; i < 8; i++) {
+        unsigned long long bad = 1;
+        assert_int_equal(mbk_check_pattern(s[i]->va, (size_t)(i + 1) << 21, 0, 100 + i,
+                                           i % 2 ? g_t : g_s, &bad, NULL), 0);
+        assert_int_equal(bad, 0);
+    }
+    for (int i = 0; i < 8; i++)
+        assert_int_equal(release(s[i], i % 2 ? g_t : g_s), 0);
+}
+
+/* An injected failure after the pointer was returned: the gate opens, the
+ * dependent kernel finishes (into aliases of the range's own first frame),
+ * the error comes back once, and later calls work. */
+static void test_injected_failure(void **state)
+{
+    (void)state;
+    const size_t bytes = (size_t)8 << 20;
+    amap_test_inject(g_c, 50 * 1000, 1);
+    struct stitched *s;
+    assert_int_equal(alloc(bytes, g_s, &s, NULL), 0);
+    assert_int_equal(mbk_fill_pattern(s->va, bytes, 7, g_s), 0);
+    assert_int_equal(mbk_stream_sync(g_s), 0);   /* returns: the gate was opened */
+    pthread_mutex_lock(&g_c->lock);
+    int err = amap_take_error(g_c);
+    int sticky = g_c->sticky;
+    g_c->sticky = 0;
+    int again = amap_take_error(g_c);
+    pthread_mutex_unlock(&g_c->lock);
+    printf("  injected failure reported as %d (%s), sticky %d, then %d\n", err, mb_strerror(err),
+           sticky, again);
+    assert_int_equal(err, MB_EBACKEND);
+    assert_int_equal(sticky, MB_EBACKEND);
+    assert_int_equal(again, 0);
+    assert_int_equal(release(s, g_s), 0);
+    struct stitched *s2;
+    assert_int_equal(alloc(bytes, g_s, &s2, NULL), 0);
+    assert_int_equal(mbk_fill_pattern(s2->va, bytes, 8, g_s), 0);
+    unsigned long long bad = 1;
+    assert_int_equal(mbk_check_pattern(s2->va, bytes, 0, 8, g_s, &bad, NULL), 0);
+    assert_int_equal(bad, 0);
+    assert_int_equal(release(s2, g_s), 0);
+    amap_test_inject(g_c, 0, 0);
+}
+
+int main(void)
+{
+    const char *extra[] = { "--backend", "cuda", "--budget", "8G", NULL };
+    if (mbt_daemon_start(&g_d, extra) != 0) {
+        printf("SKIP: moonbrightd --backend cuda did not start (no usable GPU?)\n");
+        return 77;
+    }
+    setenv("MOONBRIGHT_RUNTIME_DIR", g_d.dir, 1);
+    int rc = mb_open(&g_c, "amap-gpu");
+    if (rc != 0 || strcmp(mb_backend_name(g_c), "cuda") != 0) {
+        printf("SKIP: no cuda client (%s)\n", rc ? mb_strerror(rc) : mb_backend_name(g_c));
+        if (rc == 0)
+            mb_close(g_c);
+        mbt_daemon_stop(&g_d);
+        return 77;
+    }
+    if (mbk_stream_create(&g_s) != 0 || mbk_stream_create(&g_t) != 0)
+        return 1;
+    /* Every kernel this test launches, once, before any stream is gated. */
+    void *p;
+    unsigned long long bad;
+    if (mb_malloc(g_c, 1 << 20, &p) != 0 || mbk_fill_pattern(p, 1 << 20, 1, g_s) != 0 ||
+        mbk_check_pattern(p, 1 << 20, 0, 1, g_s, &bad, NULL) != 0 || mbk_spin(0, g_s) != 0 ||
+        mbk_stream_sync(g_s) != 0 || mb_free(g_c, p) != 0)
+        return 1;
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_slow_mapper),
+        cmocka_unit_test(test_many),
+        cmocka_unit_test(test_injected_failure),
+    };
+    int failed = cmocka_run_group_tests(tests, NULL, NULL);
+    pthread_mutex_lock(&g_c->lock);
+    amap_close(g_c);
+    pthread_mutex_unlock(&g_c->lock);
+    mbk_stream_destroy(g_s);
+    mbk_stream_destroy(g_t);
+    mb_close(g_c);
+    mbt_daemon_stop(&g_d);
+    return failed ? 1 : 0;
+}
