@@ -37,7 +37,7 @@
 #ifdef MB_DEBUG
 #define VS_CHECK(x, fn) do { if (!fn(x)) abort(); } while (0)
 #else
-#define VS_CHECK(x, fn) ((void)0)
+#define VS_CHECK(x, fn) ((void)(0 && fn(x)))
 #endif
 
 /* Layout of struct mbk_pte_run, so runs go to the kernel as they are. */
@@ -158,6 +158,8 @@ static bool pool_is_valid(const struct vs_pool *p)
            p->n_total == frames * p->pages_per_frame;
 }
 
+/* Push pages[n-1] first: pops then return them in the order given, so
+ * pages unmapped in address order come back in runs. */
 static int push_free(struct vs_pool *p, const uint64_t *pages, size_t n)
 {
     if (p->n_free + n > p->cap_free) {
@@ -170,7 +172,8 @@ static int push_free(struct vs_pool *p, const uint64_t *pages, size_t n)
         p->free = nf;
         p->cap_free = cap;
     }
-    memcpy(p->free + p->n_free, pages, n * sizeof(*pages));
+    for (size_t i = 0; i < n; i++)
+        p->free[p->n_free + i] = pages[n - 1 - i];
     p->n_free += n;
     return 0;
 }
@@ -238,9 +241,9 @@ static int pool_grow(struct vs_pool *p, size_t pages)
     if (rc == 0 && !pg)
         rc = MB_ENOMEM;
     if (rc == 0) {
-        /* Reverse order: the lowest addresses are popped first, in order. */
+        /* The lowest addresses are popped first, in order. */
         for (size_t i = 0; i < np; i++)
-            pg[i] = (uint64_t)(uintptr_t)x->va + (np - 1 - i) * p->page_bytes;
+            pg[i] = (uint64_t)(uintptr_t)x->va + i * p->page_bytes;
         rc = push_free(p, pg, np);
         free(pg);
     }
