@@ -1,6 +1,7 @@
 /* harness.h: integration-test plumbing: a real moonbrightd in a private
- * runtime directory, client programs started as separate processes, and
- * mbctl's JSON read back. */
+ * runtime directory, client programs started as separate processes,
+ * mbctl's JSON read back, and raw sessions that speak the protocol directly
+ * (to send what libmbclient never would, and to see notices). */
 #ifndef MB_TEST_HARNESS_H
 #define MB_TEST_HARNESS_H
 
@@ -9,6 +10,7 @@
 #include <sys/types.h>
 
 #include "json.h"
+#include "moonbright.pb-c.h"
 
 struct mbt_daemon {
     pid_t pid;
@@ -18,6 +20,9 @@ struct mbt_daemon {
 /* Start moonbrightd --foreground --backend host in a fresh directory with
  * extra arguments (NULL-terminated); waits until status answers. */
 int mbt_daemon_start(struct mbt_daemon *d, const char *const *extra);
+/* The same with extra environment ("NAME=value", NULL-terminated) for the
+ * daemon; "WATCHDOG_PID=self" becomes the daemon's own pid. */
+int mbt_daemon_start_env(struct mbt_daemon *d, const char *const *extra, const char *const *env);
 /* Daemons still running at exit (a failed test) are killed then. */
 /* SIGTERM and wait; returns the daemon's exit status (or -1). */
 int mbt_daemon_stop(struct mbt_daemon *d);
@@ -37,5 +42,36 @@ int mbt_read_line(int fd, char *buf, size_t len, int timeout_ms);
 
 /* mbctl status --json, parsed; NULL when mbctl failed. */
 struct json *mbt_status(const struct mbt_daemon *d);
+/* mbctl ARGS... --json, parsed (NULL when mbctl failed or printed no JSON);
+ * *rc gets mbctl's exit code when rc is not NULL. */
+struct json *mbt_ctl_json(const struct mbt_daemon *d, int *rc, const char *const *args);
+/* Whether this process can run programs as uid 65534 (setpriv, root). */
+bool mbt_can_setpriv(void);
+
+/* A raw session: handle channel, welcome token, hello, then requests. */
+struct mbt_session {
+    int chan;
+    void *zctx, *dealer;
+    uint64_t id;                 /* session id from the daemon */
+    uint64_t next_id;
+    uint32_t frame_ids[1024];    /* frames granted and not returned */
+    size_t n_frames;
+};
+/* 0 or a negative mb_status (the hello reply's code). */
+int mbt_session_open(const struct mbt_daemon *d, const char *tenant, struct mbt_session *s);
+void mbt_session_close(struct mbt_session *s);
+/* Send req, wait for its reply (notices are skipped); returns the reply's
+ * code, or 1 when no reply came. *out (may be NULL) gets the reply. */
+int mbt_session_call(struct mbt_session *s, Mb__Request *req, Mb__Reply **out);
+/* Grant `bytes`; the frame ids join s->frame_ids and their descriptors are
+ * read from the channel and closed. Returns the reply's code. */
+int mbt_session_grant(struct mbt_session *s, uint64_t bytes);
+/* Return frames by id; returns the reply's code. Returned ids leave
+ * s->frame_ids. */
+int mbt_session_return(struct mbt_session *s, const uint32_t *ids, size_t n);
+/* Report cached bytes (Cache); returns the reply's code. */
+int mbt_session_cache(struct mbt_session *s, uint64_t bytes);
+/* Wait for a notice; 0 and *kind, *bytes set, or -1 after timeout_ms. */
+int mbt_session_notice(struct mbt_session *s, int timeout_ms, int *kind, uint64_t *bytes);
 
 #endif
