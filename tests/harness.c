@@ -157,6 +157,23 @@ int mbt_daemon_start(struct mbt_daemon *d, const char *const *extra)
 
 int mbt_daemon_start_env(struct mbt_daemon *d, const char *const *extra, const char *const *env)
 {
+    if (mbt_daemon_spawn_env(d, extra, env) != 0)
+        return -1;
+    for (int i = 0; i < 200; i++) {   /* up to 10 s, for sanitizer builds */
+        struct json *j = mbt_status(d);
+        if (j) {
+            json_free(j);
+            return 0;
+        }
+        if (!mbt_daemon_alive(d))
+            return -1;
+        sleep_ms(50);
+    }
+    return -1;
+}
+
+int mbt_daemon_spawn_env(struct mbt_daemon *d, const char *const *extra, const char *const *env)
+{
     snprintf(d->dir, sizeof(d->dir), "/tmp/mbtest.XXXXXX");
     if (!mkdtemp(d->dir))
         return -1;
@@ -188,17 +205,29 @@ int mbt_daemon_start_env(struct mbt_daemon *d, const char *const *extra, const c
         _exit(127);
     }
     track(d->pid, 0);
-    for (int i = 0; i < 200; i++) {   /* up to 10 s, for sanitizer builds */
-        struct json *j = mbt_status(d);
-        if (j) {
-            json_free(j);
-            return 0;
-        }
-        if (!mbt_daemon_alive(d))
+    return d->pid > 0 ? 0 : -1;
+}
+
+int mbt_daemon_wait(struct mbt_daemon *d, int timeout_ms)
+{
+    if (d->pid <= 0)
+        return -1;
+    int st;
+    for (int waited = 0;; waited += 20) {
+        pid_t r = waitpid(d->pid, &st, WNOHANG);
+        if (r == d->pid)
+            break;
+        if (r < 0 || waited >= timeout_ms)
             return -1;
-        sleep_ms(50);
+        sleep_ms(20);
     }
-    return -1;
+    track(0, d->pid);
+    d->pid = 0;
+    char cmd[200];
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", d->dir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "failed to remove %s\n", d->dir);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
 }
 
 int mbt_daemon_stop(struct mbt_daemon *d)

@@ -23,6 +23,12 @@ int mbt_daemon_start(struct mbt_daemon *d, const char *const *extra);
 /* The same with extra environment ("NAME=value", NULL-terminated) for the
  * daemon; "WATCHDOG_PID=self" becomes the daemon's own pid. */
 int mbt_daemon_start_env(struct mbt_daemon *d, const char *const *extra, const char *const *env);
+/* Start it without waiting for it to answer (the notify test waits for
+ * READY=1 instead). */
+int mbt_daemon_spawn_env(struct mbt_daemon *d, const char *const *extra, const char *const *env);
+/* Wait up to timeout_ms for the daemon to exit by itself; then clean up as
+ * mbt_daemon_stop does. Returns its exit status, or -1 if still running. */
+int mbt_daemon_wait(struct mbt_daemon *d, int timeout_ms);
 /* Daemons still running at exit (a failed test) are killed then. */
 /* SIGTERM and wait; returns the daemon's exit status (or -1). */
 int mbt_daemon_stop(struct mbt_daemon *d);
