@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "async_map.h"
 #include "client.h"
 #include "log.h"
 #include "size.h"
@@ -73,7 +74,7 @@ int mb_open(mb_client **out, const char *tenant_name)
         free(c);
         return rc;
     }
-    if ((rc = tiers_init(c)) != 0) {
+    if ((rc = tiers_init(c)) != 0 || (rc = rpc_start_notice_thread(c)) != 0) {
         mb_log(MB_LOG_ERR, "failed to set up the allocator tiers: %s", mb_strerror(rc));
         mb_close(c);
         return rc;
@@ -87,13 +88,15 @@ void mb_close(mb_client *c)
 {
     if (!c)
         return;
+    rpc_stop_notice_thread(c);
     pthread_mutex_lock(&c->lock);
+    amap_close(c);
     c->be->ops->stream_sync(c->be, NULL);
     tiers_destroy(c);
     for (size_t i = 0; i < c->live.cap; i++) {
         struct ptrmap_slot *sl = &c->live.slots[i];
         if (sl->key > 1)
-            stitch_free(c, sl->val, NULL);
+            amap_free(c, sl->val, NULL);
     }
     ptrmap_destroy(&c->live);
     /* Handles go first; closing the channel then ends the session and the
@@ -131,15 +134,32 @@ static int alloc_stitched(mb_client *c, size_t size, size_t reserve, void **ptr)
     return rc;
 }
 
+/* The stream-ordered slow path: the pointer comes back at once, the
+ * mapping completes behind a gate on the stream (async_map.c). */
+static int alloc_mapping_async(mb_client *c, size_t size, void *stream, void **ptr)
+{
+    struct stitched *s;
+    int rc = amap_alloc(c, size, stream, &s);
+    if (rc == 0 && (rc = ptrmap_put(&c->live, s->va, s)) != 0)
+        amap_free(c, s, stream);
+    if (rc == 0) {
+        c->st.stitch_live += s->bytes;
+        *ptr = s->va;
+    }
+    return rc;
+}
+
 static int do_malloc(mb_client *c, size_t size, void *stream, void **ptr)
 {
     if (!c || !ptr || size == 0)
         return MB_EINVAL;
     pthread_mutex_lock(&c->lock);
-    int rc = c->sticky;
-    if (rc == 0) {
+    int rc = amap_take_error(c);
+    if (rc == 0 && (rc = c->sticky) == 0) {
         rc = tiers_alloc(c, size, stream, ptr);
-        if (rc == MB_ENOENT)
+        if (rc == MB_ENOENT && stream)
+            rc = alloc_mapping_async(c, size, stream, ptr);
+        else if (rc == MB_ENOENT)
             rc = alloc_stitched(c, size, size, ptr);
     }
     c->sticky = 0;
@@ -155,15 +175,17 @@ static int do_free(mb_client *c, void *ptr, void *stream)
     if (!ptr)
         return 0;
     pthread_mutex_lock(&c->lock);
+    amap_take_error(c);   /* reported by the next allocation */
     int rc = tiers_free(c, ptr, stream);
     if (rc == MB_ENOENT) {
         struct stitched *s = ptrmap_get(&c->live, ptr);
         if (s) {
             size_t bytes = s->bytes;
-            rc = stitch_free(c, s, stream);
+            rc = amap_free(c, s, stream);
             if (rc == 0) {
                 ptrmap_del(&c->live, ptr);
                 c->st.stitch_live -= bytes;
+                fcache_report(c);
             }
         }
     }

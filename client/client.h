@@ -77,6 +77,13 @@ struct mb_client {
     uint64_t next_id;
     int timeout_ms;
     bool broken;                 /* the daemon went away; calls that need it fail */
+    bool draining;               /* the daemon said it is draining */
+    bool reclaim_due;            /* a RECLAIM notice waits to be answered */
+    uint64_t reclaim_bytes;      /* ... for this many bytes (0: all cached) */
+    bool in_reclaim;             /* answering one now (no recursion) */
+    uint64_t cache_reported;     /* bytes of the last Cache report */
+    pthread_t notice_thread;     /* answers notices while the caller is idle */
+    bool notice_thread_on, stopping;
     /* memory: three tiers over the frame cache. Small objects (<= slab_max)
      * come from the slab, medium ones (<= pool_max) from the pool, larger
      * ones are stitched ranges of their own. */
@@ -98,12 +105,20 @@ void rpc_disconnect(mb_client *c);
 /* Send req (its id is set here) and wait for the reply. Non-zero reply
  * codes come back as the return value, with the text logged. */
 int rpc_call(mb_client *c, Mb__Request *req, Mb__Reply **rep);
+/* Send without waiting for the reply (it is dropped when it comes). */
+int rpc_post(mb_client *c, Mb__Request *req);
+/* Handle notices that arrived (lock held); answers a due RECLAIM. */
+void rpc_poll_notices(mb_client *c);
+int rpc_start_notice_thread(mb_client *c);
+void rpc_stop_notice_thread(mb_client *c);
 
 /* frames.c */
 int fcache_take(mb_client *c, size_t n, struct cframe **out);
 void fcache_put(mb_client *c, struct cframe *f);
 int fcache_trim(mb_client *c, size_t keep_bytes);
 void fcache_release_all(mb_client *c);
+/* Tell the daemon how much this process caches, when it changed. */
+void fcache_report(mb_client *c);
 bool fcache_is_valid(const struct frame_cache *fc);
 
 /* stitch.c */

@@ -55,6 +55,28 @@ static int return_ids(mb_client *c, uint32_t *ids, size_t n)
     return rc;
 }
 
+/* What this process could hand back: cached frames, plus the free space of
+ * its slab and pool (what a trim would release; an upper bound, since a
+ * partly used arena stays). */
+void fcache_report(mb_client *c)
+{
+    uint64_t now = (uint64_t)c->fc.n_cached * c->frame_bytes;
+    if (c->pool) {
+        mb_client_stats st = { 0 };
+        tiers_stats(c, &st);
+        now += (st.pool_mapped - st.pool_live) + (st.slab_mapped - st.slab_live);
+    }
+    if (now == c->cache_reported || c->broken)
+        return;
+    Mb__Request req = MB__REQUEST__INIT;
+    Mb__Cache m = MB__CACHE__INIT;
+    m.bytes = now;
+    req.body_case = MB__REQUEST__BODY_CACHE;
+    req.cache = &m;
+    if (rpc_post(c, &req) == 0)
+        c->cache_reported = now;
+}
+
 /* Ask the daemon for n frames; import their handles; they arrive in use. */
 static int grant(mb_client *c, size_t n, struct cframe **out)
 {
@@ -158,6 +180,7 @@ int fcache_take(mb_client *c, size_t n, struct cframe **out)
     if (rc != 0)
         while (i > 0)
             fcache_put(c, out[--i]);
+    fcache_report(c);
     FC_CHECK(fc);
     return rc;
 }
@@ -199,6 +222,10 @@ int fcache_trim(mb_client *c, size_t keep_bytes)
     fc->n_held -= k;
     int rc = return_ids(c, ids, k);
     free(ids);
+    /* Returning lowered the daemon's view by what was returned. */
+    if (c->cache_reported != (uint64_t)-1)
+        c->cache_reported = c->cache_reported > k * c->frame_bytes ? c->cache_reported - k * c->frame_bytes : 0;
+    fcache_report(c);
     FC_CHECK(fc);
     return rc;
 }

@@ -3,6 +3,7 @@
  * request at a time with an id and a timeout, so a lost reply never wedges
  * the caller). */
 #include <errno.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -93,6 +94,117 @@ void rpc_disconnect(mb_client *c)
     c->chan = -1;
 }
 
+/* Record a notice; the work it asks for happens once no call is waiting. */
+static void on_notice(void *ctx, const Mb__Reply *r)
+{
+    mb_client *c = ctx;
+    if (r->body_case != MB__REPLY__BODY_NOTICE)
+        return;
+    const Mb__Notice *n = r->notice;
+    switch (n->kind) {
+    case MB__NOTICE__KIND__RECLAIM:
+        c->reclaim_due = true;
+        c->reclaim_bytes = n->bytes;
+        break;
+    case MB__NOTICE__KIND__DRAINING:
+        c->draining = true;
+        mb_log(MB_LOG_WARN, "moonbrightd is draining%s: %s", n->exiting ? " and will exit" : "",
+               n->reason ? n->reason : "");
+        break;
+    case MB__NOTICE__KIND__UNDRAINED:
+        c->draining = false;
+        break;
+    case MB__NOTICE__KIND__KILLED:
+        c->broken = true;
+        mb_log(MB_LOG_ERR, "an administrator ended this session: %s", n->reason ? n->reason : "");
+        break;
+    default:
+        break;
+    }
+}
+
+/* RECLAIM: give back cached frames (first whatever the tiers hold empty),
+ * then report what stays cached. */
+static void answer_reclaim(mb_client *c)
+{
+    c->reclaim_due = false;
+    c->in_reclaim = true;
+    size_t cached = (size_t)c->fc.n_cached * c->frame_bytes;
+    if (c->reclaim_bytes == 0 || c->reclaim_bytes > cached) {
+        tiers_trim(c);
+        cached = (size_t)c->fc.n_cached * c->frame_bytes;
+    }
+    size_t keep = c->reclaim_bytes == 0 || c->reclaim_bytes >= cached ? 0 : cached - c->reclaim_bytes;
+    fcache_trim(c, keep);
+    c->cache_reported = (uint64_t)-1;   /* always answer with a report */
+    fcache_report(c);
+    c->in_reclaim = false;
+}
+
+void rpc_poll_notices(mb_client *c)
+{
+    if (!c->dealer)
+        return;
+    Mb__Reply *r;
+    /* No request is outstanding: anything waiting is a notice or a late reply. */
+    while (mb_wire_recv_reply(c->dealer, (uint64_t)-1, 0, &r, on_notice, c) == 0)
+        mb__reply__free_unpacked(r, NULL);
+    if (c->reclaim_due && !c->in_reclaim && !c->broken)
+        answer_reclaim(c);
+}
+
+static void *notice_main(void *arg)
+{
+    mb_client *c = arg;
+    int fd = -1;
+    size_t len = sizeof(fd);
+    pthread_mutex_lock(&c->lock);
+    zmq_getsockopt(c->dealer, ZMQ_FD, &fd, &len);
+    while (!c->stopping) {
+        pthread_mutex_unlock(&c->lock);
+        /* ZMQ_FD is edge-triggered: wake on it or every 100 ms regardless. */
+        struct pollfd p = { .fd = fd, .events = POLLIN };
+        poll(&p, 1, 100);
+        pthread_mutex_lock(&c->lock);
+        if (!c->stopping) {
+            rpc_poll_notices(c);
+            /* Frees into the slab and pool change what could be given back
+             * without a message: report it from here, off the fast path. */
+            fcache_report(c);
+        }
+    }
+    pthread_mutex_unlock(&c->lock);
+    return NULL;
+}
+
+int rpc_start_notice_thread(mb_client *c)
+{
+    if (pthread_create(&c->notice_thread, NULL, notice_main, c) != 0)
+        return MB_ESYS;
+    c->notice_thread_on = true;
+    return 0;
+}
+
+/* Called without the lock held. */
+void rpc_stop_notice_thread(mb_client *c)
+{
+    if (!c->notice_thread_on)
+        return;
+    pthread_mutex_lock(&c->lock);
+    c->stopping = true;
+    pthread_mutex_unlock(&c->lock);
+    pthread_join(c->notice_thread, NULL);
+    c->notice_thread_on = false;
+}
+
+int rpc_post(mb_client *c, Mb__Request *req)
+{
+    if (c->broken)
+        return MB_EUNAVAIL;
+    req->id = ++c->next_id;
+    return mb_wire_send_request(c->dealer, req);
+}
+
 int rpc_call(mb_client *c, Mb__Request *req, Mb__Reply **out)
 {
     if (c->broken)
@@ -100,7 +212,7 @@ int rpc_call(mb_client *c, Mb__Request *req, Mb__Reply **out)
     req->id = ++c->next_id;
     int rc = mb_wire_send_request(c->dealer, req);
     if (rc == 0)
-        rc = mb_wire_recv_reply(c->dealer, req->id, c->timeout_ms, out, NULL, NULL);
+        rc = mb_wire_recv_reply(c->dealer, req->id, c->timeout_ms, out, on_notice, c);
     c->st.daemon_requests++;
     if (rc == MB_EUNAVAIL) {
         mb_log(MB_LOG_WARN, "moonbrightd did not answer within %d ms", c->timeout_ms);
@@ -108,6 +220,11 @@ int rpc_call(mb_client *c, Mb__Request *req, Mb__Reply **out)
     }
     if (rc != 0)
         return rc;
+    if (c->reclaim_due && !c->in_reclaim) {
+        Mb__Reply *keep = *out;   /* answer the daemon before going on */
+        answer_reclaim(c);
+        *out = keep;
+    }
     if ((*out)->code != 0) {
         rc = (*out)->code < MB_STATUS_MIN || (*out)->code > 0 ? MB_EPROTO : (*out)->code;
         mb_log(MB_LOG_WARN, "moonbrightd refused: %s", (*out)->error ? (*out)->error : mb_strerror(rc));
