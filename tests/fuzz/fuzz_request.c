@@ -1,0 +1,137 @@
+/* fuzz_request.c: libFuzzer target over moonbrightd's handling of one
+ * control message in a given session state. A fresh daemon (host backend,
+ * small frames, no sockets) per input; the first byte picks the state:
+ *   0 no session   1 bound session holding frames, beside another tenant's
+ *   2 admin session holding frames   3 bound session while draining
+ * the rest is the message, fed to daemon_message as if from the ROUTER.
+ * Must never crash or leak; the frame books must stay valid. */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <moonbright/mbclient.h>
+
+#include "daemon.h"
+#include "log.h"
+
+static const uint8_t IDENT_A[] = { 0, 1, 2, 3, 4 };
+static const uint8_t IDENT_B[] = { 0, 9, 9, 9, 9 };
+
+/* A bound session on a socketpair; *peer is the client end. */
+static struct session *fake_session(struct daemon *d, const char *tenant, uid_t uid,
+                                    const uint8_t *ident, size_t len, int *peer)
+{
+    int sv[2];
+    if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv) != 0)
+        return NULL;
+    struct session *s = session_open(d, sv[0]);
+    if (!s) {
+        close(sv[0]);
+        close(sv[1]);
+        return NULL;
+    }
+    s->uid = uid;   /* SO_PEERCRED says us; the state says who */
+    s->tenant = tenant_get(d, tenant);
+    memcpy(s->ident, ident, len);
+    s->ident_len = len;
+    s->bound = true;
+    *peer = sv[1];
+    return s;
+}
+
+/* Read and close whatever the daemon sent a client on its channel. */
+static void drain_peer(int fd)
+{
+    struct mb_chan_msg m;
+    int fds[MB_CHAN_MAX_FDS];
+    while (mb_chan_recv(fd, &m, fds, 0) == 0)
+        for (uint32_t i = 0; i < m.count; i++)
+            close(fds[i]);
+}
+
+static void give(struct daemon *d, struct session *s, uint32_t n)
+{
+    Mb__Reply rep = MB__REPLY__INIT;
+    grant_now(d, s, n, &rep);
+}
+
+int LLVMFuzzerInitialize(int *argc, char ***argv)
+{
+    mb_log_set_level(MB_LOG_ERR - 1);   /* quiet */
+    return 0;
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    if (size < 1)
+        return 0;
+    struct daemon d;
+    memset(&d, 0, sizeof(d));
+    d.chan_listen = d.sigfd = d.lock_fd = -1;
+    d.reclaim_timeout_ms = 50;
+    d.drain_timeout_ms = 1000;
+    mb_config_defaults(&d.cfg);
+    char err[256];
+    static const char conf[] = "admin_uids = 4242\n[tenant capped]\nmax = 64K\n[tenant kept]\nmin = 32K\n";
+    if (mb_config_parse_string(conf, "fuzz.conf", &d.cfg, err, sizeof(err)) != 0 ||
+        mb_backend_open("host", 0, &d.be) != 0 ||
+        frame_pool_init(&d.pool, d.be, 4096, 64 * 4096) != 0)
+        abort();
+    d.started_ms = mb_now_ms();
+    for (size_t i = 0; i < d.cfg.n_tenants; i++)
+        tenant_get(&d, d.cfg.tenants[i].name);
+    int peer_a = -1, peer_b = -1;
+    const uint8_t *ident = IDENT_A;
+    uint8_t state = data[0] % 4;
+    if (state != 0) {
+        struct session *b = fake_session(&d, "kept", 1001, IDENT_B, sizeof(IDENT_B), &peer_b);
+        struct session *a = fake_session(&d, state == 2 ? "ops" : "capped", state == 2 ? 4242 : 1000,
+                                         IDENT_A, sizeof(IDENT_A), &peer_a);
+        if (!a || !b)
+            abort();
+        give(&d, b, 8);
+        give(&d, a, 3);
+        b->cached = 4 * 4096;
+        if (state == 3)
+            daemon_drain(&d, true, false);
+    }
+    daemon_message(&d, ident, sizeof(IDENT_A), data + 1, size - 1);
+    /* A deferred grant: frames come back or its deadline passes. */
+    if (d.pending) {
+        d.pending->deadline_ms = 0;
+        pending_run(&d);
+    }
+    if (!frame_pool_is_valid(&d.pool))
+        abort();
+    if (peer_a >= 0)
+        drain_peer(peer_a);
+    if (peer_b >= 0)
+        drain_peer(peer_b);
+    while (d.pending)
+        pending_drop_session(&d, d.pending->session);
+    while (d.sessions)
+        session_close(&d, d.sessions);
+    while (d.withdrawn)
+        withdrawn_release(&d, d.withdrawn);
+    if (d.pool.n_granted != 0)
+        abort();   /* a frame leaked */
+    while (d.tenants) {
+        struct tenant *t = d.tenants;
+        d.tenants = t->next;
+        free(t);
+    }
+    if (peer_a >= 0) {
+        drain_peer(peer_a);
+        close(peer_a);
+    }
+    if (peer_b >= 0) {
+        drain_peer(peer_b);
+        close(peer_b);
+    }
+    frame_pool_destroy(&d.pool);
+    mb_backend_close(d.be);
+    mb_config_free(&d.cfg);
+    return 0;
+}

@@ -1,0 +1,84 @@
+/* fuzz_seeds.c: writes the fuzz corpus seeds: one file per request kind and
+ * session state (first byte), each a valid packed Request.
+ *   fuzz_seeds DIR */
+#include <stdio.h>
+#include <string.h>
+
+#include "moonbright.pb-c.h"
+
+static int write_seed(const char *dir, const char *name, int state, const Mb__Request *req)
+{
+    uint8_t buf[4096];
+    buf[0] = (uint8_t)state;
+    size_t len = mb__request__pack(req, buf + 1);
+    char path[512];
+    snprintf(path, sizeof(path), "%s/%s-%d", dir, name, state);
+    FILE *f = fopen(path, "wb");
+    if (!f || fwrite(buf, 1, len + 1, f) != len + 1) {
+        fprintf(stderr, "failed to write %s\n", path);
+        if (f)
+            fclose(f);
+        return 1;
+    }
+    return fclose(f) != 0;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc != 2) {
+        fprintf(stderr, "usage: fuzz_seeds DIR\n");
+        return 2;
+    }
+    const char *dir = argv[1];
+    int bad = 0;
+    Mb__Request r = MB__REQUEST__INIT;
+    uint8_t tok[16] = { 7 };
+    Mb__Hello h = MB__HELLO__INIT;
+    h.token.data = tok;
+    h.token.len = sizeof(tok);
+    h.tenant = "fuzz";
+    h.version = 1;
+    Mb__Grant g = MB__GRANT__INIT;
+    g.bytes = 3 * 4096;
+    uint32_t ids[] = { 9, 10, 1 };
+    Mb__Return ret = MB__RETURN__INIT;
+    ret.ids = ids;
+    ret.n_ids = 3;
+    Mb__Cache c = MB__CACHE__INIT;
+    c.bytes = 8192;
+    Mb__Status st = MB__STATUS__INIT;
+    Mb__Tenants tn = MB__TENANTS__INIT;
+    Mb__Frames fr = MB__FRAMES__INIT;
+    fr.start = 2;
+    fr.limit = 5;
+    Mb__Quota q = MB__QUOTA__INIT;
+    q.tenant = "capped";
+    q.max = 1 << 20;
+    Mb__Reclaim rc = MB__RECLAIM__INIT;
+    rc.tenant = "kept";
+    Mb__Drain dr = MB__DRAIN__INIT;
+    Mb__Kill k = MB__KILL__INIT;
+    k.session = 1;
+    Mb__Metrics m = MB__METRICS__INIT;
+    for (int state = 0; state < 4; state++) {
+        r.id = 1 + (uint64_t)state;
+        r.body_case = MB__REQUEST__BODY_HELLO; r.hello = &h; bad |= write_seed(dir, "hello", state, &r);
+        r.body_case = MB__REQUEST__BODY_GRANT; r.grant = &g; bad |= write_seed(dir, "grant", state, &r);
+        r.body_case = MB__REQUEST__BODY_RET; r.ret = &ret; bad |= write_seed(dir, "ret", state, &r);
+        r.body_case = MB__REQUEST__BODY_CACHE; r.cache = &c; bad |= write_seed(dir, "cache", state, &r);
+        r.body_case = MB__REQUEST__BODY_STATUS; r.status = &st; bad |= write_seed(dir, "status", state, &r);
+        r.body_case = MB__REQUEST__BODY_TENANTS; r.tenants = &tn; bad |= write_seed(dir, "tenants", state, &r);
+        r.body_case = MB__REQUEST__BODY_FRAMES; r.frames = &fr; bad |= write_seed(dir, "frames", state, &r);
+        r.body_case = MB__REQUEST__BODY_QUOTA; r.quota = &q; bad |= write_seed(dir, "quota", state, &r);
+        r.body_case = MB__REQUEST__BODY_RECLAIM; r.reclaim = &rc; bad |= write_seed(dir, "reclaim", state, &r);
+        r.body_case = MB__REQUEST__BODY_DRAIN; r.drain = &dr; bad |= write_seed(dir, "drain", state, &r);
+        r.body_case = MB__REQUEST__BODY_KILL; r.kill = &k; bad |= write_seed(dir, "kill", state, &r);
+        r.body_case = MB__REQUEST__BODY_METRICS; r.metrics = &m; bad |= write_seed(dir, "metrics", state, &r);
+    }
+    /* A grant that needs reclaim (more than the free frames). */
+    g.bytes = 60 * 4096;
+    r.body_case = MB__REQUEST__BODY_GRANT;
+    r.grant = &g;
+    bad |= write_seed(dir, "grant-big", 1, &r);
+    return bad;
+}
