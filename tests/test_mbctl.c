@@ -1,0 +1,263 @@
+/* test_mbctl.c: every mbctl command against a running moonbrightd, with
+ * --json parsed and checked against what the test set up; Prometheus text
+ * from metrics; top's refreshes; --help for every command; exit codes for
+ * usage errors and for a daemon that is not running. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <cmocka.h>
+
+#include <moonbright/mbclient.h>
+
+#include "commands.h"
+#include "harness.h"
+
+#define FRAME (64u << 10)
+
+static int ctl(const struct mbt_daemon *d, char *buf, size_t len, const char *const *args)
+{
+    const char *argv[32] = { MB_CTL_BIN, "--runtime-dir", d->dir };
+    int n = 3;
+    for (int i = 0; args[i] && n < 31; i++)
+        argv[n++] = args[i];
+    argv[n] = NULL;
+    return mbt_run(d, argv, buf, len, true);
+}
+
+static void every_command_json(void **state)
+{
+    static const char *const extra[] = { "--frame-size", "64K", "--budget", "8M", NULL };
+    struct mbt_daemon d;
+    assert_int_equal(mbt_daemon_start(&d, extra), 0);
+    struct mbt_session a;
+    assert_int_equal(mbt_session_open(&d, "alpha", &a), 0);
+    assert_int_equal(mbt_session_grant(&a, 3 * FRAME), 0);
+    assert_int_equal(mbt_session_cache(&a, FRAME), 0);
+    int rc;
+
+    const char *st[] = { "status", NULL };
+    struct json *j = mbt_ctl_json(&d, &rc, st);
+    assert_non_null(j);
+    assert_int_equal((int)json_num(j, "frames_granted"), 3);
+    assert_int_equal((int)json_num(j, "bytes_granted"), 3 * FRAME);
+    assert_int_equal((int)json_num(j, "budget_bytes"), 8 << 20);
+    assert_int_equal(json_get(j, "draining")->num, 0);
+    const struct json *s = json_get(j, "tenants");
+    assert_int_equal(s->n, 1);
+    assert_string_equal(json_get(&s->kids[0], "name")->str, "alpha");
+    assert_int_equal((int)json_num(&s->kids[0], "session"), (int)a.id);
+    assert_int_equal((int)json_num(&s->kids[0], "cached"), FRAME);
+    json_free(j);
+
+    const char *tn[] = { "tenants", NULL };
+    j = mbt_ctl_json(&d, &rc, tn);
+    assert_non_null(j);
+    const struct json *t = json_get(j, "tenants");
+    assert_int_equal(t->n, 1);
+    assert_string_equal(json_get(&t->kids[0], "name")->str, "alpha");
+    assert_int_equal((int)json_num(&t->kids[0], "sessions"), 1);
+    assert_int_equal((int)json_num(&t->kids[0], "bytes"), 3 * FRAME);
+    assert_int_equal(json_get(&t->kids[0], "max")->type, JSON_NULL);
+    assert_int_equal((int)json_num(&t->kids[0], "min"), 0);
+    assert_int_equal((int)json_num(&t->kids[0], "cached"), FRAME);
+    json_free(j);
+
+    const char *fr[] = { "frames", NULL };
+    j = mbt_ctl_json(&d, &rc, fr);
+    assert_non_null(j);
+    const struct json *f = json_get(j, "frames");
+    int granted = 0;
+    for (size_t i = 0; i < f->n; i++) {
+        assert_int_equal((int)json_num(&f->kids[i], "bytes"), FRAME);
+        if (strcmp(json_get(&f->kids[i], "state")->str, "granted") == 0) {
+            granted++;
+            assert_int_equal((int)json_num(&f->kids[i], "session"), (int)a.id);
+            assert_string_equal(json_get(&f->kids[i], "tenant")->str, "alpha");
+        }
+    }
+    assert_int_equal(granted, 3);
+    json_free(j);
+
+    const char *q[] = { "quota", "beta", "1M", NULL };
+    j = mbt_ctl_json(&d, &rc, q);
+    assert_non_null(j);
+    assert_string_equal(json_get(j, "tenant")->str, "beta");
+    assert_int_equal(json_get(j, "previous_max")->type, JSON_NULL);
+    assert_int_equal((int)json_num(j, "max"), 1 << 20);
+    json_free(j);
+
+    const char *rcl[] = { "reclaim", NULL };
+    j = mbt_ctl_json(&d, &rc, rcl);
+    assert_non_null(j);
+    assert_int_equal((int)json_num(j, "sessions"), 1);
+    assert_int_equal((int)json_num(j, "cached"), FRAME);
+    json_free(j);
+    int kind;
+    uint64_t bytes;
+    assert_int_equal(mbt_session_notice(&a, 10000, &kind, &bytes), 0);
+    assert_int_equal(kind, MB__NOTICE__KIND__RECLAIM);
+
+    const char *dr[] = { "drain", NULL };
+    j = mbt_ctl_json(&d, &rc, dr);
+    assert_non_null(j);
+    assert_int_equal(json_get(j, "draining")->num, 1);
+    json_free(j);
+    assert_int_equal(mbt_session_notice(&a, 10000, &kind, &bytes), 0);
+    assert_int_equal(kind, MB__NOTICE__KIND__DRAINING);
+    assert_int_equal(mbt_session_grant(&a, FRAME), MB_EBUSY);
+    const char *undr[] = { "drain", "off", NULL };
+    j = mbt_ctl_json(&d, &rc, undr);
+    assert_non_null(j);
+    assert_int_equal(json_get(j, "draining")->num, 0);
+    json_free(j);
+    assert_int_equal(mbt_session_grant(&a, FRAME), 0);
+
+    const char *me[] = { "metrics", NULL };
+    j = mbt_ctl_json(&d, &rc, me);
+    assert_non_null(j);
+    assert_int_equal((int)json_num(j, "frames_granted"), 4);
+    const struct json *cmds = json_get(j, "commands");
+    bool saw_grant = false;
+    for (size_t i = 0; i < cmds->n; i++) {
+        const struct json *c = &cmds->kids[i];
+        const struct json *b = json_get(c, "buckets");
+        assert_true(b->n > 0);
+        /* Cumulative buckets never decrease and never pass the count. */
+        for (size_t k = 1; k < b->n; k++)
+            assert_true(json_num(&b->kids[k], "count") >= json_num(&b->kids[k - 1], "count"));
+        assert_true(json_num(&b->kids[b->n - 1], "count") <= json_num(c, "count"));
+        if (strcmp(json_get(c, "name")->str, "grant") == 0) {
+            saw_grant = true;
+            assert_int_equal((int)json_num(c, "count"), 3);   /* one refused while draining */
+            assert_int_equal((int)json_num(c, "errors"), 1);
+        }
+    }
+    assert_true(saw_grant);
+    json_free(j);
+
+    const char *ki[] = { "kill", "999", NULL };
+    assert_null(mbt_ctl_json(&d, &rc, ki));
+    assert_int_equal(rc, 1);
+    char sid[32];
+    snprintf(sid, sizeof(sid), "%llu", (unsigned long long)a.id);
+    const char *ka[] = { "kill", sid, NULL };
+    j = mbt_ctl_json(&d, &rc, ka);
+    assert_non_null(j);
+    assert_int_equal((int)json_num(j, "session"), (int)a.id);
+    assert_int_equal((int)json_num(j, "frames"), 4);
+    json_free(j);
+    assert_int_equal(mbt_session_notice(&a, 10000, &kind, &bytes), 0);
+    assert_int_equal(kind, MB__NOTICE__KIND__KILLED);
+    mbt_session_close(&a);
+    assert_int_equal(mbt_daemon_stop(&d), 0);
+}
+
+static void text_metrics_and_top(void **state)
+{
+    struct mbt_daemon d;
+    assert_int_equal(mbt_daemon_start(&d, NULL), 0);
+    struct mbt_session a;
+    assert_int_equal(mbt_session_open(&d, "gamma", &a), 0);
+    assert_int_equal(mbt_session_grant(&a, 1), 0);
+    static char buf[1 << 18];
+    const char *me[] = { "metrics", NULL };
+    assert_int_equal(ctl(&d, buf, sizeof(buf), me), 0);
+    static const char *const want[] = {
+        "# TYPE moonbright_frames gauge\n",
+        "moonbright_frames{device=\"0\",state=\"granted\"} 1\n",
+        "moonbright_sessions{device=\"0\"} 1\n",
+        "moonbright_tenant_bytes{device=\"0\",tenant=\"gamma\"} 2097152\n",
+        "moonbright_requests_total{device=\"0\",command=\"grant\"} 1\n",
+        "# TYPE moonbright_request_duration_seconds histogram\n",
+        "moonbright_request_duration_seconds_bucket{device=\"0\",command=\"grant\",le=\"+Inf\"} 1\n",
+        "moonbright_request_duration_seconds_count{device=\"0\",command=\"grant\"} 1\n",
+        "moonbright_refused_total{device=\"0\",reason=\"permission\"} 0\n",
+        "moonbright_malformed_total{device=\"0\"} 0\n",
+        "moonbright_scrubs_total{device=\"0\"} ",
+    };
+    for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
+        if (!strstr(buf, want[i]))
+            fail_msg("metrics lacks: %s", want[i]);
+    }
+    /* Every line is a comment or "name{labels} value". */
+    for (char *line = strtok(buf, "\n"); line; line = strtok(NULL, "\n")) {
+        if (line[0] == '#')
+            continue;
+        assert_true(strncmp(line, "moonbright_", 11) == 0);
+        char *sp = strrchr(line, ' ');
+        assert_non_null(sp);
+        char *end;
+        strtod(sp + 1, &end);
+        assert_true(*end == '\0');
+    }
+    const char *top[] = { "top", "-n", "2", "--interval", "20", NULL };
+    assert_int_equal(ctl(&d, buf, sizeof(buf), top), 0);
+    int frames = 0;
+    for (char *p = buf; (p = strstr(p, "mbctl top,")); p++)
+        frames++;
+    assert_int_equal(frames, 2);
+    assert_non_null(strstr(buf, "gamma"));
+    const char *once[] = { "top", "--once", NULL };
+    assert_int_equal(ctl(&d, buf, sizeof(buf), once), 0);
+    assert_non_null(strstr(buf, "TENANT"));
+    const char *human[] = { "tenants", NULL };
+    assert_int_equal(ctl(&d, buf, sizeof(buf), human), 0);
+    assert_non_null(strstr(buf, "gamma"));
+    assert_non_null(strstr(buf, "unlimited"));
+    const char *fr[] = { "frames", NULL };
+    assert_int_equal(ctl(&d, buf, sizeof(buf), fr), 0);
+    assert_non_null(strstr(buf, "granted"));
+    mbt_session_close(&a);
+    assert_int_equal(mbt_daemon_stop(&d), 0);
+}
+
+static void help_usage_and_no_daemon(void **state)
+{
+    struct mbt_daemon none = { .dir = "/tmp/mbtest-no-such-dir" };
+    static char buf[8192];
+    const char *const names[] = { "status", "tenants", "frames", "quota", "reclaim", "drain", "kill",
+                                  "metrics", "top" };
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+        const char *help[] = { names[i], "--help", NULL };
+        assert_int_equal(ctl(&none, buf, sizeof(buf), help), 0);
+        assert_non_null(strstr(buf, "usage: mbctl"));
+        assert_non_null(strstr(buf, names[i]));
+    }
+    /* The top-level help lists every command of the table. */
+    const char *top_help[] = { "--help", NULL };
+    assert_int_equal(ctl(&none, buf, sizeof(buf), top_help), 0);
+    for (int i = 0; i < MB_CMD_COUNT; i++)
+        if (mb_commands[i].flags & MB_CMD_CLI)
+            assert_non_null(strstr(buf, mb_commands[i].name));
+    /* Every command without a daemon: a clear error and exit 3. */
+    const char *const runs[][4] = {
+        { "status" }, { "tenants" }, { "frames" }, { "quota", "x", "1G" }, { "reclaim" }, { "drain" },
+        { "kill", "1" }, { "metrics" }, { "top", "--once" },
+    };
+    for (size_t i = 0; i < sizeof(runs) / sizeof(runs[0]); i++) {
+        assert_int_equal(ctl(&none, buf, sizeof(buf), runs[i]), 3);
+        assert_non_null(strstr(buf, "not running"));
+    }
+    /* Usage errors: exit 2, before any daemon is needed. */
+    const char *const bad[][4] = {
+        { "quota", "x" }, { "quota", "x", "lots" }, { "kill", "abc" }, { "drain", "sideways" },
+        { "top", "-n", "0" }, { "status", "extra" }, { "frobnicate" },
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+        assert_int_equal(ctl(&none, buf, sizeof(buf), bad[i]), 2);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(every_command_json),
+        cmocka_unit_test(text_metrics_and_top),
+        cmocka_unit_test(help_usage_and_no_daemon),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
