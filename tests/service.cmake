@@ -29,3 +29,9 @@ if(MB_UNITS_BUILD_DIR)
             ${MB_UNITS_BUILD_DIR}/moonbrightd-start-all)
   set_tests_properties(systemd_start_all PROPERTIES LABELS unit TIMEOUT 60)
 endif()
+
+# cmake --install into a DESTDIR; a program built with the installed
+# mbclient.pc runs against the installed daemon.
+add_test(NAME test_install
+  COMMAND sh ${PROJECT_SOURCE_DIR}/tests/test_install.sh ${CMAKE_BINARY_DIR} ${CMAKE_C_COMPILER})
+set_tests_properties(test_install PROPERTIES LABELS integration TIMEOUT 120)
