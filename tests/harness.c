@@ -301,10 +301,11 @@ int mbt_session_open(const struct mbt_daemon *d, const char *tenant, struct mbt_
     req.hello = &h;
     Mb__Reply *rep;
     rc = mbt_session_call(s, &req, &rep);
-    if (rc == 0) {
+    if (rc == 1)
+        return MB_EUNAVAIL;
+    if (rc == 0)
         s->id = rep->hello->session_id;
-        mb__reply__free_unpacked(rep, NULL);
-    }
+    mb__reply__free_unpacked(rep, NULL);
     return rc;
 }
 
@@ -344,8 +345,12 @@ int mbt_session_grant(struct mbt_session *s, uint64_t bytes)
     req.grant = &g;
     Mb__Reply *rep;
     int code = mbt_session_call(s, &req, &rep);
-    if (code != 0)
+    if (code == 1)
         return code;
+    if (code != 0) {
+        mb__reply__free_unpacked(rep, NULL);
+        return code;
+    }
     size_t want = rep->grant->n_frames, got = 0;
     for (size_t i = 0; i < want && s->n_frames < sizeof(s->frame_ids) / sizeof(s->frame_ids[0]); i++)
         s->frame_ids[s->n_frames++] = rep->grant->frames[i]->id;
