@@ -288,6 +288,33 @@ static void bad_options_are_refused(void **state)
     }
 }
 
+static void config_errors_name_file_and_line(void **state)
+{
+    static const char *const bad[][2] = {
+        { "# ok\nbudget = lots\n", ":2:" },
+        { "backend = host\n\nfrobnicate = 1\n", ":3:" },
+        { "[tenant a]\nmax = 1G\nmin = 2G\n", ":3:" },
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        char conf[] = "/tmp/mbtest-badconf.XXXXXX", dir[] = "/tmp/mbtest.XXXXXX";
+        int fd = mkstemp(conf);
+        assert_true(fd >= 0);
+        assert_int_equal(write(fd, bad[i][0], strlen(bad[i][0])), (ssize_t)strlen(bad[i][0]));
+        close(fd);
+        assert_non_null(mkdtemp(dir));
+        struct mbt_daemon d = { .dir = "/tmp" };
+        const char *argv[] = { MB_DAEMON_BIN, "--foreground", "--backend", "host", "--runtime-dir",
+                               dir, "--config", conf, NULL };
+        char out[1024];
+        assert_int_equal(mbt_run(&d, argv, out, sizeof(out), true), 2);
+        char where[96];
+        snprintf(where, sizeof(where), "%s%s", conf, bad[i][1]);
+        assert_non_null(strstr(out, where));   /* FILE:LINE: reason */
+        unlink(conf);
+        rmdir(dir);
+    }
+}
+
 static void mbctl_without_daemon(void **state)
 {
     struct mbt_daemon d = { .dir = "/tmp/mbtest-no-such-dir" };
@@ -309,6 +336,7 @@ int main(void)
         cmocka_unit_test(hostile_bytes_leave_daemon_serving),
         cmocka_unit_test(second_daemon_refuses),
         cmocka_unit_test(bad_options_are_refused),
+        cmocka_unit_test(config_errors_name_file_and_line),
         cmocka_unit_test(mbctl_without_daemon),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
