@@ -47,8 +47,9 @@ static int pool_grow(void *ctx, size_t min_bytes, void **base, size_t *bytes)
     size_t want = min_bytes > ARENA_BYTES ? min_bytes : ARENA_BYTES;
     want = (want + c->frame_bytes - 1) / c->frame_bytes * c->frame_bytes;
     int rc = backing_get(ctx, want, base);
-    if (rc == MB_ENOMEM && want > min_bytes) {
-        /* Near the budget: an arena just big enough may still fit. */
+    if ((rc == MB_ENOMEM || rc == MB_EQUOTA) && want > min_bytes) {
+        /* Near the budget or the tenant's quota: an arena just big enough
+         * may still fit. */
         want = (min_bytes + c->frame_bytes - 1) / c->frame_bytes * c->frame_bytes;
         rc = backing_get(ctx, want, base);
     }

@@ -223,7 +223,8 @@ void frame_pool_adopt(struct frame_pool *p)
     for (; i < p->n_ready; i++)
         if (add_frame(p, &p->ready[i]) != 0)
             break;
-    memmove(p->ready, p->ready + i, (p->n_ready - i) * sizeof(*p->ready));
+    if (i && i < p->n_ready)
+        memmove(p->ready, p->ready + i, (p->n_ready - i) * sizeof(*p->ready));
     p->n_ready -= i;
     pthread_cond_broadcast(&p->wake);
     pthread_mutex_unlock(&p->lock);
