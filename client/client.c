@@ -39,6 +39,7 @@ int mb_open(mb_client **out, const char *tenant_name)
     mb_client *c = calloc(1, sizeof(*c));
     if (!c)
         return MB_ENOMEM;
+    mb_raise_fd_limit(false);   /* host frames are descriptors in this process too */
     pthread_mutex_init(&c->lock, NULL);
     c->chan = -1;
     c->device = (int)env_long("MOONBRIGHT_DEVICE", 0, 0, 255);

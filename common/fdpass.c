@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -135,6 +136,33 @@ int mb_chan_sockaddr(struct sockaddr_un *sa, const char *path)
         return MB_EINVAL;
     memcpy(sa->sun_path, path, n + 1);
     return 0;
+}
+
+unsigned long mb_raise_fd_limit(bool raise_hard)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
+        return 1024;
+    if (raise_hard) {
+        unsigned long nr_open = 0;
+        FILE *f = fopen("/proc/sys/fs/nr_open", "r");
+        if (f) {
+            if (fscanf(f, "%lu", &nr_open) != 1)
+                nr_open = 0;
+            fclose(f);
+        }
+        if (nr_open > rl.rlim_max) {
+            struct rlimit want = { nr_open, nr_open };
+            if (setrlimit(RLIMIT_NOFILE, &want) == 0)
+                return nr_open;
+        }
+    }
+    if (rl.rlim_cur < rl.rlim_max) {
+        rl.rlim_cur = rl.rlim_max;
+        if (setrlimit(RLIMIT_NOFILE, &rl) != 0)
+            getrlimit(RLIMIT_NOFILE, &rl);
+    }
+    return (unsigned long)rl.rlim_cur;
 }
 
 const char *mb_default_runtime_dir(void)

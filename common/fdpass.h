@@ -5,6 +5,7 @@
 #ifndef MB_FDPASS_H
 #define MB_FDPASS_H
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <sys/types.h>
 
@@ -42,6 +43,10 @@ int mb_chan_path(char *buf, size_t len, const char *dir, int device);     /* "DI
 /* Fill an AF_UNIX address with path; MB_EINVAL when it does not fit. */
 struct sockaddr_un;
 int mb_chan_sockaddr(struct sockaddr_un *sa, const char *path);
+/* Every frame is a descriptor: raise RLIMIT_NOFILE's soft limit to the hard
+ * one and, with raise_hard (and the privilege to), both to fs.nr_open.
+ * Returns the soft limit now in force. */
+unsigned long mb_raise_fd_limit(bool raise_hard);
 /* $MOONBRIGHT_RUNTIME_DIR, else /run/moonbright. */
 const char *mb_default_runtime_dir(void);
 

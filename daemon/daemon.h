@@ -66,6 +66,7 @@ struct frame_pool {
     uint32_t next_unused;        /* lowest slot never used or released */
     uint64_t scrubs;             /* frames zeroed between tenants */
     bool scrub;                  /* zero frames that change tenant (default on) */
+    uint32_t max_frames;         /* frames the descriptor limit allows (0: no cap) */
     /* warm reserve */
     pthread_mutex_t lock;
     pthread_cond_t wake;

@@ -68,11 +68,20 @@ static void push_free(struct frame_pool *p, uint32_t id)
     __atomic_add_fetch(&p->n_free, 1, __ATOMIC_RELAXED);   /* read by reserve workers */
 }
 
-/* Count one frame against the budget before creating it. */
+/* Count one frame against the budget (and the descriptor limit) before
+ * creating it. */
 static int commit_one(struct frame_pool *p)
 {
     pthread_mutex_lock(&p->lock);
     int rc = p->committed + p->frame_bytes > p->budget_bytes ? MB_ENOMEM : 0;
+    if (rc == 0 && p->max_frames && p->committed / p->frame_bytes + 1 > p->max_frames) {
+        static bool said;
+        if (!said)
+            mb_log(MB_LOG_WARN, "frame count at the descriptor limit (%u frames); raise "
+                   "LimitNOFILE or use larger frames", p->max_frames);
+        said = true;
+        rc = MB_ELIMIT;
+    }
     if (rc == 0)
         p->committed += p->frame_bytes;
     pthread_mutex_unlock(&p->lock);
@@ -147,7 +156,8 @@ static void *reserve_worker(void *arg)
     while (!p->stop) {
         uint64_t have = ((uint64_t)__atomic_load_n(&p->n_free, __ATOMIC_RELAXED) + p->n_ready +
                          p->creating) * p->frame_bytes;
-        if (have >= p->reserve_bytes || p->committed + p->frame_bytes > p->budget_bytes) {
+        if (have >= p->reserve_bytes || p->committed + p->frame_bytes > p->budget_bytes ||
+            (p->max_frames && p->committed / p->frame_bytes + 1 > p->max_frames)) {
             struct timespec ts;
             clock_gettime(CLOCK_REALTIME, &ts);
             ts.tv_nsec += 50 * 1000000L;

@@ -237,16 +237,6 @@ static int open_signals(struct daemon *d)
     return d->sigfd < 0 ? -1 : 0;
 }
 
-/* Every frame is a descriptor: allow as many as the hard limit permits. */
-static void raise_fd_limit(void)
-{
-    struct rlimit rl;
-    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
-        rl.rlim_cur = rl.rlim_max;
-        setrlimit(RLIMIT_NOFILE, &rl);
-    }
-}
-
 /* Without --foreground: fork, and let the parent exit once the child is
  * serving (or report why it could not start). */
 static int daemonize(int *ready_fd)
@@ -361,7 +351,7 @@ int main(int argc, char **argv)
         if (ftruncate(d.lock_fd, 0) != 0 || pwrite(d.lock_fd, pid, (size_t)len, 0) != len)
             mb_log(MB_LOG_WARN, "failed to write pid to %s", d.lock_path);
     }
-    raise_fd_limit();
+    unsigned long fd_limit = mb_raise_fd_limit(true);
     rc = 1;
     if (open_signals(&d) != 0) {
         mb_log(MB_LOG_ERR, "failed to set up signals: %s", strerror(errno));
@@ -378,6 +368,12 @@ int main(int argc, char **argv)
     }
     if (frame_pool_init(&d.pool, d.be, cfg->frame_size, cfg->budget - cfg->budget % cfg->frame_size) != 0)
         goto out;
+    /* Each frame holds a descriptor: keep 1024 for sessions and sockets, so
+     * running out of frames never means running out of descriptors. */
+    d.pool.max_frames = fd_limit > 2048 ? (uint32_t)(fd_limit - 1024) : (uint32_t)(fd_limit / 2);
+    if ((uint64_t)d.pool.max_frames * cfg->frame_size < d.pool.budget_bytes)
+        mb_log(MB_LOG_WARN, "the descriptor limit (%lu) allows %u frames, less than the budget; "
+               "raise LimitNOFILE (ulimit -n) to use all of it", fd_limit, d.pool.max_frames);
     d.pool.scrub = cfg->scrub;
     if (cfg->reserve && frame_pool_prefill(&d.pool, cfg->reserve) != 0)
         mb_log(MB_LOG_WARN, "failed to create the %llu-byte reserve; continuing",

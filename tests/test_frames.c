@@ -88,6 +88,23 @@ static void duplicate_return_changes_nothing(void **state)
     mb_backend_close(b);
 }
 
+static void descriptor_cap_is_an_error_not_a_crash(void **state)
+{
+    mb_backend *b;
+    assert_int_equal(mb_backend_host_open(0, &b), 0);
+    struct frame_pool p;
+    assert_int_equal(frame_pool_init(&p, b, FB, 64 * FB), 0);
+    p.max_frames = 5;
+    uint32_t ids[8];
+    assert_int_equal(frame_pool_grant(&p, 6, 1, 1, ids), MB_ELIMIT);
+    assert_int_equal(p.n_granted, 0);
+    assert_int_equal(frame_pool_grant(&p, 5, 1, 1, ids), 0);
+    assert_int_equal(frame_pool_grant(&p, 1, 2, 1, ids), MB_ELIMIT);
+    assert_true(frame_pool_is_valid(&p));
+    frame_pool_destroy(&p);
+    mb_backend_close(b);
+}
+
 static void scrubbed_between_tenants(void **state)
 {
     mb_backend *b;
@@ -155,6 +172,7 @@ int main(void)
         cmocka_unit_test(random_books_balance),
         cmocka_unit_test(duplicate_return_changes_nothing),
         cmocka_unit_test(scrubbed_between_tenants),
+        cmocka_unit_test(descriptor_cap_is_an_error_not_a_crash),
         cmocka_unit_test(warm_reserve_fills_in_background),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
