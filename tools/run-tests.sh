@@ -2,11 +2,17 @@
 # tools/run-tests.sh: the one command that runs every test: installs the
 # build dependencies if missing, builds with AddressSanitizer and UBSan
 # (warnings are errors), and runs ctest. GPU tests skip, and say so, where no
-# GPU is usable. Extra arguments go to ctest (e.g. -L unit).
+# GPU is usable; then fuzzes the daemon's request handling for 60 s
+# (libFuzzer, tests/fuzz; MB_FUZZ_SECONDS changes it, 0 skips). Extra
+# arguments go to ctest (e.g. -L unit).
 set -eu
 cd "$(dirname "$0")/.."
 sh tools/deps.sh
 cmake -S . -B build-test -DCMAKE_BUILD_TYPE=Debug -DMB_ASAN=ON -DMB_WERROR=ON >/dev/null
 cmake --build build-test -j"$(nproc)"
-cd build-test
-ctest --output-on-failure --timeout 900 "$@"
+(cd build-test && ctest --output-on-failure --timeout 900 "$@")
+secs=${MB_FUZZ_SECONDS:-60}
+if [ "$secs" -gt 0 ]; then
+  echo "fuzzing the daemon's request handling for $secs s"
+  sh tests/fuzz/run.sh "$secs"
+fi
