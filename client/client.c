@@ -96,7 +96,9 @@ void mb_close(mb_client *c)
     tiers_destroy(c);
     for (size_t i = 0; i < c->live.cap; i++) {
         struct ptrmap_slot *sl = &c->live.slots[i];
-        if (sl->key > 1)
+        if (sl->key > 1 && ((struct stitched *)sl->val)->imported)
+            share_free_imported(c, sl->val, NULL);
+        else if (sl->key > 1)
             amap_free(c, sl->val, NULL);
     }
     ptrmap_destroy(&c->live);
@@ -182,7 +184,7 @@ static int do_free(mb_client *c, void *ptr, void *stream)
         struct stitched *s = ptrmap_get(&c->live, ptr);
         if (s) {
             size_t bytes = s->bytes;
-            rc = amap_free(c, s, stream);
+            rc = s->imported ? share_free_imported(c, s, stream) : amap_free(c, s, stream);
             if (rc == 0) {
                 ptrmap_del(&c->live, ptr);
                 c->st.stitch_live -= bytes;

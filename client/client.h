@@ -48,6 +48,7 @@ struct stitched {
     size_t bytes;                /* mapped: n * frame_bytes from va */
     size_t reserved;             /* address space held from va (grow room) */
     size_t n, cap;               /* frames mapped; room in frames[] */
+    bool imported;               /* frames another process shared: never cached here */
     struct cframe *frames[];     /* frames[i] mapped at va + i * frame_bytes */
 };
 
@@ -117,6 +118,11 @@ int fcache_take(mb_client *c, size_t n, struct cframe **out);
 void fcache_put(mb_client *c, struct cframe *f);
 int fcache_trim(mb_client *c, size_t keep_bytes);
 void fcache_release_all(mb_client *c);
+/* Redeem a share token: the frames arrive imported and in use. */
+int fcache_import(mb_client *c, const uint8_t *token, size_t len, struct cframe ***out, size_t *n);
+/* Drop a frame this process holds without caching it (unmapped first). */
+void fcache_forget(mb_client *c, struct cframe *f);
+int fcache_return_ids(mb_client *c, uint32_t *ids, size_t n);
 /* Tell the daemon how much this process caches, when it changed. */
 void fcache_report(mb_client *c);
 bool fcache_is_valid(const struct frame_cache *fc);
@@ -128,6 +134,11 @@ int stitch_alloc(mb_client *c, size_t bytes, size_t reserve_bytes, struct stitch
 int stitch_grow(mb_client *c, struct stitched **s, size_t new_bytes);
 int stitch_free(mb_client *c, struct stitched *s, void *stream);
 bool stitch_is_valid(const mb_client *c, const struct stitched *s);
+/* Map frames this process already holds (an import) into a new range. */
+int stitch_adopt(mb_client *c, struct cframe **frames, size_t n, struct stitched **out);
+
+/* share.c: freeing a range imported from another process. */
+int share_free_imported(mb_client *c, struct stitched *s, void *stream);
 
 /* tiers.c: the slab and pool over stitched backing, and their frees. */
 int tiers_init(mb_client *c);

@@ -77,31 +77,21 @@ void fcache_report(mb_client *c)
         c->cache_reported = now;
 }
 
-/* Ask the daemon for n frames; import their handles; they arrive in use. */
-static int grant(mb_client *c, size_t n, struct cframe **out)
+/* The reply to a grant or an import names n frames whose handles were sent
+ * on the handle channel before it: import each once. They arrive in use. On
+ * failure everything received is dropped and the frames are handed back. */
+static int receive_frames(mb_client *c, const Mb__Frame *const *fr, size_t n, struct cframe **out)
 {
-    Mb__Request req = MB__REQUEST__INIT;
-    Mb__Grant g = MB__GRANT__INIT;
-    g.bytes = (uint64_t)n * c->frame_bytes;
-    req.body_case = MB__REQUEST__BODY_GRANT;
-    req.grant = &g;
-    Mb__Reply *rep;
-    int rc = rpc_call(c, &req, &rep);
-    if (rc != 0)
-        return rc;
-    if (rep->body_case != MB__REPLY__BODY_GRANT || rep->grant->n_frames != n) {
-        mb__reply__free_unpacked(rep, NULL);
-        return MB_EPROTO;
-    }
+    int rc = 0;
     size_t got = 0;
-    uint32_t *ids = malloc(n * sizeof(*ids));
+    uint32_t *ids = malloc((n ? n : 1) * sizeof(*ids));
+    if (!ids)
+        return MB_ENOMEM;
     for (size_t i = 0; i < n; i++) {
-        ids[i] = rep->grant->frames[i]->id;
-        if (rep->grant->frames[i]->bytes != c->frame_bytes || !rep->grant->frames[i]->fd_follows)
+        ids[i] = fr[i]->id;
+        if (fr[i]->bytes != c->frame_bytes || !fr[i]->fd_follows)
             rc = MB_EPROTO;
     }
-    mb__reply__free_unpacked(rep, NULL);
-    /* The handles were sent before the reply: they are waiting. */
     while (rc == 0 && got < n) {
         struct mb_chan_msg m;
         int fds[MB_CHAN_MAX_FDS];
@@ -119,7 +109,7 @@ static int grant(mb_client *c, size_t n, struct cframe **out)
             if (!f || m.ids[i] != ids[got]) {
                 free(f);
                 close(fds[i]);
-                rc = MB_EPROTO;
+                rc = f ? MB_EPROTO : MB_ENOMEM;
                 continue;
             }
             f->id = m.ids[i];
@@ -138,24 +128,79 @@ static int grant(mb_client *c, size_t n, struct cframe **out)
         }
     }
     if (rc != 0) {
-        mb_log(MB_LOG_WARN, "failed to import granted frames: %s", mb_strerror(rc));
-        struct mb_chan_msg m;   /* drop whatever else of this grant arrived */
+        mb_log(MB_LOG_WARN, "failed to import frames: %s", mb_strerror(rc));
+        struct mb_chan_msg m;   /* drop whatever else of this batch arrived */
         int fds[MB_CHAN_MAX_FDS];
         while (mb_chan_recv(c->chan, &m, fds, 0) == 0)
             for (uint32_t i = 0; i < m.count; i++)
                 close(fds[i]);
-        for (size_t i = 0; i < got; i++) {
-            c->fc.by_id[out[i]->id] = NULL;
-            c->fc.n_held--;
-            c->fc.n_in_use--;
-            c->be->ops->release(c->be, &out[i]->mem);
-            free(out[i]);
-        }
+        for (size_t i = 0; i < got; i++)
+            fcache_forget(c, out[i]);
         return_ids(c, ids, n);
     }
     free(ids);
     return rc;
 }
+
+void fcache_forget(mb_client *c, struct cframe *f)
+{
+    c->fc.by_id[f->id] = NULL;
+    c->fc.n_held--;
+    c->fc.n_in_use--;
+    c->be->ops->release(c->be, &f->mem);
+    free(f);
+}
+
+/* Ask the daemon for n frames; import their handles; they arrive in use. */
+static int grant(mb_client *c, size_t n, struct cframe **out)
+{
+    Mb__Request req = MB__REQUEST__INIT;
+    Mb__Grant g = MB__GRANT__INIT;
+    g.bytes = (uint64_t)n * c->frame_bytes;
+    req.body_case = MB__REQUEST__BODY_GRANT;
+    req.grant = &g;
+    Mb__Reply *rep;
+    int rc = rpc_call(c, &req, &rep);
+    if (rc != 0)
+        return rc;
+    if (rep->body_case != MB__REPLY__BODY_GRANT || rep->grant->n_frames != n)
+        rc = MB_EPROTO;
+    else
+        rc = receive_frames(c, (const Mb__Frame *const *)rep->grant->frames, n, out);
+    mb__reply__free_unpacked(rep, NULL);
+    return rc;
+}
+
+int fcache_import(mb_client *c, const uint8_t *token, size_t len, struct cframe ***out, size_t *n)
+{
+    Mb__Request req = MB__REQUEST__INIT;
+    Mb__Import im = MB__IMPORT__INIT;
+    im.token.data = (uint8_t *)token;
+    im.token.len = len;
+    req.body_case = MB__REQUEST__BODY_IMPORT;
+    req.import = &im;
+    Mb__Reply *rep;
+    int rc = rpc_call(c, &req, &rep);
+    if (rc != 0)
+        return rc;
+    size_t k = rep->body_case == MB__REPLY__BODY_IMPORT ? rep->import->n_frames : 0;
+    *out = k ? calloc(k, sizeof(**out)) : NULL;
+    if (!k)
+        rc = MB_EPROTO;
+    else if (!*out)
+        rc = MB_ENOMEM;
+    else
+        rc = receive_frames(c, (const Mb__Frame *const *)rep->import->frames, k, *out);
+    if (rc != 0 && k && *out) {
+        free(*out);
+        *out = NULL;
+    }
+    *n = k;
+    mb__reply__free_unpacked(rep, NULL);
+    return rc;
+}
+
+int fcache_return_ids(mb_client *c, uint32_t *ids, size_t n) { return return_ids(c, ids, n); }
 
 int fcache_take(mb_client *c, size_t n, struct cframe **out)
 {

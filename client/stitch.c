@@ -4,6 +4,7 @@
  * order: wait for the work that may use the range, unmap, free the range,
  * then cache the frames. */
 #include <stdlib.h>
+#include <string.h>
 
 #include "client.h"
 #include "log.h"
@@ -37,6 +38,7 @@ int stitch_alloc(mb_client *c, size_t bytes, size_t reserve_bytes, struct stitch
     s->cap = cap;
     s->bytes = n * fb;
     s->reserved = cap * fb;
+    s->imported = false;
     int rc = c->be->ops->reserve(c->be, s->reserved, &s->va);
     if (rc != 0) {
         free(s);
@@ -48,6 +50,28 @@ int stitch_alloc(mb_client *c, size_t bytes, size_t reserve_bytes, struct stitch
             fcache_put(c, s->frames[i]);
     if (rc != 0) {
         c->be->ops->free_va(c->be, s->va, s->reserved);
+        free(s);
+        return rc;
+    }
+    c->st.bytes_mapped += s->bytes;
+    *out = s;
+    return 0;
+}
+
+int stitch_adopt(mb_client *c, struct cframe **frames, size_t n, struct stitched **out)
+{
+    size_t fb = c->frame_bytes;
+    struct stitched *s = malloc(sizeof(*s) + n * sizeof(s->frames[0]));
+    if (!s)
+        return MB_ENOMEM;
+    s->n = s->cap = n;
+    s->bytes = s->reserved = n * fb;
+    s->imported = true;
+    memcpy(s->frames, frames, n * sizeof(*frames));
+    int rc = c->be->ops->reserve(c->be, s->reserved, &s->va);
+    if (rc == 0 && (rc = map_frames(c, s, 0, n)) != 0)
+        c->be->ops->free_va(c->be, s->va, s->reserved);
+    if (rc != 0) {
         free(s);
         return rc;
     }

@@ -38,7 +38,9 @@ enum frame_state { FRAME_UNUSED = 0, FRAME_FREE, FRAME_GRANTED };
 struct frame {
     enum frame_state state;
     struct mb_mem mem;           /* created and exported while state != UNUSED */
-    uint64_t owner;              /* session id while GRANTED, else 0 */
+    uint64_t owner;              /* session id while GRANTED; 0 once the owner let go
+                                  * while importers still hold it (holders > 0) */
+    uint32_t holders;            /* sessions holding it through an import */
     uint32_t last_tenant;        /* tenant that last held it; 0 = never granted */
     uint32_t next_free;          /* free-list link while FREE, 0 ends it */
 };
@@ -96,6 +98,9 @@ int frame_pool_grant(struct frame_pool *p, uint32_t n, uint64_t session, uint32_
 int frame_pool_return(struct frame_pool *p, const uint32_t *ids, size_t n, uint64_t session);
 /* Take back every frame of a session; returns how many. */
 uint32_t frame_pool_reclaim(struct frame_pool *p, uint64_t session);
+/* An importer let go of frame id; the frame becomes free once neither its
+ * owner nor any importer holds it. */
+void frame_pool_drop_hold(struct frame_pool *p, uint32_t id);
 struct frame *frame_pool_get(struct frame_pool *p, uint32_t id);
 bool frame_pool_is_valid(const struct frame_pool *p);
 
@@ -205,6 +210,9 @@ struct daemon {
     int64_t reclaim_timeout_ms;  /* --reclaim-timeout; 0 disables deferred grants */
     struct withdrawn *withdrawn;
     uint32_t n_withdrawn;
+    struct share *shares;        /* unredeemed share tokens */
+    struct hold *holds;          /* frames held through imports: n_holds */
+    size_t n_holds, cap_holds;
     struct pending *pending;     /* FIFO */
     uint32_t n_pending;
     char last_status[160];       /* last STATUS= sent */
@@ -286,5 +294,24 @@ void handle_request(struct request_ctx *rc, const Mb__Request *req, Mb__Reply *r
 void grant_now(struct daemon *d, struct session *s, uint32_t n, Mb__Reply *rep);
 /* Count a finished request in the per-command stats and counters. */
 void stats_record(struct daemon *d, int cmd, int code, uint64_t t0_ns);
+
+/* shares.c: share tokens and the frames importers hold. */
+struct share;
+struct hold {
+    uint64_t session;
+    uint32_t id;
+};
+int send_frame_fds(struct daemon *d, struct session *s, const uint32_t *ids, uint32_t n);
+void h_share(struct request_ctx *rc, const Mb__Request *req, Mb__Reply *rep);
+void h_import(struct request_ctx *rc, const Mb__Request *req, Mb__Reply *rep);
+bool shares_holds(struct daemon *d, const struct session *s, uint32_t id);
+int shares_return(struct daemon *d, struct session *s, const uint32_t *ids, size_t n);
+/* The exporter returned frames: tokens covering any of them die. */
+void shares_revoke(struct daemon *d, const struct session *s, const uint32_t *ids, size_t n);
+/* A session's unredeemed tokens die (it ended or was killed). */
+void shares_revoke_all(struct daemon *d, uint64_t session);
+/* A session's process is gone: the frames it imported are let go. */
+void shares_drop_holds(struct daemon *d, uint64_t session);
+void shares_destroy(struct daemon *d);
 
 #endif

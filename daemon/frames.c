@@ -286,6 +286,30 @@ int frame_pool_grant(struct frame_pool *p, uint32_t n, uint64_t session, uint32_
     return 0;
 }
 
+/* The owner lets go: free, unless importers still hold the frame. */
+static void let_go(struct frame_pool *p, uint32_t id)
+{
+    struct frame *f = &p->frames[id];
+    if (f->holders) {
+        f->owner = 0;
+        return;
+    }
+    p->n_granted--;
+    push_free(p, id);
+}
+
+void frame_pool_drop_hold(struct frame_pool *p, uint32_t id)
+{
+    struct frame *f = frame_pool_get(p, id);
+    if (!f || f->state != FRAME_GRANTED || f->holders == 0)
+        return;
+    if (--f->holders == 0 && f->owner == 0) {
+        p->n_granted--;
+        push_free(p, id);
+    }
+    POOL_CHECK(p);
+}
+
 int frame_pool_return(struct frame_pool *p, const uint32_t *ids, size_t n, uint64_t session)
 {
     for (size_t i = 0; i < n; i++) {
@@ -298,10 +322,8 @@ int frame_pool_return(struct frame_pool *p, const uint32_t *ids, size_t n, uint6
             if (ids[j] == ids[i])
                 return MB_EINVAL;   /* the same frame twice */
     }
-    for (size_t i = 0; i < n; i++) {
-        p->n_granted--;
-        push_free(p, ids[i]);
-    }
+    for (size_t i = 0; i < n; i++)
+        let_go(p, ids[i]);
     POOL_CHECK(p);
     return 0;
 }
@@ -312,8 +334,7 @@ uint32_t frame_pool_reclaim(struct frame_pool *p, uint64_t session)
     for (uint32_t id = 1; id < p->next_unused; id++) {
         struct frame *f = &p->frames[id];
         if (f->state == FRAME_GRANTED && f->owner == session) {
-            p->n_granted--;
-            push_free(p, id);
+            let_go(p, id);
             n++;
         }
     }
@@ -329,7 +350,9 @@ bool frame_pool_is_valid(const struct frame_pool *p)
         if (f->state == FRAME_UNUSED)
             continue;
         total++;
-        if (f->state == FRAME_GRANTED && f->owner == 0)
+        if (f->state == FRAME_GRANTED && f->owner == 0 && f->holders == 0)
+            return false;
+        if (f->state != FRAME_GRANTED && f->holders)
             return false;
         granted += f->state == FRAME_GRANTED;
     }

@@ -110,7 +110,7 @@ static void h_hello(struct request_ctx *rc, const Mb__Request *req, Mb__Reply *r
 }
 
 /* Descriptors travel on the handle channel before the reply, in batches. */
-static int send_frame_fds(struct daemon *d, struct session *s, const uint32_t *ids, uint32_t n)
+int send_frame_fds(struct daemon *d, struct session *s, const uint32_t *ids, uint32_t n)
 {
     for (uint32_t off = 0; off < n; off += MB_CHAN_MAX_FDS) {
         struct mb_chan_msg m = { .type = MB_CHAN_FRAMES, .session_id = s->id };
@@ -241,12 +241,28 @@ static void h_ret(struct request_ctx *rc, const Mb__Request *req, Mb__Reply *rep
     struct daemon *d = rc->d;
     struct session *s = rc->s;
     const Mb__Return *r = req->ret;
+    if (r->n_ids && shares_holds(d, s, r->ids[0])) {
+        /* Frames this session imported: it lets go of its holds. */
+        int e = shares_return(d, s, r->ids, r->n_ids);
+        if (e != 0) {
+            mb_reply_error(rep, e, "return refused: a frame is not held by this session through "
+                                   "an import (nothing was returned)");
+            return;
+        }
+        mb__return_reply__init(&rr);
+        rr.count = (uint32_t)r->n_ids;
+        rep->body_case = MB__REPLY__BODY_RET;
+        rep->ret = &rr;
+        return;
+    }
     if (r->n_ids == 0 || r->n_ids > s->frames) {
         mb_reply_error(rep, MB_EINVAL, "return of %zu frames: the session holds %u",
                        r->n_ids, s->frames);
         return;
     }
     int err = frame_pool_return(&d->pool, r->ids, r->n_ids, s->id);
+    if (err == 0)
+        shares_revoke(d, s, r->ids, r->n_ids);
     if (err != 0) {
         mb_reply_error(rep, err, "return refused: %s (nothing was returned)",
                        err == MB_EPERM ? "a frame is not held by this session"

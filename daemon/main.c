@@ -283,6 +283,7 @@ static void cleanup(struct daemon *d)
     }
     if (d->pool.frames)
         frame_pool_destroy(&d->pool);
+    shares_destroy(d);
     mb_backend_close(d->be);
     mb_config_free(&d->cfg);
     if (d->sigfd >= 0)

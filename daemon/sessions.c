@@ -65,6 +65,8 @@ static void session_unlink(struct daemon *d, struct session *s)
 /* End a session: every frame it held goes back to the pool. */
 void session_close(struct daemon *d, struct session *s)
 {
+    shares_revoke_all(d, s->id);
+    shares_drop_holds(d, s->id);
     uint32_t n = frame_pool_reclaim(&d->pool, s->id);
     if (s->tenant)
         s->tenant->bytes -= (uint64_t)s->frames * d->pool.frame_bytes;
@@ -94,15 +96,19 @@ uint32_t session_kill(struct daemon *d, struct session *s)
 {
     if (s->bound)
         daemon_notice(d, s, MB__NOTICE__KIND__KILLED, 0, 0, "ended by an administrator");
+    shares_revoke_all(d, s->id);
     uint32_t n = s->frames;
-    struct withdrawn *w = n ? calloc(1, sizeof(*w)) : NULL;
+    bool holds = false;   /* frames it imported stay held while it may map them */
+    for (size_t k = 0; k < d->n_holds && !holds; k++)
+        holds = d->holds[k].session == s->id;
+    struct withdrawn *w = n || holds ? calloc(1, sizeof(*w)) : NULL;
     if (w) {
         w->session = s->id;
         w->frames = n;
         w->tenant = s->tenant;
         w->pidfd = pidfd_open_pid(s->pid);
     }
-    if (n && (!w || w->pidfd < 0)) {
+    if ((n || holds) && (!w || w->pidfd < 0)) {
         /* The process is gone already (or cannot be watched and we cannot
          * keep the record): nothing maps the frames any more. */
         if (w && errno != ESRCH)
@@ -128,6 +134,7 @@ uint32_t session_kill(struct daemon *d, struct session *s)
 
 void withdrawn_release(struct daemon *d, struct withdrawn *w)
 {
+    shares_drop_holds(d, w->session);
     uint32_t n = frame_pool_reclaim(&d->pool, w->session);
     if (w->tenant)
         w->tenant->bytes -= (uint64_t)w->frames * d->pool.frame_bytes;

@@ -32,7 +32,7 @@ static void sleep_ms(int ms)
 pid_t mbt_spawn(const struct mbt_daemon *d, const char *const *argv, int *out_fd, int *in_fd)
 {
     int p[2] = { -1, -1 }, q[2] = { -1, -1 };
-    if ((out_fd && pipe(p) != 0) || (in_fd && pipe(q) != 0))
+    if ((out_fd && pipe2(p, O_CLOEXEC) != 0) || (in_fd && pipe2(q, O_CLOEXEC) != 0))
         return -1;
     pid_t pid = fork();
     if (pid == 0) {
@@ -92,7 +92,7 @@ int mbt_read_line(int fd, char *buf, size_t len, int timeout_ms)
 int mbt_run(const struct mbt_daemon *d, const char *const *argv, char *buf, size_t len, bool want_err)
 {
     int p[2];
-    if (pipe(p) != 0)
+    if (pipe2(p, O_CLOEXEC) != 0)
         return -1;
     pid_t pid = fork();
     if (pid == 0) {

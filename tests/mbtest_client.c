@@ -6,6 +6,11 @@
  *   mbtest_client hold BYTES SEED [TENANT]      alloc + write, print "ready", verify on
  *                                               each line read from stdin, exit at EOF
  *   mbtest_client alloc BYTES [TENANT]          one allocation, report the status
+ *   mbtest_client export BYTES SEED [TENANT]     alloc + write, print "token HEX"; at
+ *                                               each stdin line free it (first line) and
+ *                                               print "freed"; exit at EOF
+ *   mbtest_client import HEX SEED                import, print "import: STATUS", verify on
+ *                                               each stdin line, free and exit at EOF
  */
 #include <stdbool.h>
 #include <stdint.h>
@@ -36,11 +41,60 @@ static size_t check(const uint64_t *p, size_t n, uint64_t seed)
     return bad;
 }
 
+static int hex_token(const char *hex, mb_share_token *t)
+{
+    if (strlen(hex) != 2 * sizeof(t->bytes))
+        return -1;
+    for (size_t i = 0; i < sizeof(t->bytes); i++) {
+        unsigned v;
+        if (sscanf(hex + 2 * i, "%2x", &v) != 1)
+            return -1;
+        t->bytes[i] = (uint8_t)v;
+    }
+    return 0;
+}
+
+static int import_main(int argc, char **argv)
+{
+    mb_share_token t;
+    if (argc < 4 || hex_token(argv[2], &t) != 0)
+        return 2;
+    uint64_t seed = strtoull(argv[3], NULL, 0);
+    mb_client *c;
+    int rc = mb_open(&c, argc > 4 ? argv[4] : "importer");
+    if (rc != 0)
+        return 20 - rc;
+    void *p;
+    size_t size = 0;
+    rc = mb_import(c, &t, &p, &size);
+    printf("import: %s\n", mb_strerror(rc));
+    fflush(stdout);
+    if (rc != 0) {
+        mb_close(c);
+        return 20 - rc;
+    }
+    int out = 0;
+    char line[64];
+    while (fgets(line, sizeof(line), stdin)) {
+        size_t bad = check(p, strtoull(line, NULL, 0) / 8, seed);
+        printf("%s\n", bad ? "corrupt" : "intact");
+        fflush(stdout);
+        if (bad)
+            out = 10;
+    }
+    if ((rc = mb_free(c, p)) != 0)
+        out = 20 - rc;
+    mb_close(c);
+    return out;
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 3)
         return 2;
     const char *cmd = argv[1];
+    if (strcmp(cmd, "import") == 0)
+        return import_main(argc, argv);
     size_t bytes = strtoull(argv[2], NULL, 0);
     bool has_seed = strcmp(cmd, "alloc") != 0;
     uint64_t seed = has_seed && argc > 3 ? strtoull(argv[3], NULL, 0) : 0;
@@ -78,6 +132,31 @@ int main(int argc, char **argv)
                 out = 10;
         }
         mb_free(c, p);
+    } else if (strcmp(cmd, "export") == 0) {
+        fill(p, bytes / 8, seed);
+        mb_share_token t;
+        rc = mb_export(c, p, &t);
+        if (rc != 0) {
+            printf("export: %s\n", mb_strerror(rc));
+            out = 20 - rc;
+        } else {
+            printf("token ");
+            for (size_t i = 0; i < sizeof(t.bytes); i++)
+                printf("%02x", t.bytes[i]);
+            printf("\n");
+        }
+        fflush(stdout);
+        char line[64];
+        bool freed = false;
+        while (out == 0 && fgets(line, sizeof(line), stdin)) {
+            if (!freed && (rc = mb_free(c, p)) != 0)
+                out = 20 - rc;
+            freed = true;
+            printf("freed\n");
+            fflush(stdout);
+        }
+        if (!freed)
+            mb_free(c, p);
     } else if (strcmp(cmd, "alloc") == 0) {
         mb_free(c, p);
     } else {

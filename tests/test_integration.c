@@ -254,6 +254,74 @@ static void hostile_bytes_leave_daemon_serving(void **state)
     assert_int_equal(mbt_daemon_stop(&d), 0);
 }
 
+/* A exports, B imports and reads A's data, A frees (and exits), B still
+ * reads, B frees, the frames return; a wrong or replayed token is refused. */
+static void sharing_outlives_the_exporter(void **state)
+{
+    struct mbt_daemon d;
+    assert_int_equal(mbt_daemon_start(&d, small_frames), 0);
+    char size[32];
+    unsigned bytes = 160 * FRAME;   /* a range of its own: shareable */
+    snprintf(size, sizeof(size), "%u", bytes);
+    const char *exp[] = { MB_CLIENT_BIN, "export", size, "77", "exporter", NULL };
+    int a_out, a_in;
+    pid_t a = mbt_spawn(&d, exp, &a_out, &a_in);
+    char line[160], token[80];
+    assert_true(mbt_read_line(a_out, line, sizeof(line), 10000) >= 0);
+    assert_string_equal(line, "alloc: success");
+    assert_true(mbt_read_line(a_out, line, sizeof(line), 10000) >= 0);
+    assert_int_equal(strncmp(line, "token ", 6), 0);
+    snprintf(token, sizeof(token), "%s", line + 6);
+    assert_int_equal(strlen(token), 64);
+
+    /* A forged token is refused. */
+    char forged[80];
+    snprintf(forged, sizeof(forged), "%s", token);
+    forged[0] = forged[0] == '0' ? '1' : '0';
+    const char *bad[] = { MB_CLIENT_BIN, "import", forged, "77", NULL };
+    char out[256];
+    assert_int_equal(mbt_run(&d, bad, out, sizeof(out), false), 20 - MB_ENOENT);
+
+    const char *imp[] = { MB_CLIENT_BIN, "import", token, "77", NULL };
+    int b_out, b_in;
+    pid_t b = mbt_spawn(&d, imp, &b_out, &b_in);
+    assert_true(mbt_read_line(b_out, line, sizeof(line), 10000) >= 0);
+    assert_string_equal(line, "import: success");
+    snprintf(line, sizeof(line), "%u\n", bytes);
+    assert_int_equal(write(b_in, line, strlen(line)), (ssize_t)strlen(line));
+    assert_true(mbt_read_line(b_out, line, sizeof(line), 10000) >= 0);
+    assert_string_equal(line, "intact");
+
+    /* The same token again is refused: it was used. */
+    assert_int_equal(mbt_run(&d, imp, out, sizeof(out), false), 20 - MB_ENOENT);
+
+    /* A frees and exits; B still reads A's data; the frames stay out of the pool. */
+    assert_int_equal(write(a_in, "free\n", 5), 5);
+    assert_true(mbt_read_line(a_out, line, sizeof(line), 10000) >= 0);
+    assert_string_equal(line, "freed");
+    close(a_in);
+    assert_int_equal(mbt_wait(a), 0);
+    close(a_out);
+    snprintf(line, sizeof(line), "%u\n", bytes);
+    assert_int_equal(write(b_in, line, strlen(line)), (ssize_t)strlen(line));
+    assert_true(mbt_read_line(b_out, line, sizeof(line), 10000) >= 0);
+    assert_string_equal(line, "intact");
+    assert_int_equal((int)status_num(&d, "frames_granted"), 160);
+
+    /* B frees: every frame is back. */
+    close(b_in);
+    assert_int_equal(mbt_wait(b), 0);
+    close(b_out);
+    int granted = -1;
+    for (int i = 0; i < 100 && granted != 0; i++) {
+        granted = (int)status_num(&d, "frames_granted");
+        if (granted)
+            sleep_ms(50);
+    }
+    assert_int_equal(granted, 0);
+    assert_int_equal(mbt_daemon_stop(&d), 0);
+}
+
 static void second_daemon_refuses(void **state)
 {
     struct mbt_daemon d;
@@ -334,6 +402,7 @@ int main(void)
         cmocka_unit_test(sigkill_returns_frames),
         cmocka_unit_test(budget_exhausted_then_still_serving),
         cmocka_unit_test(hostile_bytes_leave_daemon_serving),
+        cmocka_unit_test(sharing_outlives_the_exporter),
         cmocka_unit_test(second_daemon_refuses),
         cmocka_unit_test(bad_options_are_refused),
         cmocka_unit_test(config_errors_name_file_and_line),

@@ -63,6 +63,19 @@ int mb_grow(mb_client *c, void *ptr, size_t new_size);
 /* Bytes usable at ptr (a live allocation's start), 0 if unknown. */
 size_t mb_usable_size(mb_client *c, const void *ptr);
 
+/* Sharing between processes. mb_export makes an unguessable capability
+ * (32 random bytes from the daemon) for an allocation of its own range
+ * (above 8 MiB, or growable); mb_export_to restricts it to one uid. Another
+ * process passes it to mb_import, once, and maps the same memory. The
+ * memory is released only when every holder has freed it; a token not yet
+ * redeemed is revoked when the exporter frees the allocation or exits. */
+typedef struct mb_share_token {
+    uint8_t bytes[32];
+} mb_share_token;
+int mb_export(mb_client *c, void *ptr, mb_share_token *out);
+int mb_export_to(mb_client *c, void *ptr, uint32_t uid, mb_share_token *out);
+int mb_import(mb_client *c, const mb_share_token *t, void **ptr, size_t *size);
+
 /* Return cached frames to the daemon until at most keep_bytes stay cached. */
 int mb_trim(mb_client *c, size_t keep_bytes);
 
