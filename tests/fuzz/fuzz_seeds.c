@@ -60,6 +60,13 @@ int main(int argc, char **argv)
     Mb__Kill k = MB__KILL__INIT;
     k.session = 1;
     Mb__Metrics m = MB__METRICS__INIT;
+    Mb__Share sh = MB__SHARE__INIT;
+    sh.ids = ids;
+    sh.n_ids = 2;
+    Mb__Import im = MB__IMPORT__INIT;
+    uint8_t share_tok[32] = { 7, 7, 7 };
+    im.token.data = share_tok;
+    im.token.len = sizeof(share_tok);
     for (int state = 0; state < 4; state++) {
         r.id = 1 + (uint64_t)state;
         r.body_case = MB__REQUEST__BODY_HELLO; r.hello = &h; bad |= write_seed(dir, "hello", state, &r);
@@ -74,6 +81,8 @@ int main(int argc, char **argv)
         r.body_case = MB__REQUEST__BODY_DRAIN; r.drain = &dr; bad |= write_seed(dir, "drain", state, &r);
         r.body_case = MB__REQUEST__BODY_KILL; r.kill = &k; bad |= write_seed(dir, "kill", state, &r);
         r.body_case = MB__REQUEST__BODY_METRICS; r.metrics = &m; bad |= write_seed(dir, "metrics", state, &r);
+        r.body_case = MB__REQUEST__BODY_SHARE; r.share = &sh; bad |= write_seed(dir, "share", state, &r);
+        r.body_case = MB__REQUEST__BODY_IMPORT; r.import = &im; bad |= write_seed(dir, "import", state, &r);
     }
     /* A grant that needs reclaim (more than the free frames). */
     g.bytes = 60 * 4096;
