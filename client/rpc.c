@@ -16,35 +16,11 @@
 #include "log.h"
 #include "wire.h"
 
-static int chan_connect(mb_client *c, const char *dir, struct mb_chan_msg *welcome)
-{
-    char path[256];
-    if (mb_chan_path(path, sizeof(path), dir, c->device) != 0)
-        return MB_EINVAL;
-    c->chan = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-    if (c->chan < 0)
-        return MB_ESYS;
-    struct sockaddr_un sa;
-    if (mb_chan_sockaddr(&sa, path) != 0)
-        return MB_EINVAL;
-    if (connect(c->chan, (struct sockaddr *)&sa, sizeof(sa)) != 0) {
-        mb_log(MB_LOG_WARN, "failed to connect to moonbrightd at %s: %s", path, strerror(errno));
-        return MB_EUNAVAIL;
-    }
-    int fds[MB_CHAN_MAX_FDS];
-    int rc = mb_chan_recv(c->chan, welcome, fds, c->timeout_ms);
-    if (rc == 0 && welcome->type != MB_CHAN_WELCOME)
-        rc = MB_EPROTO;
-    if (rc != 0)
-        mb_log(MB_LOG_WARN, "no welcome from moonbrightd on %s: %s", path, mb_strerror(rc));
-    return rc;
-}
-
 int rpc_connect(mb_client *c, const char *tenant)
 {
     const char *dir = mb_default_runtime_dir();
     struct mb_chan_msg w;
-    int rc = chan_connect(c, dir, &w);
+    int rc = mb_chan_open(dir, c->device, c->timeout_ms, &c->chan, &w);
     if (rc != 0)
         return rc;
     char ep[300];
@@ -60,14 +36,9 @@ int rpc_connect(mb_client *c, const char *tenant)
         mb_log(MB_LOG_WARN, "failed to connect to %s: %s", ep, zmq_strerror(errno));
         return MB_EUNAVAIL;
     }
-    Mb__Request req = MB__REQUEST__INIT;
-    Mb__Hello h = MB__HELLO__INIT;
-    h.token.data = w.token;
-    h.token.len = sizeof(w.token);
-    h.tenant = (char *)tenant;
-    h.version = 1;
-    req.body_case = MB__REQUEST__BODY_HELLO;
-    req.hello = &h;
+    Mb__Request req;
+    Mb__Hello h;
+    mb_wire_hello(&req, &h, w.token, tenant);
     Mb__Reply *rep;
     if ((rc = rpc_call(c, &req, &rep)) != 0)
         return rc;

@@ -100,6 +100,32 @@ int mb_chan_recv(int sock, struct mb_chan_msg *m, int *fds, int timeout_ms)
     return 0;
 }
 
+int mb_chan_open(const char *dir, int device, int timeout_ms, int *fd, struct mb_chan_msg *welcome)
+{
+    char path[256];
+    struct sockaddr_un sa;
+    *fd = -1;
+    if (mb_chan_path(path, sizeof(path), dir, device) != 0 || mb_chan_sockaddr(&sa, path) != 0)
+        return MB_EINVAL;
+    *fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+    if (*fd < 0)
+        return MB_ESYS;
+    if (connect(*fd, (struct sockaddr *)&sa, sizeof(sa)) != 0) {
+        mb_log(MB_LOG_WARN, "failed to connect to moonbrightd at %s: %s", path, strerror(errno));
+        return MB_EUNAVAIL;
+    }
+    int fds[MB_CHAN_MAX_FDS];
+    int rc = mb_chan_recv(*fd, welcome, fds, timeout_ms);
+    if (rc == 0 && welcome->type != MB_CHAN_WELCOME) {
+        for (uint32_t i = 0; i < welcome->count; i++)
+            close(fds[i]);
+        rc = MB_EPROTO;
+    }
+    if (rc != 0)
+        mb_log(MB_LOG_WARN, "no welcome from moonbrightd on %s: %s", path, mb_strerror(rc));
+    return rc;
+}
+
 int mb_chan_peer(int sock, pid_t *pid, uid_t *uid, gid_t *gid)
 {
     struct ucred cr;

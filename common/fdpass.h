@@ -34,6 +34,12 @@ int mb_chan_send(int sock, const struct mb_chan_msg *m, const int *fds);
  * returns MB_EPROTO with every received descriptor closed. */
 int mb_chan_recv(int sock, struct mb_chan_msg *m, int *fds, int timeout_ms);
 
+/* A client's side of opening a session: connect to DIR/gpuN.fds and read
+ * the daemon's welcome (session id and token) within timeout_ms. *fd is the
+ * connected channel (or -1); MB_EUNAVAIL when no daemon listens there,
+ * MB_EPROTO when the first message is not a welcome. */
+int mb_chan_open(const char *dir, int device, int timeout_ms, int *fd, struct mb_chan_msg *welcome);
+
 /* The peer's credentials. */
 int mb_chan_peer(int sock, pid_t *pid, uid_t *uid, gid_t *gid);
 

@@ -12,6 +12,7 @@
 
 #include <moonbright/mbclient.h>
 
+#include "fdpass.h"
 #include "log.h"
 
 uint64_t mb_now_ns(void)
@@ -101,6 +102,18 @@ int mb_wire_recv_reply(void *dealer, uint64_t id, int timeout_ms, Mb__Reply **ou
             on_notice(ctx, r);
         mb__reply__free_unpacked(r, NULL);
     }
+}
+
+void mb_wire_hello(Mb__Request *req, Mb__Hello *h, const uint8_t *token, const char *tenant)
+{
+    mb__request__init(req);
+    mb__hello__init(h);
+    h->token.data = (uint8_t *)token;
+    h->token.len = MB_TOKEN_BYTES;
+    h->tenant = (char *)tenant;
+    h->version = 1;
+    req->body_case = MB__REQUEST__BODY_HELLO;
+    req->hello = h;
 }
 
 void mb_reply_error(Mb__Reply *rep, int code, const char *fmt, ...)

@@ -24,6 +24,10 @@ int mb_wire_send_reply(void *router, const void *ident, size_t ident_len, const 
 int mb_wire_recv_reply(void *dealer, uint64_t id, int timeout_ms, Mb__Reply **out,
                        void (*on_notice)(void *ctx, const Mb__Reply *r), void *ctx);
 
+/* Fill req as the hello that binds a connection to the session whose
+ * welcome carried token (MB_TOKEN_BYTES). */
+void mb_wire_hello(Mb__Request *req, Mb__Hello *h, const uint8_t *token, const char *tenant);
+
 /* Set a reply's code and error text (printf-style). */
 void mb_reply_error(Mb__Reply *rep, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));

@@ -272,33 +272,22 @@ int mbt_session_open(const struct mbt_daemon *d, const char *tenant, struct mbt_
 {
     memset(s, 0, sizeof(*s));
     s->chan = -1;
-    char path[256], ep[300];
-    struct sockaddr_un sa;
-    if (mb_chan_path(path, sizeof(path), d->dir, 0) != 0 || mb_chan_sockaddr(&sa, path) != 0 ||
-        mb_ctl_endpoint(ep, sizeof(ep), d->dir, 0) != 0)
+    char ep[300];
+    if (mb_ctl_endpoint(ep, sizeof(ep), d->dir, 0) != 0)
         return MB_EINVAL;
-    s->chan = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-    if (s->chan < 0 || connect(s->chan, (struct sockaddr *)&sa, sizeof(sa)) != 0)
-        return MB_EUNAVAIL;
     struct mb_chan_msg w;
-    int fds[MB_CHAN_MAX_FDS];
-    int rc = mb_chan_recv(s->chan, &w, fds, 5000);
-    if (rc != 0 || w.type != MB_CHAN_WELCOME)
-        return rc ? rc : MB_EPROTO;
+    int rc = mb_chan_open(d->dir, 0, 5000, &s->chan, &w);
+    if (rc != 0)
+        return rc;
     s->zctx = zmq_ctx_new();
     s->dealer = zmq_socket(s->zctx, ZMQ_DEALER);
     int zero = 0;
     zmq_setsockopt(s->dealer, ZMQ_LINGER, &zero, sizeof(zero));
     if (zmq_connect(s->dealer, ep) != 0)
         return MB_EUNAVAIL;
-    Mb__Request req = MB__REQUEST__INIT;
-    Mb__Hello h = MB__HELLO__INIT;
-    h.token.data = w.token;
-    h.token.len = sizeof(w.token);
-    h.tenant = (char *)tenant;
-    h.version = 1;
-    req.body_case = MB__REQUEST__BODY_HELLO;
-    req.hello = &h;
+    Mb__Request req;
+    Mb__Hello h;
+    mb_wire_hello(&req, &h, w.token, tenant);
     Mb__Reply *rep;
     rc = mbt_session_call(s, &req, &rep);
     if (rc == 1)

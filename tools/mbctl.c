@@ -167,37 +167,16 @@ static int ctl_session(struct ctl *ctl)
     int rc = ctl_connect(ctl);
     if (rc)
         return rc;
-    char path[256];
-    mb_chan_path(path, sizeof(path), ctl->runtime_dir, ctl->device);
-    struct sockaddr_un sa;
-    ctl->chan = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-    if (ctl->chan < 0 || mb_chan_sockaddr(&sa, path) != 0 ||
-        connect(ctl->chan, (struct sockaddr *)&sa, sizeof(sa)) != 0) {
-        fprintf(stderr, "mbctl: failed to connect to %s: %s (is moonbrightd running?)\n", path,
-                strerror(errno));
-        return EXIT_NODAEMON;
-    }
     struct mb_chan_msg w;
-    int fds[MB_CHAN_MAX_FDS];
-    rc = mb_chan_recv(ctl->chan, &w, fds, ctl->timeout_ms);
-    if (rc == 0) {
-        for (uint32_t i = 0; i < w.count; i++)
-            close(fds[i]);
-        if (w.type != MB_CHAN_WELCOME)
-            rc = MB_EPROTO;
-    }
+    rc = mb_chan_open(ctl->runtime_dir, ctl->device, ctl->timeout_ms, &ctl->chan, &w);
     if (rc != 0) {
-        fprintf(stderr, "mbctl: no welcome from moonbrightd on %s: %s\n", path, mb_strerror(rc));
+        fprintf(stderr, "mbctl: failed to open a session with moonbrightd (device %d, %s): %s\n",
+                ctl->device, ctl->runtime_dir, mb_strerror(rc));
         return EXIT_NODAEMON;
     }
-    Mb__Request req = MB__REQUEST__INIT;
-    Mb__Hello h = MB__HELLO__INIT;
-    h.token.data = w.token;
-    h.token.len = sizeof(w.token);
-    h.tenant = "mbctl";
-    h.version = 1;
-    req.body_case = MB__REQUEST__BODY_HELLO;
-    req.hello = &h;
+    Mb__Request req;
+    Mb__Hello h;
+    mb_wire_hello(&req, &h, w.token, "mbctl");
     Mb__Reply *rep;
     if ((rc = ctl_call(ctl, &req, MB__REPLY__BODY_HELLO, &rep)) != 0)
         return rc;
