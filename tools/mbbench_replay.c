@@ -12,6 +12,7 @@
 #include <time.h>
 
 #include <moonbright/mbclient.h>
+#include <moonbright/vspace.h>
 
 #include "mbbench.h"
 #include "size.h"
@@ -302,11 +303,13 @@ static int build_protocol(const struct request *rq, size_t n, double step_s, uin
 
 /* ---- strategies ---- */
 
-enum strat_kind { S_REALLOC, S_GROW, S_MALLOC, S_CUDA, S_COUNT };
-static const char *const strat_name[S_COUNT] = { "realloc", "grow", "malloc", "cudaMallocAsync" };
+enum strat_kind { S_REALLOC, S_GROW, S_VSPACE, S_MALLOC, S_CUDA, S_COUNT };
+static const char *const strat_name[S_COUNT] = { "realloc", "grow", "vspace", "malloc",
+                                                 "cudaMallocAsync" };
 static const char *const strat_what[S_COUNT] = {
     "mb_malloc new + mb_free old",
     "mb_malloc_growable(max = final size) + mb_grow",
+    "mb_vspace_create(max = final size, 2 MiB pages) + mb_vspace_map_async per block (host time of the call)",
     "libc malloc new + free old (host reference, untouched)",
     "cuMemAllocAsync/cuMemFreeAsync, default pool, release threshold max",
 };
@@ -343,7 +346,8 @@ static uint64_t reserved_now(struct replay_ctx *x)
 {
     switch (x->kind) {
     case S_REALLOC:
-    case S_GROW: {
+    case S_GROW:
+    case S_VSPACE: {
         mb_client_stats st;
         return mb_stats(x->c, &st) == 0 ? st.bytes_granted : 0;
     }
@@ -360,10 +364,23 @@ static uint64_t reserved_now(struct replay_ctx *x)
     }
 }
 
+/* vspace pages: one 16-token block of 128 KiB tokens is 2 MiB, the largest
+ * page vspace offers. */
+#define VSPACE_PAGE ((uint64_t)2 << 20)
+static size_t vpages(uint64_t bytes) { return (size_t)((bytes + VSPACE_PAGE - 1) / VSPACE_PAGE); }
+
 static int s_alloc(struct replay_ctx *x, uint32_t req, uint64_t bytes, uint64_t max, void **p)
 {
     bench_cuptr d = 0;
     switch (x->kind) {
+    case S_VSPACE: {
+        mb_vspace *v;
+        int r = mb_vspace_create(x->c, vpages(max) * VSPACE_PAGE, VSPACE_PAGE, &v);
+        if (r == 0 && (r = mb_vspace_map_async(v, 0, vpages(bytes), NULL)) != 0)
+            mb_vspace_destroy(v);
+        *p = r == 0 ? v : NULL;
+        return r;
+    }
     case S_REALLOC: return mb_malloc(x->c, bytes, p);
     case S_GROW: return mb_malloc_growable(x->c, bytes, max, p);
     case S_MALLOC:
@@ -383,6 +400,7 @@ static int s_free(struct replay_ctx *x, void *p)
     switch (x->kind) {
     case S_REALLOC:
     case S_GROW: return mb_free(x->c, p);
+    case S_VSPACE: mb_vspace_destroy(p); return 0;
     case S_MALLOC: free(p); return 0;
     case S_CUDA: return x->cu->cuMemFreeAsync((bench_cuptr)(uintptr_t)p, NULL) ? MB_EBACKEND : 0;
     default: return MB_EINVAL;
@@ -439,9 +457,13 @@ static int run_strategy(struct replay_ctx *x, const struct replay_cfg *cfg, stru
             live += o->bytes;
             break;
         case OP_RESIZE:
-            if (x->kind == S_GROW) {
+            if (x->kind == S_GROW || x->kind == S_VSPACE) {
                 t0 = bench_now_ns();
-                rc = mb_grow(x->c, x->ptr[o->req], o->bytes);
+                if (x->kind == S_GROW)
+                    rc = mb_grow(x->c, x->ptr[o->req], o->bytes);
+                else
+                    rc = mb_vspace_map_async(x->ptr[o->req], vpages(x->bytes[o->req]),
+                                             vpages(o->bytes) - vpages(x->bytes[o->req]), NULL);
                 t1 = bench_now_ns();
                 if (rc != 0)
                     break;
@@ -572,7 +594,7 @@ static int run_one(enum strat_kind k, const struct replay_cfg *cfg, struct strat
         return MB_ENOMEM;
     }
     int rc = 0;
-    if (k == S_REALLOC || k == S_GROW) {
+    if (k == S_REALLOC || k == S_GROW || k == S_VSPACE) {
         if (k == S_GROW && (!mb_malloc_growable || !mb_grow)) {
             snprintf(r->note, sizeof(r->note), "skipped: this libmbclient has no mb_malloc_growable/mb_grow");
             rc = 1;
@@ -623,8 +645,9 @@ static void usage(FILE *f)
                "  --step-ms MS        decode step (default 20)\n"
                "  --token-bytes SIZE  KV bytes per token (default 128K)\n"
                "  --block-tokens N    tokens per KV block (default 16)\n"
-               "  --strategies LIST   realloc,grow,malloc,cudaMallocAsync (default: realloc,grow,\n"
-               "                      malloc on the host backend, cudaMallocAsync with a GPU)\n"
+               "  --strategies LIST   realloc,grow,vspace,malloc,cudaMallocAsync (default: realloc,\n"
+               "                      grow, vspace, and malloc on the host backend or\n"
+               "                      cudaMallocAsync with a GPU)\n"
                "  --jsonl-ts-unit U   s or ms for JSONL timestamps (default ms)\n"
                "  --daemon-every N    sample the daemon's status every N steps (default 1)\n"
                "  --points N          at most N points in the --json memory series (default 2000)\n"
@@ -674,7 +697,7 @@ static void print_json(const char *trace, const char *format, size_t nreq, doubl
     jw_arr(&w, "strategies");
     for (int i = 0; i < nres; i++) {
         const struct strat_result *r = &res[i];
-        bool mb = r->kind == S_REALLOC || r->kind == S_GROW;
+        bool mb = r->kind == S_REALLOC || r->kind == S_GROW || r->kind == S_VSPACE;
         jw_obj(&w, NULL);
         jw_str(&w, "strategy", strat_name[r->kind]);
         jw_str(&w, "source", "mbbench");
@@ -818,7 +841,7 @@ int bench_replay(int argc, char **argv)
         bench_daemon_close(d);
     }
     if (!explicit_strat) {
-        on[S_REALLOC] = on[S_GROW] = true;
+        on[S_REALLOC] = on[S_GROW] = on[S_VSPACE] = true;
         on[S_MALLOC] = strcmp(backend, "host") == 0;
         on[S_CUDA] = strcmp(backend, "host") != 0;
     }
@@ -859,7 +882,7 @@ int bench_replay(int argc, char **argv)
                 printf("%-16s %s\n", strat_name[r->kind], r->note);
                 continue;
             }
-            bool mb = r->kind == S_REALLOC || r->kind == S_GROW;
+            bool mb = r->kind == S_REALLOC || r->kind == S_GROW || r->kind == S_VSPACE;
             char dr[16] = "-";
             if (mb && r->peak_live)
                 snprintf(dr, sizeof(dr), "%.3f", (double)r->peak_daemon / r->peak_live);
