@@ -9,6 +9,7 @@
  *   mbtest_client export BYTES SEED [TENANT]     alloc + write, print "token HEX"; at
  *                                               each stdin line free it (first line) and
  *                                               print "freed"; exit at EOF
+ *   mbtest_client zeros BYTES [TENANT]          alloc, count non-zero bytes (exit 10 if any)
  *   mbtest_client import HEX SEED                import, print "import: STATUS", verify on
  *                                               each stdin line, free and exit at EOF
  */
@@ -96,7 +97,7 @@ int main(int argc, char **argv)
     if (strcmp(cmd, "import") == 0)
         return import_main(argc, argv);
     size_t bytes = strtoull(argv[2], NULL, 0);
-    bool has_seed = strcmp(cmd, "alloc") != 0;
+    bool has_seed = strcmp(cmd, "alloc") != 0 && strcmp(cmd, "zeros") != 0;
     uint64_t seed = has_seed && argc > 3 ? strtoull(argv[3], NULL, 0) : 0;
     const char *tenant = argc > (has_seed ? 4 : 3) ? argv[has_seed ? 4 : 3] : NULL;
     mb_client *c;
@@ -157,6 +158,13 @@ int main(int argc, char **argv)
         }
         if (!freed)
             mb_free(c, p);
+    } else if (strcmp(cmd, "zeros") == 0) {
+        size_t nz = 0;
+        for (size_t i = 0; i < bytes; i++)
+            nz += ((const uint8_t *)p)[i] != 0;
+        printf("nonzero: %zu\n", nz);
+        out = nz ? 10 : 0;
+        mb_free(c, p);
     } else if (strcmp(cmd, "alloc") == 0) {
         mb_free(c, p);
     } else {

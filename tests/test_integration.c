@@ -322,6 +322,29 @@ static void sharing_outlives_the_exporter(void **state)
     assert_int_equal(mbt_daemon_stop(&d), 0);
 }
 
+/* Tenant A writes a pattern into every frame of the budget, frees, exits;
+ * tenant B is granted the same frames and reads only zeros. */
+static void frames_are_scrubbed_between_tenants(void **state)
+{
+    static const char *const args[] = { "--frame-size", "64K", "--budget", "10M", NULL };
+    struct mbt_daemon d;
+    assert_int_equal(mbt_daemon_start(&d, args), 0);
+    char size[32];
+    snprintf(size, sizeof(size), "%u", 160 * FRAME);   /* the whole budget */
+    const char *a[] = { MB_CLIENT_BIN, "pattern", size, "99", "tenant-a", NULL };
+    char out[256];
+    assert_int_equal(mbt_run(&d, a, out, sizeof(out), false), 0);
+    const char *b[] = { MB_CLIENT_BIN, "zeros", size, "tenant-b", NULL };
+    assert_int_equal(mbt_run(&d, b, out, sizeof(out), false), 0);
+    assert_non_null(strstr(out, "nonzero: 0"));
+    struct json *j = mbt_status(&d);
+    assert_non_null(j);
+    assert_true(json_num(j, "scrubs") >= 160);   /* every frame changed tenant */
+    assert_int_equal((int)json_num(j, "frames_total"), 160);
+    json_free(j);
+    assert_int_equal(mbt_daemon_stop(&d), 0);
+}
+
 static void second_daemon_refuses(void **state)
 {
     struct mbt_daemon d;
@@ -403,6 +426,7 @@ int main(void)
         cmocka_unit_test(budget_exhausted_then_still_serving),
         cmocka_unit_test(hostile_bytes_leave_daemon_serving),
         cmocka_unit_test(sharing_outlives_the_exporter),
+        cmocka_unit_test(frames_are_scrubbed_between_tenants),
         cmocka_unit_test(second_daemon_refuses),
         cmocka_unit_test(bad_options_are_refused),
         cmocka_unit_test(config_errors_name_file_and_line),
