@@ -9,6 +9,11 @@ if(MB_HAVE_CUDA)
            $<TARGET_FILE:moonbrightd> $<TARGET_FILE:mbctl> $<TARGET_FILE:test_streams>)
   set_tests_properties(gpu_streams PROPERTIES LABELS gpu SKIP_RETURN_CODE 77 TIMEOUT 300)
 
+  add_test(NAME gpu_sigkill_reclaim COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/gpu/with_daemon.sh
+           $<TARGET_FILE:moonbrightd> $<TARGET_FILE:mbctl>
+           ${CMAKE_CURRENT_SOURCE_DIR}/gpu/test_reclaim.sh $<TARGET_FILE:mbtest_client> $<TARGET_FILE:mbctl>)
+  set_tests_properties(gpu_sigkill_reclaim PROPERTIES LABELS gpu SKIP_RETURN_CODE 77 TIMEOUT 120)
+
   find_package(Python3 COMPONENTS Interpreter)
   if(Python3_FOUND)
     add_test(NAME gpu_torch_transformer COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/gpu/with_daemon.sh

@@ -1,0 +1,30 @@
+#!/bin/sh
+# test_reclaim.sh MBTEST_CLIENT MBCTL: on the cuda backend (run under
+# with_daemon.sh), a client holding GPU frames is killed with SIGKILL and
+# every frame comes back to the daemon. Exit 0 pass, 1 fail.
+set -u
+client=$1; mbctl=$2
+dir=$MOONBRIGHT_RUNTIME_DIR
+granted() { "$mbctl" --runtime-dir "$dir" status --json | sed 's/.*"frames_granted":\([0-9]*\).*/\1/'; }
+fifo=$(mktemp -u /tmp/mbgpu-in.XXXXXX); mkfifo "$fifo"
+out=$(mktemp /tmp/mbgpu-out.XXXXXX)
+"$client" hold 335544320 1 victim <"$fifo" >"$out" &   # 320 MiB: a stitched range of 160 frames
+pid=$!
+exec 9>"$fifo"
+i=0
+while ! grep -q ready "$out"; do
+  i=$((i + 1)); [ $i -gt 100 ] && { echo "FAIL: holder never ready: $(cat "$out")"; exit 1; }
+  sleep 0.1
+done
+before=$(granted)
+echo "granted while held: $before"
+[ "$before" -ge 160 ] || { echo "FAIL: expected at least 160 frames granted"; exit 1; }
+kill -9 $pid; wait $pid 2>/dev/null
+i=0
+while [ "$(granted)" != 0 ]; do
+  i=$((i + 1)); [ $i -gt 100 ] && { echo "FAIL: frames not reclaimed: $(granted) still granted"; exit 1; }
+  sleep 0.05
+done
+echo "granted after SIGKILL: 0"
+rm -f "$fifo" "$out"
+echo PASS
