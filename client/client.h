@@ -28,6 +28,7 @@ struct cframe {
     uint32_t id;                 /* the daemon's frame id */
     struct mb_mem mem;           /* imported handle */
     bool in_use;                 /* mapped into a stitched range */
+    bool exported;               /* shared with another process: never reused here */
     struct cframe *next_cached;  /* cache link while !in_use */
 };
 

@@ -38,9 +38,14 @@ static int export(mb_client *c, void *ptr, bool restrict_uid, uint32_t uid, mb_s
         Mb__Reply *rep;
         rc = rpc_call(c, &req, &rep);
         if (rc == 0) {
-            if (rep->body_case == MB__REPLY__BODY_SHARE && rep->share->token.len == sizeof(out->bytes))
+            if (rep->body_case == MB__REPLY__BODY_SHARE && rep->share->token.len == sizeof(out->bytes)) {
                 memcpy(out->bytes, rep->share->token.data, sizeof(out->bytes));
-            else
+                /* Another process may map these frames from now on: once
+                 * freed here they go back to the daemon, never into this
+                 * process's cache for reuse. */
+                for (size_t i = 0; i < s->n; i++)
+                    s->frames[i]->exported = true;
+            } else
                 rc = MB_EPROTO;
             mb__reply__free_unpacked(rep, NULL);
         }

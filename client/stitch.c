@@ -113,11 +113,27 @@ int stitch_free(mb_client *c, struct stitched *s, void *stream)
     if (rc != 0)
         return rc;   /* still mapped: keep everything as it is */
     c->be->ops->free_va(c->be, s->va, s->reserved);
-    for (size_t i = 0; i < s->n; i++)
-        fcache_put(c, s->frames[i]);
+    /* Frames shared with another process go back to the daemon (which
+     * keeps them for the importers), the rest into the cache. */
+    uint32_t *ids = NULL;
+    size_t n_shared = 0;
+    for (size_t i = 0; i < s->n; i++) {
+        if (!s->frames[i]->exported) {
+            fcache_put(c, s->frames[i]);
+            continue;
+        }
+        if (!ids && !(ids = malloc(s->n * sizeof(*ids))))
+            rc = MB_ENOMEM;
+        if (ids)
+            ids[n_shared++] = s->frames[i]->id;
+        fcache_forget(c, s->frames[i]);
+    }
+    if (n_shared)
+        rc = fcache_return_ids(c, ids, n_shared);
+    free(ids);
     c->st.bytes_mapped -= s->bytes;
     free(s);
-    return 0;
+    return rc;
 }
 
 bool stitch_is_valid(const mb_client *c, const struct stitched *s)

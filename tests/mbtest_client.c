@@ -167,13 +167,20 @@ int main(int argc, char **argv)
         fflush(stdout);
         char line[64];
         bool freed = false;
+        void *again = NULL;
         while (out == 0 && fgets(line, sizeof(line), stdin)) {
             if (!freed && (rc = mb_free(c, p)) != 0)
                 out = 20 - rc;
+            /* Allocate and write the same size again: the shared frames
+             * must not come back to this process for it. */
+            if (!freed && out == 0 && mb_malloc(c, bytes, &again) == 0)
+                fill(again, bytes / 8, seed + 1);
             freed = true;
             printf("freed\n");
             fflush(stdout);
         }
+        if (again)
+            mb_free(c, again);
         if (!freed)
             mb_free(c, p);
     } else if (strcmp(cmd, "zeros") == 0) {
