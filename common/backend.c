@@ -6,6 +6,7 @@
 
 #include <moonbright/mbclient.h>
 
+#include "faults.h"
 #include "log.h"
 
 #ifndef MB_WITH_CUDA
@@ -18,7 +19,17 @@ int mb_backend_cuda_open(int device, mb_backend **out)
 }
 #endif
 
+static int open_kind(const char *kind, int device, mb_backend **out);
+
 int mb_backend_open(const char *kind, int device, mb_backend **out)
+{
+    int rc = open_kind(kind, device, out);
+    if (rc == 0)
+        mb_faults_wrap_backend(*out);
+    return rc;
+}
+
+static int open_kind(const char *kind, int device, mb_backend **out)
 {
     if (!kind || strcmp(kind, "auto") == 0) {
         int rc = mb_backend_cuda_open(device, out);

@@ -8,10 +8,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 #include <zmq.h>
 
 #include <moonbright/mbclient.h>
 
+#include "faults.h"
 #include "fdpass.h"
 #include "log.h"
 
@@ -22,7 +24,9 @@ uint64_t mb_now_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-static int send_packed(void *sock, const ProtobufCMessage *m, int flags)
+/* One message: [identity] (ROUTER only) then the packed protobuf. Fault
+ * injection (debug builds) may drop, duplicate, delay or truncate it. */
+static int send_packed(void *sock, const void *ident, size_t ident_len, const ProtobufCMessage *m)
 {
     size_t len = protobuf_c_message_get_packed_size(m);
     if (len > MB_WIRE_MAX_BYTES) {
@@ -35,10 +39,19 @@ static int send_packed(void *sock, const ProtobufCMessage *m, int flags)
     if (!buf)
         return MB_ENOMEM;
     protobuf_c_message_pack(m, buf);
-    int rc;
-    do
-        rc = zmq_send(sock, buf, len, flags);
-    while (rc < 0 && errno == EINTR);
+    if (mb_fault(MB_FAULT_DELAY))
+        usleep((useconds_t)(rand() % 50000));
+    if (mb_fault(MB_FAULT_TRUNC))
+        len /= 2;
+    int copies = mb_fault(MB_FAULT_DROP) ? 0 : mb_fault(MB_FAULT_DUP) ? 2 : 1;
+    int rc = 0;
+    for (int k = 0; k < copies && rc >= 0; k++) {
+        if (ident && (rc = zmq_send(sock, ident, ident_len, ZMQ_SNDMORE | ZMQ_DONTWAIT)) < 0)
+            break;
+        do
+            rc = zmq_send(sock, buf, len, ZMQ_DONTWAIT);
+        while (rc < 0 && errno == EINTR);
+    }
     if (buf != stackbuf)
         free(buf);
     if (rc < 0) {
@@ -50,14 +63,12 @@ static int send_packed(void *sock, const ProtobufCMessage *m, int flags)
 
 int mb_wire_send_request(void *dealer, const Mb__Request *req)
 {
-    return send_packed(dealer, &req->base, ZMQ_DONTWAIT);
+    return send_packed(dealer, NULL, 0, &req->base);
 }
 
 int mb_wire_send_reply(void *router, const void *ident, size_t ident_len, const Mb__Reply *rep)
 {
-    if (zmq_send(router, ident, ident_len, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0)
-        return MB_EUNAVAIL;
-    return send_packed(router, &rep->base, ZMQ_DONTWAIT);
+    return send_packed(router, ident, ident_len, &rep->base);
 }
 
 int mb_wire_recv_reply(void *dealer, uint64_t id, int timeout_ms, Mb__Reply **out,

@@ -1,10 +1,14 @@
 #!/bin/sh
-# soak.sh DAEMON MBSOAK [SECONDS]: a short soak in CI: a real daemon (host
-# backend, small budget so clients compete), mbsoak's clients with random
-# SIGKILLs, then the daemon must stop cleanly (under AddressSanitizer its
-# exit also proves it leaked nothing).
+# soak.sh DAEMON MBSOAK [SECONDS] [FAULTS]: a short soak in CI: a real daemon
+# (host backend, small budget so clients compete), mbsoak's clients with
+# random SIGKILLs, optionally with fault injection in daemon and clients
+# (MOONBRIGHT_FAULTS, debug builds), then the daemon must stop cleanly
+# (under AddressSanitizer its exit also proves it leaked nothing).
 set -u
 daemon=$1; soak=$2; secs=${3:-20}
+if [ -n "${4:-}" ]; then
+  export MOONBRIGHT_FAULTS=$4 MOONBRIGHT_TIMEOUT_MS=300
+fi
 dir=$(mktemp -d /tmp/mbsoak.XXXXXX)
 export MOONBRIGHT_RUNTIME_DIR=$dir
 "$daemon" --foreground --backend host --runtime-dir "$dir" --budget 1G --log-level warn 2>"$dir/daemon.log" &
