@@ -29,6 +29,7 @@ struct cframe {
     struct mb_mem mem;           /* imported handle */
     bool in_use;                 /* mapped into a stitched range */
     bool exported;               /* shared with another process: never reused here */
+    bool imported;               /* another process's frame, held through an import */
     struct cframe *next_cached;  /* cache link while !in_use */
 };
 
@@ -80,6 +81,10 @@ struct mb_client {
     int timeout_ms;
     bool broken;                 /* the daemon went away; calls that need it fail */
     bool draining;               /* the daemon said it is draining */
+    bool lost;                   /* the daemon went away (its channel closed) */
+    int64_t next_reconnect_ms;   /* back-off: earliest next attempt */
+    int reconnect_wait_ms;       /* current back-off step */
+    char tenant[64];
     bool reclaim_due;            /* a RECLAIM notice waits to be answered */
     uint64_t reclaim_bytes;      /* ... for this many bytes (0: all cached) */
     bool in_reclaim;             /* answering one now (no recursion) */
@@ -111,6 +116,9 @@ int rpc_call(mb_client *c, Mb__Request *req, Mb__Reply **rep);
 int rpc_post(mb_client *c, Mb__Request *req);
 /* Handle notices that arrived (lock held); answers a due RECLAIM. */
 void rpc_poll_notices(mb_client *c);
+/* Lock held: when the daemon is lost, reconnect if the back-off allows and
+ * report the frames this process still maps (Reattach). 0 once connected. */
+int rpc_ensure_connected(mb_client *c);
 int rpc_start_notice_thread(mb_client *c);
 void rpc_stop_notice_thread(mb_client *c);
 

@@ -18,6 +18,7 @@
 
 int rpc_connect(mb_client *c, const char *tenant)
 {
+    snprintf(c->tenant, sizeof(c->tenant), "%s", tenant);
     const char *dir = mb_default_runtime_dir();
     struct mb_chan_msg w;
     int rc = mb_chan_open(dir, c->device, c->timeout_ms, &c->chan, &w);
@@ -51,6 +52,96 @@ int rpc_connect(mb_client *c, const char *tenant)
     snprintf(c->backend_name, sizeof(c->backend_name), "%s", rep->hello->backend);
     mb__reply__free_unpacked(rep, NULL);
     return 0;
+}
+
+/* The frames this process still maps or caches, reported to a new daemon.
+ * Frames imported from another process are its exporter's to report. */
+static int reattach(mb_client *c)
+{
+    size_t n = 0;
+    for (uint32_t id = 0; id < c->fc.cap; id++)
+        n += c->fc.by_id[id] && !c->fc.by_id[id]->imported;
+    if (n == 0)
+        return 0;
+    Mb__Frame *frames = calloc(n, sizeof(*frames));
+    Mb__Frame **fp = calloc(n, sizeof(*fp));
+    int rc = frames && fp ? 0 : MB_ENOMEM;
+    size_t k = 0;
+    for (uint32_t id = 0; rc == 0 && id < c->fc.cap; id++) {
+        if (!c->fc.by_id[id] || c->fc.by_id[id]->imported)
+            continue;
+        mb__frame__init(&frames[k]);
+        frames[k].id = id;
+        frames[k].bytes = c->frame_bytes;
+        fp[k] = &frames[k];
+        k++;
+    }
+    if (rc == 0) {
+        Mb__Request req = MB__REQUEST__INIT;
+        Mb__Reattach ra = MB__REATTACH__INIT;
+        ra.frames = fp;
+        ra.n_frames = n;
+        req.body_case = MB__REQUEST__BODY_REATTACH;
+        req.reattach = &ra;
+        Mb__Reply *rep;
+        rc = rpc_call(c, &req, &rep);
+        if (rc == 0) {
+            if (rep->body_case == MB__REPLY__BODY_REATTACH && rep->reattach->n_refused)
+                mb_log(MB_LOG_ERR, "moonbrightd refused %zu of the frames this process still maps "
+                       "(another process reported them): they stay mapped here", rep->reattach->n_refused);
+            mb__reply__free_unpacked(rep, NULL);
+        }
+    }
+    free(frames);
+    free(fp);
+    return rc;
+}
+
+int rpc_ensure_connected(mb_client *c)
+{
+    if (!c->lost)
+        return 0;
+    if (c->broken)
+        return MB_EUNAVAIL;
+    int64_t now = mb_now_ms();
+    if (now < c->next_reconnect_ms)
+        return MB_EUNAVAIL;
+    rpc_disconnect(c);
+    int saved = c->timeout_ms;
+    c->timeout_ms = saved < 1000 ? saved : 1000;   /* a bounded wait per attempt */
+    uint64_t fb = c->frame_bytes;
+    c->lost = false;
+    int rc = rpc_connect(c, c->tenant);
+    if (rc == 0 && c->frame_bytes != fb)
+        rc = MB_EPROTO;   /* a daemon with other frames cannot take ours */
+    if (rc == 0)
+        rc = reattach(c);
+    c->timeout_ms = saved;
+    if (rc != 0) {
+        c->lost = true;
+        c->frame_bytes = fb;
+        c->reconnect_wait_ms = c->reconnect_wait_ms ? c->reconnect_wait_ms * 2 : 50;
+        if (c->reconnect_wait_ms > 2000)
+            c->reconnect_wait_ms = 2000;
+        c->next_reconnect_ms = now + c->reconnect_wait_ms;
+        return MB_EUNAVAIL;
+    }
+    mb_log(MB_LOG_WARN, "reconnected to moonbrightd (session %llu) and reported the frames held",
+           (unsigned long long)c->session_id);
+    c->reconnect_wait_ms = 0;
+    c->cache_reported = (uint64_t)-1;
+    return 0;
+}
+
+/* The channel is readable with nothing queued: the daemon went away. */
+static void check_lost(mb_client *c)
+{
+    char b;
+    if (c->chan >= 0 && !c->lost && recv(c->chan, &b, 1, MSG_PEEK | MSG_DONTWAIT) == 0) {
+        mb_log(MB_LOG_WARN, "moonbrightd went away; calls that need it fail until it is back");
+        c->lost = true;
+        c->next_reconnect_ms = mb_now_ms() + 50;
+    }
 }
 
 void rpc_disconnect(mb_client *c)
@@ -127,22 +218,30 @@ void rpc_poll_notices(mb_client *c)
 static void *notice_main(void *arg)
 {
     mb_client *c = arg;
-    int fd = -1;
-    size_t len = sizeof(fd);
     pthread_mutex_lock(&c->lock);
-    zmq_getsockopt(c->dealer, ZMQ_FD, &fd, &len);
     while (!c->stopping) {
+        int fd = -1;
+        size_t len = sizeof(fd);
+        if (c->dealer)
+            zmq_getsockopt(c->dealer, ZMQ_FD, &fd, &len);
+        int chan = c->chan;
         pthread_mutex_unlock(&c->lock);
-        /* ZMQ_FD is edge-triggered: wake on it or every 100 ms regardless. */
-        struct pollfd p = { .fd = fd, .events = POLLIN };
-        poll(&p, 1, 100);
+        /* ZMQ_FD is edge-triggered: wake on it, on the channel closing, or
+         * every 100 ms regardless. */
+        struct pollfd p[2] = { { .fd = fd, .events = POLLIN }, { .fd = chan, .events = POLLIN } };
+        poll(p, 2, 100);
         pthread_mutex_lock(&c->lock);
-        if (!c->stopping) {
-            rpc_poll_notices(c);
-            /* Frees into the slab and pool change what could be given back
-             * without a message: report it from here, off the fast path. */
-            fcache_report(c);
+        if (c->stopping)
+            break;
+        check_lost(c);
+        if (c->lost) {
+            rpc_ensure_connected(c);
+            continue;
         }
+        rpc_poll_notices(c);
+        /* Frees into the slab and pool change what could be given back
+         * without a message: report it from here, off the fast path. */
+        fcache_report(c);
     }
     pthread_mutex_unlock(&c->lock);
     return NULL;
@@ -170,7 +269,7 @@ void rpc_stop_notice_thread(mb_client *c)
 
 int rpc_post(mb_client *c, Mb__Request *req)
 {
-    if (c->broken)
+    if (c->broken || c->lost)
         return MB_EUNAVAIL;
     req->id = ++c->next_id;
     return mb_wire_send_request(c->dealer, req);
@@ -180,6 +279,11 @@ int rpc_call(mb_client *c, Mb__Request *req, Mb__Reply **out)
 {
     if (c->broken)
         return MB_EUNAVAIL;
+    check_lost(c);
+    if (c->lost && rpc_ensure_connected(c) != 0) {
+        mb_log(MB_LOG_WARN, "moonbrightd is unavailable");
+        return MB_EUNAVAIL;
+    }
     req->id = ++c->next_id;
     int rc = mb_wire_send_request(c->dealer, req);
     if (rc == 0)

@@ -70,6 +70,8 @@ int mb_import(mb_client *c, const mb_share_token *t, void **ptr, size_t *size)
     size_t n = 0;
     int rc = fcache_import(c, t->bytes, sizeof(t->bytes), &frames, &n);
     struct stitched *s = NULL;
+    for (size_t i = 0; rc == 0 && i < n; i++)
+        frames[i]->imported = true;
     if (rc == 0 && (rc = stitch_adopt(c, frames, n, &s)) != 0) {
         uint32_t *ids = malloc(n * sizeof(*ids));
         for (size_t i = 0; i < n; i++) {

@@ -41,6 +41,9 @@ struct frame {
     uint64_t owner;              /* session id while GRANTED; 0 once the owner let go
                                   * while importers still hold it (holders > 0) */
     uint32_t holders;            /* sessions holding it through an import */
+    bool adopted;                /* reported by a client after a daemon restart:
+                                  * counted, but the daemon holds no handle; when
+                                  * its holder lets go the slot simply ends */
     uint32_t last_tenant;        /* tenant that last held it; 0 = never granted */
     uint32_t next_free;          /* free-list link while FREE, 0 ends it */
 };
@@ -66,6 +69,10 @@ struct frame_pool {
     uint32_t n_total, n_free, n_granted;
     uint32_t free_head;          /* first FREE frame, 0 when none */
     uint32_t next_unused;        /* lowest slot never used or released */
+    uint32_t id_limit;           /* ids below this may have been handed out by an
+                                  * earlier daemon (the journal); 0: no journal */
+    int journal_fd;              /* state journal (ids handed out), or -1 */
+    uint32_t journal_limit;      /* the journal promises no id at or above this is in use */
     uint64_t scrubs;             /* frames zeroed between tenants */
     bool scrub;                  /* zero frames that change tenant (default on) */
     uint32_t max_frames;         /* frames the descriptor limit allows (0: no cap) */
@@ -96,6 +103,16 @@ int frame_pool_grant(struct frame_pool *p, uint32_t n, uint64_t session, uint32_
 /* Take back frames granted to `session`; all must be its own, else nothing
  * changes and MB_EPERM (or MB_ENOENT for ids that name no frame) returns. */
 int frame_pool_return(struct frame_pool *p, const uint32_t *ids, size_t n, uint64_t session);
+/* After a restart: book frame `id` of `bytes` as held by `session`, reported
+ * by the client that still maps it. MB_EPERM when another holder already
+ * claimed it (contradicting reports), MB_EINVAL for an id this daemon could
+ * not have handed out. */
+int frame_pool_adopt_reported(struct frame_pool *p, uint32_t id, uint64_t bytes, uint64_t session,
+                              uint32_t tenant);
+/* The journal: ids handed out survive a restart, so new frames never take
+ * the id of one a client still holds. */
+int frame_pool_open_journal(struct frame_pool *p, const char *path);
+
 /* Take back every frame of a session; returns how many. */
 uint32_t frame_pool_reclaim(struct frame_pool *p, uint64_t session);
 /* An importer let go of frame id; the frame becomes free once neither its

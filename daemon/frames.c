@@ -1,8 +1,12 @@
 /* frames.c: the daemon's frame books: creating frames within the budget
  * (ahead of demand on worker threads: the warm reserve), granting them to
  * sessions, taking them back, scrubbing between tenants. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
+#include <unistd.h>
 #include <string.h>
 
 #include <moonbright/mbclient.h>
@@ -25,6 +29,7 @@ int frame_pool_init(struct frame_pool *p, mb_backend *be, size_t frame_bytes, ui
     p->cap = 1024;
     p->frames = calloc(p->cap, sizeof(*p->frames));
     p->next_unused = 1;
+    p->journal_fd = -1;
     p->scrub = true;
     pthread_mutex_init(&p->lock, NULL);
     pthread_cond_init(&p->wake, NULL);
@@ -45,8 +50,10 @@ void frame_pool_destroy(struct frame_pool *p)
     pthread_mutex_destroy(&p->lock);
     pthread_cond_destroy(&p->wake);
     for (uint32_t id = 1; id < p->next_unused; id++)
-        if (p->frames[id].state != FRAME_UNUSED)
+        if (p->frames[id].state != FRAME_UNUSED && !p->frames[id].adopted)
             p->be->ops->release(p->be, &p->frames[id].mem);
+    if (p->journal_fd >= 0)
+        close(p->journal_fd);
     free(p->frames);
     memset(p, 0, sizeof(*p));
 }
@@ -58,9 +65,27 @@ struct frame *frame_pool_get(struct frame_pool *p, uint32_t id)
     return &p->frames[id];
 }
 
+/* An adopted frame has no handle here: when let go its slot ends and its
+ * bytes leave the books (the memory went with its last process). */
+static void end_adopted(struct frame_pool *p, uint32_t id)
+{
+    struct frame *f = &p->frames[id];
+    memset(f, 0, sizeof(*f));
+    f->mem = (struct mb_mem)MB_MEM_INIT;
+    p->n_total--;
+    p->bytes_total -= p->frame_bytes;
+    pthread_mutex_lock(&p->lock);
+    p->committed -= p->frame_bytes;
+    pthread_mutex_unlock(&p->lock);
+}
+
 static void push_free(struct frame_pool *p, uint32_t id)
 {
     struct frame *f = &p->frames[id];
+    if (f->adopted) {
+        end_adopted(p, id);
+        return;
+    }
     f->state = FRAME_FREE;
     f->owner = 0;
     f->next_free = p->free_head;
@@ -104,9 +129,64 @@ static int make_mem(struct frame_pool *p, struct mb_mem *m)
     return rc;
 }
 
+/* Ids handed out in one journal write, so the journal is written rarely. */
+#define JOURNAL_STEP 4096u
+
+static int write_journal(struct frame_pool *p, uint32_t limit)
+{
+    char line[64];
+    int n = snprintf(line, sizeof(line), "next_id %u\n", limit);
+    if (pwrite(p->journal_fd, line, (size_t)n, 0) != n || ftruncate(p->journal_fd, n) != 0 ||
+        fdatasync(p->journal_fd) != 0) {
+        mb_log(MB_LOG_ERR, "failed to write the state journal: %s", strerror(errno));
+        return MB_ESYS;
+    }
+    p->journal_limit = limit;
+    return 0;
+}
+
+int frame_pool_open_journal(struct frame_pool *p, const char *path)
+{
+    p->journal_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (p->journal_fd < 0) {
+        mb_log(MB_LOG_ERR, "failed to open the state journal %s: %s", path, strerror(errno));
+        return MB_ESYS;
+    }
+    char buf[64] = "";
+    ssize_t n = pread(p->journal_fd, buf, sizeof(buf) - 1, 0);
+    unsigned long prev = 0;
+    if (n > 0 && sscanf(buf, "next_id %lu", &prev) != 1) {
+        mb_log(MB_LOG_ERR, "%s: not a MoonBright state journal", path);
+        return MB_EINVAL;
+    }
+    if (prev >= UINT32_MAX - JOURNAL_STEP) {
+        mb_log(MB_LOG_ERR, "%s: frame ids exhausted (%lu)", path, prev);
+        return MB_EINVAL;
+    }
+    if (prev > 1) {
+        /* Ids below prev may still be held by clients of the last daemon:
+         * they can report them; new frames start above. */
+        p->id_limit = (uint32_t)prev;
+        while (p->cap <= p->id_limit) {
+            struct frame *nf = realloc(p->frames, 2 * (size_t)p->cap * sizeof(*nf));
+            if (!nf)
+                return MB_ENOMEM;
+            memset(nf + p->cap, 0, p->cap * sizeof(*nf));
+            p->frames = nf;
+            p->cap *= 2;
+        }
+        p->next_unused = p->id_limit;
+        mb_log(MB_LOG_INFO, "state journal: ids below %u may be reported by running clients", p->id_limit);
+    }
+    return write_journal(p, p->next_unused + JOURNAL_STEP);
+}
+
 /* Put a created, exported, committed mem into a new slot on the free list. */
 static int add_frame(struct frame_pool *p, const struct mb_mem *m)
 {
+    if (p->journal_fd >= 0 && p->next_unused >= p->journal_limit &&
+        write_journal(p, p->next_unused + JOURNAL_STEP) != 0)
+        return MB_ESYS;
     if (p->next_unused == p->cap) {
         if (p->cap >= UINT32_MAX / 2)
             return MB_ELIMIT;
@@ -324,6 +404,30 @@ int frame_pool_return(struct frame_pool *p, const uint32_t *ids, size_t n, uint6
     }
     for (size_t i = 0; i < n; i++)
         let_go(p, ids[i]);
+    POOL_CHECK(p);
+    return 0;
+}
+
+int frame_pool_adopt_reported(struct frame_pool *p, uint32_t id, uint64_t bytes, uint64_t session,
+                              uint32_t tenant)
+{
+    if (id == 0 || bytes != p->frame_bytes || id >= p->id_limit)
+        return MB_EINVAL;   /* no earlier daemon handed this out */
+    if (p->frames[id].state != FRAME_UNUSED)
+        return MB_EPERM;    /* someone else reported it first */
+    int rc = commit_one(p);
+    if (rc != 0)
+        return rc;
+    struct frame *f = &p->frames[id];
+    memset(f, 0, sizeof(*f));
+    f->mem = (struct mb_mem)MB_MEM_INIT;
+    f->state = FRAME_GRANTED;
+    f->owner = session;
+    f->last_tenant = tenant;
+    f->adopted = true;
+    p->n_total++;
+    p->n_granted++;
+    p->bytes_total += p->frame_bytes;
     POOL_CHECK(p);
     return 0;
 }

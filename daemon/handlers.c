@@ -283,6 +283,45 @@ static void h_ret(struct request_ctx *rc, const Mb__Request *req, Mb__Reply *rep
     rep->ret = &rr;
 }
 
+static void h_reattach(struct request_ctx *rc, const Mb__Request *req, Mb__Reply *rep)
+{
+    static Mb__ReattachReply rr;
+    static uint32_t *refused;
+    static size_t refused_cap;
+    struct daemon *d = rc->d;
+    struct session *s = rc->s;
+    const Mb__Reattach *r = req->reattach;
+    if (r->n_frames > refused_cap) {
+        uint32_t *nr = realloc(refused, r->n_frames * sizeof(*nr));
+        if (!nr) {
+            mb_reply_error(rep, MB_ENOMEM, "out of memory");
+            return;
+        }
+        refused = nr;
+        refused_cap = r->n_frames;
+    }
+    mb__reattach_reply__init(&rr);
+    for (size_t i = 0; i < r->n_frames; i++) {
+        const Mb__Frame *f = r->frames[i];
+        int e = frame_pool_adopt_reported(&d->pool, f->id, f->bytes, s->id, s->tenant->id);
+        if (e == 0) {
+            rr.adopted++;
+        } else {
+            refused[rr.n_refused++] = f->id;
+            mb_log(MB_LOG_WARN, "session %llu (pid %d) reported frame %u: refused (%s)",
+                   (unsigned long long)s->id, (int)s->pid, f->id, mb_strerror(e));
+        }
+    }
+    s->frames += rr.adopted;
+    s->tenant->bytes += (uint64_t)rr.adopted * d->pool.frame_bytes;
+    if (rr.adopted)
+        mb_log(MB_LOG_INFO, "session %llu (pid %d, tenant %s) reattached %u frames",
+               (unsigned long long)s->id, (int)s->pid, s->tenant->name, rr.adopted);
+    rr.refused = refused;
+    rep->body_case = MB__REPLY__BODY_REATTACH;
+    rep->reattach = &rr;
+}
+
 static void h_cache(struct request_ctx *rc, const Mb__Request *req, Mb__Reply *rep)
 {
     static Mb__CacheReply cr;

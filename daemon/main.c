@@ -32,6 +32,7 @@ struct options {
     bool foreground;
     int64_t drain_timeout_ms;    /* --drain-timeout */
     int64_t reclaim_timeout_ms;  /* --reclaim-timeout */
+    const char *state_dir;       /* --state-dir: the journal */
     /* Command-line settings, applied over the file with mb_config_set. */
     const char *keys[16], *values[16];
     int n;
@@ -53,6 +54,9 @@ static void usage(FILE *f)
         "  --foreground        stay in the foreground (systemd uses this)\n"
         "  --drain-timeout S   on SIGTERM, wait at most S seconds (default 10; may be\n"
         "                      fractional) for sessions to end; a second SIGTERM exits at once\n"
+        "  --state-dir DIR     where the state journal lives (default $STATE_DIRECTORY,\n"
+        "                      else the runtime directory); it lets clients that outlive\n"
+        "                      a daemon report their frames to the next one\n"
         "  --reclaim-timeout MS  how long a grant waits for reclaimed frames (default 2000;\n"
         "                      0: never wait, answer MB_ENOMEM at once)\n"
         "  --log-level LEVEL   err, warn, info or debug (default info)\n"
@@ -71,6 +75,7 @@ static int parse_options(int argc, char **argv, struct options *o)
         { "help", no_argument, 0, 'h' },              { "version", no_argument, 0, 'V' },
         { "drain-timeout", required_argument, 0, 'D' },
         { "reclaim-timeout", required_argument, 0, 'T' },
+        { "state-dir", required_argument, 0, 'J' },
         { 0, 0, 0, 0 },
     };
     int c, idx;
@@ -120,6 +125,7 @@ static int parse_options(int argc, char **argv, struct options *o)
             }
             break;
         case 'F': o->foreground = true; break;
+        case 'J': o->state_dir = optarg; break;
         case 'h': usage(stdout); exit(0);
         case 'V': printf("moonbrightd %s\n", MB_VERSION); exit(0);
         default: usage(stderr); return 2;
@@ -369,6 +375,13 @@ int main(int argc, char **argv)
     }
     if (frame_pool_init(&d.pool, d.be, cfg->frame_size, cfg->budget - cfg->budget % cfg->frame_size) != 0)
         goto out;
+    {
+        const char *sd = o.state_dir ? o.state_dir : getenv("STATE_DIRECTORY");
+        char journal[300];
+        snprintf(journal, sizeof(journal), "%s/gpu%d.journal", sd && *sd ? sd : d.runtime_dir, d.device);
+        if (frame_pool_open_journal(&d.pool, journal) != 0)
+            goto out;
+    }
     /* Each frame holds a descriptor: keep 1024 for sessions and sockets, so
      * running out of frames never means running out of descriptors. */
     d.pool.max_frames = fd_limit > 2048 ? (uint32_t)(fd_limit - 1024) : (uint32_t)(fd_limit / 2);

@@ -172,12 +172,40 @@ int mbt_daemon_start_env(struct mbt_daemon *d, const char *const *extra, const c
     return -1;
 }
 
+static int spawn_in_dir(struct mbt_daemon *d, const char *const *extra, const char *const *env);
+
 int mbt_daemon_spawn_env(struct mbt_daemon *d, const char *const *extra, const char *const *env)
 {
     snprintf(d->dir, sizeof(d->dir), "/tmp/mbtest.XXXXXX");
     if (!mkdtemp(d->dir))
         return -1;
     chmod(d->dir, 0755);   /* tests run some clients under another uid */
+    return spawn_in_dir(d, extra, env);
+}
+
+int mbt_daemon_restart(struct mbt_daemon *d, const char *const *extra)
+{
+    if (d->pid > 0) {
+        mbt_wait(d->pid);
+        track(0, d->pid);
+    }
+    if (spawn_in_dir(d, extra, NULL) != 0)
+        return -1;
+    for (int i = 0; i < 200; i++) {
+        struct json *j = mbt_status(d);
+        if (j) {
+            json_free(j);
+            return 0;
+        }
+        if (!mbt_daemon_alive(d))
+            return -1;
+        sleep_ms(50);
+    }
+    return -1;
+}
+
+static int spawn_in_dir(struct mbt_daemon *d, const char *const *extra, const char *const *env)
+{
     const char *argv[32] = { MB_DAEMON_BIN, "--foreground", "--backend", "host", "--runtime-dir",
                              d->dir, "--log-level", "warn" };
     int n = 8;

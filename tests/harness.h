@@ -30,6 +30,9 @@ int mbt_daemon_spawn_env(struct mbt_daemon *d, const char *const *extra, const c
  * mbt_daemon_stop does. Returns its exit status, or -1 if still running. */
 int mbt_daemon_wait(struct mbt_daemon *d, int timeout_ms);
 /* Daemons still running at exit (a failed test) are killed then. */
+/* Start moonbrightd again in d's directory (after it died), with extra
+ * arguments; waits until status answers. */
+int mbt_daemon_restart(struct mbt_daemon *d, const char *const *extra);
 /* SIGTERM and wait; returns the daemon's exit status (or -1). */
 int mbt_daemon_stop(struct mbt_daemon *d);
 bool mbt_daemon_alive(const struct mbt_daemon *d);

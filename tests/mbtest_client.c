@@ -4,7 +4,8 @@
  *
  *   mbtest_client pattern BYTES SEED [TENANT]   alloc, write every word, verify, free
  *   mbtest_client hold BYTES SEED [TENANT]      alloc + write, print "ready", verify on
- *                                               each line read from stdin, exit at EOF
+ *                                               each line read from stdin ("alloc": one
+ *                                               more allocation instead), exit at EOF
  *   mbtest_client alloc BYTES [TENANT]          one allocation, report the status
  *   mbtest_client export BYTES SEED [TENANT]     alloc + write, print "token HEX"; at
  *                                               each stdin line free it (first line) and
@@ -144,6 +145,19 @@ int main(int argc, char **argv)
         fflush(stdout);
         char line[64];
         while (fgets(line, sizeof(line), stdin)) {
+            if (strncmp(line, "alloc", 5) == 0) {
+                /* More work: a fresh allocation, written, verified, freed. */
+                void *q;
+                size_t qb = 3u << 20;
+                rc = mb_malloc(c, qb, &q);
+                if (rc == 0) {
+                    fill(q, qb / 8, seed + 7);
+                    rc = check(q, qb / 8, seed + 7) ? MB_EPROTO : mb_free(c, q);
+                }
+                printf("alloc: %s\n", mb_strerror(rc));
+                fflush(stdout);
+                continue;
+            }
             size_t bad = check(p, bytes / 8, seed);
             printf("%s\n", bad ? "corrupt" : "intact");
             fflush(stdout);
