@@ -67,6 +67,12 @@ int main(int argc, char **argv)
     uint8_t share_tok[32] = { 7, 7, 7 };
     im.token.data = share_tok;
     im.token.len = sizeof(share_tok);
+    Mb__Reattach ra = MB__REATTACH__INIT;
+    Mb__Frame raf = MB__FRAME__INIT, *rafp = &raf;
+    raf.id = 3;
+    raf.bytes = 4096;
+    ra.frames = &rafp;
+    ra.n_frames = 1;
     for (int state = 0; state < 4; state++) {
         r.id = 1 + (uint64_t)state;
         r.body_case = MB__REQUEST__BODY_HELLO; r.hello = &h; bad |= write_seed(dir, "hello", state, &r);
@@ -83,6 +89,7 @@ int main(int argc, char **argv)
         r.body_case = MB__REQUEST__BODY_METRICS; r.metrics = &m; bad |= write_seed(dir, "metrics", state, &r);
         r.body_case = MB__REQUEST__BODY_SHARE; r.share = &sh; bad |= write_seed(dir, "share", state, &r);
         r.body_case = MB__REQUEST__BODY_IMPORT; r.import = &im; bad |= write_seed(dir, "import", state, &r);
+        r.body_case = MB__REQUEST__BODY_REATTACH; r.reattach = &ra; bad |= write_seed(dir, "reattach", state, &r);
     }
     /* A grant that needs reclaim (more than the free frames). */
     g.bytes = 60 * 4096;
