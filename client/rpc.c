@@ -106,6 +106,12 @@ int rpc_ensure_connected(mb_client *c)
     int64_t now = mb_now_ms();
     if (now < c->next_reconnect_ms)
         return MB_EUNAVAIL;
+    /* A daemon that ended this session on purpose said so before closing
+     * the channel: read what it sent last before trying again. */
+    if (c->dealer)
+        rpc_poll_notices(c);
+    if (c->broken)
+        return MB_EUNAVAIL;
     rpc_disconnect(c);
     int saved = c->timeout_ms;
     c->timeout_ms = saved < 1000 ? saved : 1000;   /* a bounded wait per attempt */
@@ -140,7 +146,7 @@ static void check_lost(mb_client *c)
     if (c->chan >= 0 && !c->lost && recv(c->chan, &b, 1, MSG_PEEK | MSG_DONTWAIT) == 0) {
         mb_log(MB_LOG_WARN, "moonbrightd went away; calls that need it fail until it is back");
         c->lost = true;
-        c->next_reconnect_ms = mb_now_ms() + 50;
+        c->next_reconnect_ms = mb_now_ms() + 200;
     }
 }
 
@@ -211,7 +217,7 @@ void rpc_poll_notices(mb_client *c)
     /* No request is outstanding: anything waiting is a notice or a late reply. */
     while (mb_wire_recv_reply(c->dealer, (uint64_t)-1, 0, &r, on_notice, c) == 0)
         mb__reply__free_unpacked(r, NULL);
-    if (c->reclaim_due && !c->in_reclaim && !c->broken)
+    if (c->reclaim_due && !c->in_reclaim && !c->broken && !c->lost)
         answer_reclaim(c);
 }
 
@@ -233,12 +239,13 @@ static void *notice_main(void *arg)
         pthread_mutex_lock(&c->lock);
         if (c->stopping)
             break;
+        if (!c->lost)
+            rpc_poll_notices(c);   /* a KILLED notice comes before the channel closes */
         check_lost(c);
         if (c->lost) {
             rpc_ensure_connected(c);
             continue;
         }
-        rpc_poll_notices(c);
         /* Frees into the slab and pool change what could be given back
          * without a message: report it from here, off the fast path. */
         fcache_report(c);
