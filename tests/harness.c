@@ -155,10 +155,9 @@ int mbt_daemon_start(struct mbt_daemon *d, const char *const *extra)
     return mbt_daemon_start_env(d, extra, NULL);
 }
 
-int mbt_daemon_start_env(struct mbt_daemon *d, const char *const *extra, const char *const *env)
+/* Wait until the daemon answers status: up to 10 s, for sanitizer builds. */
+static int wait_ready(const struct mbt_daemon *d)
 {
-    if (mbt_daemon_spawn_env(d, extra, env) != 0)
-        return -1;
     for (int i = 0; i < 200; i++) {   /* up to 10 s, for sanitizer builds */
         struct json *j = mbt_status(d);
         if (j) {
@@ -170,6 +169,13 @@ int mbt_daemon_start_env(struct mbt_daemon *d, const char *const *extra, const c
         sleep_ms(50);
     }
     return -1;
+}
+
+int mbt_daemon_start_env(struct mbt_daemon *d, const char *const *extra, const char *const *env)
+{
+    if (mbt_daemon_spawn_env(d, extra, env) != 0)
+        return -1;
+    return wait_ready(d);
 }
 
 static int spawn_in_dir(struct mbt_daemon *d, const char *const *extra, const char *const *env);
@@ -191,17 +197,7 @@ int mbt_daemon_restart(struct mbt_daemon *d, const char *const *extra)
     }
     if (spawn_in_dir(d, extra, NULL) != 0)
         return -1;
-    for (int i = 0; i < 200; i++) {
-        struct json *j = mbt_status(d);
-        if (j) {
-            json_free(j);
-            return 0;
-        }
-        if (!mbt_daemon_alive(d))
-            return -1;
-        sleep_ms(50);
-    }
-    return -1;
+    return wait_ready(d);
 }
 
 static int spawn_in_dir(struct mbt_daemon *d, const char *const *extra, const char *const *env)

@@ -42,6 +42,19 @@ static double status_num(const struct mbt_daemon *d, const char *key)
     return v;
 }
 
+/* Poll status until frames_granted reaches want (up to 10 s); returns the
+ * last value seen. */
+static int wait_granted(const struct mbt_daemon *d, int want)
+{
+    int granted = -1;
+    for (int i = 0; i < 200 && granted != want; i++) {
+        granted = (int)status_num(d, "frames_granted");
+        if (granted != want)
+            sleep_ms(50);
+    }
+    return granted;
+}
+
 static void three_clients_stitch_and_verify(void **state)
 {
     struct mbt_daemon d;
@@ -102,13 +115,7 @@ static void sigkill_returns_frames(void **state)
     assert_int_equal(mbt_wait(pid), 128 + SIGKILL);
     close(out);
     close(in);
-    int granted = -1;
-    for (int i = 0; i < 100 && granted != 0; i++) {
-        granted = (int)status_num(&d, "frames_granted");
-        if (granted)
-            sleep_ms(50);
-    }
-    assert_int_equal(granted, 0);
+    assert_int_equal(wait_granted(&d, 0), 0);
     j = mbt_status(&d);
     assert_int_equal((int)json_num(j, "frames_free"), (int)json_num(j, "frames_total"));
     assert_int_equal(json_get(j, "tenants")->n, 0);
@@ -312,13 +319,7 @@ static void sharing_outlives_the_exporter(void **state)
     close(b_in);
     assert_int_equal(mbt_wait(b), 0);
     close(b_out);
-    int granted = -1;
-    for (int i = 0; i < 100 && granted != 0; i++) {
-        granted = (int)status_num(&d, "frames_granted");
-        if (granted)
-            sleep_ms(50);
-    }
-    assert_int_equal(granted, 0);
+    assert_int_equal(wait_granted(&d, 0), 0);
     assert_int_equal(mbt_daemon_stop(&d), 0);
 }
 
@@ -378,13 +379,7 @@ static void daemon_restart_keeps_clients(void **state)
     assert_string_equal(line, "alloc: daemon unavailable");
     assert_int_equal(mbt_daemon_restart(&d, small_frames), 0);
     /* The clients notice and report their frames within moments. */
-    int granted = 0;
-    for (int i = 0; i < 200 && granted != 480; i++) {
-        granted = (int)status_num(&d, "frames_granted");
-        if (granted != 480)
-            sleep_ms(50);
-    }
-    assert_int_equal(granted, 480);
+    assert_int_equal(wait_granted(&d, 480), 480);
     struct json *j = mbt_status(&d);
     const struct json *t = json_get(j, "tenants");
     assert_int_equal(t->n, 3);
@@ -404,13 +399,7 @@ static void daemon_restart_keeps_clients(void **state)
         assert_int_equal(mbt_wait(pid[i]), 0);
         close(out[i]);
     }
-    granted = -1;
-    for (int i = 0; i < 100 && granted != 0; i++) {
-        granted = (int)status_num(&d, "frames_granted");
-        if (granted)
-            sleep_ms(50);
-    }
-    assert_int_equal(granted, 0);
+    assert_int_equal(wait_granted(&d, 0), 0);
     assert_int_equal(mbt_daemon_stop(&d), 0);
 }
 
