@@ -14,6 +14,10 @@ if(MB_HAVE_CUDA)
            ${CMAKE_CURRENT_SOURCE_DIR}/gpu/test_reclaim.sh $<TARGET_FILE:mbtest_client> $<TARGET_FILE:mbctl>)
   set_tests_properties(gpu_sigkill_reclaim PROPERTIES LABELS gpu SKIP_RETURN_CODE 77 TIMEOUT 120)
 
+  add_test(NAME gpu_daemon_restart COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/gpu/test_restart.sh
+           $<TARGET_FILE:moonbrightd> $<TARGET_FILE:mbctl> $<TARGET_FILE:mbtest_client>)
+  set_tests_properties(gpu_daemon_restart PROPERTIES LABELS gpu SKIP_RETURN_CODE 77 TIMEOUT 120)
+
   find_package(Python3 COMPONENTS Interpreter)
   if(Python3_FOUND)
     add_test(NAME gpu_torch_transformer COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/gpu/with_daemon.sh

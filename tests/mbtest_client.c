@@ -123,8 +123,16 @@ int main(int argc, char **argv)
         printf("ready\n");
         fflush(stdout);
         char line[64];
-        while (fgets(line, sizeof(line), stdin))
-            ;
+        while (fgets(line, sizeof(line), stdin)) {
+            if (strncmp(line, "alloc", 5) == 0) {   /* more work, untouched */
+                void *q;
+                rc = mb_malloc(c, 3u << 20, &q);
+                if (rc == 0)
+                    rc = mb_free(c, q);
+                printf("alloc: %s\n", mb_strerror(rc));
+                fflush(stdout);
+            }
+        }
         mb_free(c, p);
         mb_close(c);
         return 0;
