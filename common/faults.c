@@ -22,7 +22,7 @@ static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 
 static void load(void)
 {
-    static const char *names[MB_FAULT_COUNT] = { "drop", "dup", "delay", "trunc", "backend" };
+    static const char *names[MB_FAULT_COUNT] = { "drop", "dup", "delay", "trunc", "backend", "fds" };
     const char *env = getenv("MOONBRIGHT_FAULTS");
     if (!env || !*env)
         return;
@@ -63,6 +63,8 @@ static struct mb_backend_ops faulty;
 
 static int f_create(mb_backend *b, size_t bytes, struct mb_mem *out)
 {
+    if (mb_fault(MB_FAULT_FDS))
+        return MB_ELIMIT;   /* what memfd_create's EMFILE becomes */
     return mb_fault(MB_FAULT_BACKEND) ? MB_EBACKEND : real->create(b, bytes, out);
 }
 static int f_export(mb_backend *b, struct mb_mem *m)
@@ -71,9 +73,10 @@ static int f_export(mb_backend *b, struct mb_mem *m)
 }
 static int f_import(mb_backend *b, int fd, size_t bytes, struct mb_mem *out)
 {
-    if (mb_fault(MB_FAULT_BACKEND)) {
+    bool fds = mb_fault(MB_FAULT_FDS);
+    if (fds || mb_fault(MB_FAULT_BACKEND)) {
         close(fd);   /* the contract: import owns fd whatever happens */
-        return MB_EBACKEND;
+        return fds ? MB_ELIMIT : MB_EBACKEND;
     }
     return real->import_fd(b, fd, bytes, out);
 }
@@ -85,7 +88,7 @@ static int f_map(mb_backend *b, void *va, const struct mb_mem *m)
 void mb_faults_wrap_backend(struct mb_backend *b)
 {
     pthread_once(&once, load);
-    if (rate[MB_FAULT_BACKEND] <= 0 || real)
+    if ((rate[MB_FAULT_BACKEND] <= 0 && rate[MB_FAULT_FDS] <= 0) || real)
         return;
     real = b->ops;
     faulty = *b->ops;

@@ -1,15 +1,17 @@
 /* faults.h: fault injection for tests, in debug builds only (MB_DEBUG):
- * $MOONBRIGHT_FAULTS="drop=0.01,dup=0.01,delay=0.01,trunc=0.01,backend=0.01,seed=N"
+ * $MOONBRIGHT_FAULTS="drop=0.01,dup=0.01,delay=0.01,trunc=0.01,backend=0.01,fds=0.01,seed=N"
  * makes control messages vanish, arrive twice, late (up to 50 ms) or cut
- * short, and backend calls (create, export, import, map) fail, each with
- * the given probability. Release builds compile the hooks to nothing. */
+ * short, backend calls (create, export, import, map) fail, and calls that
+ * need a new descriptor (create, import, accepting a session) fail as if
+ * the process had run out of them (EMFILE), each with the given
+ * probability. Release builds compile the hooks to nothing. */
 #ifndef MB_FAULTS_H
 #define MB_FAULTS_H
 
 #include <stdbool.h>
 
 enum mb_fault { MB_FAULT_DROP, MB_FAULT_DUP, MB_FAULT_DELAY, MB_FAULT_TRUNC, MB_FAULT_BACKEND,
-                MB_FAULT_COUNT };
+                MB_FAULT_FDS, MB_FAULT_COUNT };
 
 #ifdef MB_DEBUG
 /* True when this call should suffer the fault. */

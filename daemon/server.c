@@ -19,6 +19,7 @@
 #include <moonbright/mbclient.h>
 
 #include "daemon.h"
+#include "faults.h"
 #include "log.h"
 
 /* Messages handled per wakeup before the loop looks at its other sockets. */
@@ -158,6 +159,11 @@ static void accept_sessions(struct daemon *d)
 {
     for (;;) {
         int fd = accept4(d->chan_listen, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd >= 0 && mb_fault(MB_FAULT_FDS)) {
+            close(fd);   /* as if accept had failed with EMFILE: the client sees EOF */
+            fd = -1;
+            errno = EMFILE;
+        }
         if (fd < 0) {
             if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
                 mb_log(MB_LOG_WARN, "failed to accept on the handle channel: %s", strerror(errno));
