@@ -67,23 +67,12 @@ void amap_test_inject(mb_client *c, unsigned delay_us, unsigned fail_next)
     __atomic_store_n(&g_fail_next, fail_next, __ATOMIC_RELAXED);
 }
 
-/* Registry: client -> its amap (client.h has no field for it). */
-static pthread_mutex_t g_reg_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct amap **g_maps;
-static size_t g_nmaps, g_cap;
-
+/* The client's amap lives in c->amap (set once, under c->lock). */
 static struct amap *find(mb_client *c, bool unlink)
 {
-    struct amap *a = NULL;
-    pthread_mutex_lock(&g_reg_lock);
-    for (size_t i = 0; i < g_nmaps && !a; i++) {
-        if (g_maps[i]->c == c) {
-            a = g_maps[i];
-            if (unlink)
-                g_maps[i] = g_maps[--g_nmaps];
-        }
-    }
-    pthread_mutex_unlock(&g_reg_lock);
+    struct amap *a = c->amap;
+    if (unlink)
+        c->amap = NULL;
     return a;
 }
 
@@ -239,27 +228,8 @@ static struct amap *amap_get(mb_client *c)
         }
     }
     if (rc == 0) {
-        pthread_mutex_lock(&g_reg_lock);
-        if (g_nmaps == g_cap) {
-            size_t cap = g_cap ? 2 * g_cap : 4;
-            struct amap **nm = realloc(g_maps, cap * sizeof(*nm));
-            if (nm) {
-                g_maps = nm;
-                g_cap = cap;
-            }
-        }
-        if (g_nmaps < g_cap)
-            g_maps[g_nmaps++] = a;
-        else
-            rc = MB_ENOMEM;
-        pthread_mutex_unlock(&g_reg_lock);
-        if (rc == 0)
-            return a;
-        pthread_mutex_lock(&a->lock);
-        a->stop = true;
-        pthread_cond_signal(&a->wake);
-        pthread_mutex_unlock(&a->lock);
-        pthread_join(a->thread, NULL);
+        c->amap = a;
+        return a;
     }
     mb_log(MB_LOG_WARN, "stream-ordered mapping unavailable (%s): mb_malloc_async maps "
                         "synchronously", mb_strerror(rc));

@@ -103,6 +103,7 @@ struct mb_client {
     struct deferred_free *deferred;   /* slab frees waiting for their stream */
     size_t n_deferred;
     int sticky;                  /* first error of work that failed after its call returned */
+    struct amap *amap;           /* stream-ordered mapper (async_map.c), once started */
     mb_client_stats st;
 };
 
