@@ -13,6 +13,8 @@
 #include <sys/mman.h>
 #include <cmocka.h>
 
+#include "pattern.h"
+
 #include "moonbright/mbclient.h"
 #include "pool.h"
 
@@ -324,31 +326,14 @@ static struct model *cur_model;
 
 static void fill(uintptr_t p, size_t n, uint64_t seed)
 {
-    unsigned char *b = (unsigned char *)p;
-    if (n <= 4096) {
-        for (size_t i = 0; i < n; i++)
-            b[i] = (unsigned char)(seed + i * 131);
-    } else {
-        for (size_t i = 0; i < 64; i++) {
-            b[i] = (unsigned char)(seed + i * 131);
-            b[n - 64 + i] = (unsigned char)(seed + (n - 64 + i) * 131);
-        }
-    }
+    pattern_fill(p, n, seed, 4096, 64);
 }
 
 static void check_fill(uintptr_t p, size_t n, uint64_t seed)
 {
-    const unsigned char *b = (const unsigned char *)p;
-    if (n <= 4096) {
-        for (size_t i = 0; i < n; i++)
-            if (b[i] != (unsigned char)(seed + i * 131))
-                fail_msg("block %#lx+%zu corrupted at %zu", (unsigned long)p, n, i);
-    } else {
-        for (size_t i = 0; i < 64; i++)
-            if (b[i] != (unsigned char)(seed + i * 131) ||
-                b[n - 64 + i] != (unsigned char)(seed + (n - 64 + i) * 131))
-                fail_msg("block %#lx+%zu corrupted near %zu", (unsigned long)p, n, i);
-    }
+    long at = pattern_check(p, n, seed, 4096, 64);
+    if (at >= 0)
+        fail_msg("block %#lx+%zu corrupted %s %ld", (unsigned long)p, n, n <= 4096 ? "at" : "near", at);
 }
 
 static size_t live_pos(const struct model *m, uintptr_t p)

@@ -11,6 +11,8 @@
 #include <string.h>
 #include <cmocka.h>
 
+#include "pattern.h"
+
 #include "moonbright/mbclient.h"
 #include "slab.h"
 
@@ -215,31 +217,14 @@ struct model {
 
 static void fill(uintptr_t p, size_t n, uint64_t seed)
 {
-    unsigned char *b = (unsigned char *)p;
-    if (n <= 2048) {
-        for (size_t i = 0; i < n; i++)
-            b[i] = (unsigned char)(seed + i * 131);
-    } else {
-        for (size_t i = 0; i < 32; i++) {
-            b[i] = (unsigned char)(seed + i * 131);
-            b[n - 32 + i] = (unsigned char)(seed + (n - 32 + i) * 131);
-        }
-    }
+    pattern_fill(p, n, seed, 2048, 32);
 }
 
 static void check_fill(uintptr_t p, size_t n, uint64_t seed)
 {
-    const unsigned char *b = (const unsigned char *)p;
-    if (n <= 2048) {
-        for (size_t i = 0; i < n; i++)
-            if (b[i] != (unsigned char)(seed + i * 131))
-                fail_msg("object %#lx+%zu corrupted at %zu", (unsigned long)p, n, i);
-    } else {
-        for (size_t i = 0; i < 32; i++)
-            if (b[i] != (unsigned char)(seed + i * 131) ||
-                b[n - 32 + i] != (unsigned char)(seed + (n - 32 + i) * 131))
-                fail_msg("object %#lx+%zu corrupted near %zu", (unsigned long)p, n, i);
-    }
+    long at = pattern_check(p, n, seed, 2048, 32);
+    if (at >= 0)
+        fail_msg("object %#lx+%zu corrupted %s %ld", (unsigned long)p, n, n <= 2048 ? "at" : "near", at);
 }
 
 static size_t pos(const struct model *m, uintptr_t p)
