@@ -45,6 +45,7 @@ int mb_open(mb_client **out, const char *tenant_name)
     c->device = (int)env_long("MOONBRIGHT_DEVICE", 0, 0, 255);
     c->timeout_ms = (int)env_long("MOONBRIGHT_TIMEOUT_MS", DEFAULT_TIMEOUT_MS, 1, 3600000);
     c->fc.keep_bytes = DEFAULT_CACHE_BYTES;
+    c->large_frames = env_long("MOONBRIGHT_LARGE_FRAMES", 1, 0, 1) != 0;
     const char *cache = getenv("MOONBRIGHT_CACHE");
     uint64_t v;
     if (cache && *cache) {
@@ -127,7 +128,8 @@ static void check_client(mb_client *c)
 static int alloc_stitched(mb_client *c, size_t size, size_t reserve, void **ptr)
 {
     struct stitched *s;
-    int rc = stitch_alloc(c, size, reserve, &s);
+    int rc = reserve == size && c->large_frames ? stitch_alloc_large(c, size, &s)
+                                                : stitch_alloc(c, size, reserve, &s);
     if (rc == 0 && (rc = ptrmap_put(&c->live, s->va, s)) != 0)
         stitch_free(c, s, NULL);
     if (rc == 0) {
@@ -192,7 +194,7 @@ static int do_free(mb_client *c, void *ptr, void *stream)
             }
         }
     }
-    if (rc == 0 && (size_t)c->fc.n_cached * c->frame_bytes > c->fc.keep_bytes)
+    if (rc == 0 && c->fc.bytes_cached > c->fc.keep_bytes)
         fcache_trim(c, c->fc.keep_bytes);
     check_client(c);
     pthread_mutex_unlock(&c->lock);
@@ -267,8 +269,8 @@ int mb_stats(mb_client *c, mb_client_stats *out)
     *out = c->st;
     tiers_stats(c, out);
     out->bytes_live = out->slab_live + out->pool_live + out->stitch_live;
-    out->bytes_cached = (size_t)c->fc.n_cached * c->frame_bytes;
-    out->bytes_granted = (size_t)c->fc.n_held * c->frame_bytes;
+    out->bytes_cached = c->fc.bytes_cached;
+    out->bytes_granted = c->fc.bytes_held;
     pthread_mutex_unlock(&c->lock);
     return 0;
 }

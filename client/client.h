@@ -26,7 +26,7 @@
 
 struct cframe {
     uint32_t id;                 /* the daemon's frame id */
-    struct mb_mem mem;           /* imported handle */
+    struct mb_mem mem;           /* imported handle; mem.bytes = frame_bytes << order */
     bool in_use;                 /* mapped into a stitched range */
     bool exported;               /* shared with another process: never reused here */
     bool imported;               /* another process's frame, held through an import */
@@ -35,23 +35,30 @@ struct cframe {
 
 /* Frames this process holds. Invariants (fcache_is_valid):
  *   n_cached + n_in_use == n_held
- *   the cached list holds exactly the held frames with !in_use */
+ *   the two cached lists hold exactly the held frames with !in_use:
+ *   `cached` the order-0 frames, `cached_large` the larger ones
+ *   bytes_cached and bytes_held are the bytes of those frames */
 struct frame_cache {
     struct cframe **by_id;       /* indexed by frame id; NULL when not held */
     uint32_t cap;
     uint32_t n_held, n_cached, n_in_use;
-    struct cframe *cached;       /* LIFO: the most recently used first */
+    size_t bytes_held, bytes_cached;
+    struct cframe *cached;       /* order 0, LIFO: the most recently used first */
+    struct cframe *cached_large; /* larger orders (frame_plan.c), LIFO */
     size_t keep_bytes;           /* cached bytes kept when frames are freed */
 };
 
-/* Invariants: n * frame_bytes == bytes <= reserved == cap * frame_bytes. */
+/* Invariants: bytes == the sum of frames[0..n)'s bytes <= reserved; frames
+ * are in non-increasing size, so each lies at a multiple of its own size;
+ * a range with room to grow (cap > n) holds order-0 frames only and
+ * reserved == cap * frame_bytes. */
 struct stitched {
     void *va;
-    size_t bytes;                /* mapped: n * frame_bytes from va */
+    size_t bytes;                /* mapped from va */
     size_t reserved;             /* address space held from va (grow room) */
     size_t n, cap;               /* frames mapped; room in frames[] */
     bool imported;               /* frames another process shared: never cached here */
-    struct cframe *frames[];     /* frames[i] mapped at va + i * frame_bytes */
+    struct cframe *frames[];     /* frames[i] mapped right after frames[i-1] */
 };
 
 /* A slab object freed on a stream, kept until that stream's work is done. */
@@ -82,6 +89,8 @@ struct mb_client {
     bool broken;                 /* the daemon went away; calls that need it fail */
     bool draining;               /* the daemon said it is draining */
     bool lost;                   /* the daemon went away (its channel closed) */
+    bool large_frames;           /* plain allocations ask for large frames
+                                  * (MOONBRIGHT_LARGE_FRAMES=0 turns it off) */
     int64_t next_reconnect_ms;   /* back-off: earliest next attempt */
     int reconnect_wait_ms;       /* current back-off step */
     char tenant[64];
@@ -124,7 +133,12 @@ int rpc_start_notice_thread(mb_client *c);
 void rpc_stop_notice_thread(mb_client *c);
 
 /* frames.c */
+/* n order-0 frames: cached ones first, then granted. */
 int fcache_take(mb_client *c, size_t n, struct cframe **out);
+/* The frames of the frame plan for `bytes`, largest first: cached ones of
+ * the planned orders, the rest granted as large frames (falling back to
+ * order-0 frames when that fails for memory or quota). *out is malloc'd. */
+int fcache_take_plan(mb_client *c, size_t bytes, struct cframe ***out, size_t *n);
 void fcache_put(mb_client *c, struct cframe *f);
 int fcache_trim(mb_client *c, size_t keep_bytes);
 void fcache_release_all(mb_client *c);
@@ -140,6 +154,8 @@ bool fcache_is_valid(const struct frame_cache *fc);
 /* stitch.c */
 /* Map bytes now inside a range of reserve_bytes (>= bytes). */
 int stitch_alloc(mb_client *c, size_t bytes, size_t reserve_bytes, struct stitched **out);
+/* Map bytes now in few large frames (the frame plan); no room to grow. */
+int stitch_alloc_large(mb_client *c, size_t bytes, struct stitched **out);
 /* Map more frames at the end of s, up to its reservation; *s may move. */
 int stitch_grow(mb_client *c, struct stitched **s, size_t new_bytes);
 int stitch_free(mb_client *c, struct stitched *s, void *stream);

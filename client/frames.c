@@ -1,11 +1,13 @@
 /* frames.c: the frames this process holds from the daemon: taking them
  * (own cache first, then a grant whose handles arrive on the handle channel
- * and are imported once), caching them unmapped, and handing them back. */
+ * and are imported once), caching them unmapped by size, and handing them
+ * back. */
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "client.h"
+#include "frame_plan.h"
 #include "log.h"
 
 #ifdef MB_DEBUG
@@ -31,6 +33,7 @@ static int hold(struct frame_cache *fc, struct cframe *f)
         return MB_EPROTO;   /* the daemon granted a frame we already hold */
     fc->by_id[f->id] = f;
     fc->n_held++;
+    fc->bytes_held += f->mem.bytes;
     return 0;
 }
 
@@ -60,7 +63,7 @@ static int return_ids(mb_client *c, uint32_t *ids, size_t n)
  * partly used arena stays). */
 void fcache_report(mb_client *c)
 {
-    uint64_t now = (uint64_t)c->fc.n_cached * c->frame_bytes;
+    uint64_t now = c->fc.bytes_cached;
     if (c->pool) {
         mb_client_stats st = { 0 };
         tiers_stats(c, &st);
@@ -89,7 +92,7 @@ static int receive_frames(mb_client *c, const Mb__Frame *const *fr, size_t n, st
         return MB_ENOMEM;
     for (size_t i = 0; i < n; i++) {
         ids[i] = fr[i]->id;
-        if (fr[i]->bytes != c->frame_bytes || !fr[i]->fd_follows)
+        if (mb_frame_order(fr[i]->bytes, c->frame_bytes) < 0 || !fr[i]->fd_follows)
             rc = MB_EPROTO;
     }
     while (rc == 0 && got < n) {
@@ -114,7 +117,7 @@ static int receive_frames(mb_client *c, const Mb__Frame *const *fr, size_t n, st
             }
             f->id = m.ids[i];
             f->in_use = true;
-            int e = c->be->ops->import_fd(c->be, fds[i], c->frame_bytes, &f->mem);
+            int e = c->be->ops->import_fd(c->be, fds[i], fr[got]->bytes, &f->mem);
             if (e == 0 && (e = hold(&c->fc, f)) != 0)
                 c->be->ops->release(c->be, &f->mem);
             if (e != 0) {
@@ -147,16 +150,20 @@ void fcache_forget(mb_client *c, struct cframe *f)
     c->fc.by_id[f->id] = NULL;
     c->fc.n_held--;
     c->fc.n_in_use--;
+    c->fc.bytes_held -= f->mem.bytes;
     c->be->ops->release(c->be, &f->mem);
     free(f);
 }
 
-/* Ask the daemon for n frames; import their handles; they arrive in use. */
-static int grant(mb_client *c, size_t n, struct cframe **out)
+/* Ask the daemon for `n` frames (of `want` orders when large, else order 0)
+ * covering `bytes`; import their handles; they arrive in use. */
+static int grant(mb_client *c, uint64_t bytes, bool large, size_t n, const uint8_t *want,
+                 struct cframe **out)
 {
     Mb__Request req = MB__REQUEST__INIT;
     Mb__Grant g = MB__GRANT__INIT;
-    g.bytes = (uint64_t)n * c->frame_bytes;
+    g.bytes = bytes;
+    g.large = large;
     req.body_case = MB__REQUEST__BODY_GRANT;
     req.grant = &g;
     Mb__Reply *rep;
@@ -165,8 +172,24 @@ static int grant(mb_client *c, size_t n, struct cframe **out)
         return rc;
     if (rep->body_case != MB__REPLY__BODY_GRANT || rep->grant->n_frames != n)
         rc = MB_EPROTO;
-    else
+    for (size_t i = 0; rc == 0 && i < n; i++)
+        if (rep->grant->frames[i]->bytes != (uint64_t)c->frame_bytes << (want ? want[i] : 0))
+            rc = MB_EPROTO;   /* not the frames asked for */
+    if (rc == 0)
         rc = receive_frames(c, (const Mb__Frame *const *)rep->grant->frames, n, out);
+    else if (rep->body_case == MB__REPLY__BODY_GRANT) {
+        struct mb_chan_msg m;   /* their handles came anyway: close them, hand them back */
+        int fds[MB_CHAN_MAX_FDS];
+        while (mb_chan_recv(c->chan, &m, fds, 0) == 0)
+            for (uint32_t i = 0; i < m.count; i++)
+                close(fds[i]);
+        uint32_t *ids = malloc((rep->grant->n_frames + 1) * sizeof(*ids));
+        for (size_t i = 0; ids && i < rep->grant->n_frames; i++)
+            ids[i] = rep->grant->frames[i]->id;
+        if (ids && rep->grant->n_frames)
+            return_ids(c, ids, rep->grant->n_frames);
+        free(ids);
+    }
     mb__reply__free_unpacked(rep, NULL);
     return rc;
 }
@@ -202,23 +225,35 @@ int fcache_import(mb_client *c, const uint8_t *token, size_t len, struct cframe 
 
 int fcache_return_ids(mb_client *c, uint32_t *ids, size_t n) { return return_ids(c, ids, n); }
 
+/* A cached frame of `bytes`, taken off its list and marked in use; NULL when
+ * the cache has none. */
+static struct cframe *take_cached(struct frame_cache *fc, size_t bytes, size_t unit)
+{
+    struct cframe **pp = bytes == unit ? &fc->cached : &fc->cached_large;
+    while (*pp && (*pp)->mem.bytes != bytes)
+        pp = &(*pp)->next_cached;
+    struct cframe *f = *pp;
+    if (!f)
+        return NULL;
+    *pp = f->next_cached;
+    f->next_cached = NULL;
+    f->in_use = true;
+    fc->n_cached--;
+    fc->n_in_use++;
+    fc->bytes_cached -= bytes;
+    return f;
+}
+
 int fcache_take(mb_client *c, size_t n, struct cframe **out)
 {
     struct frame_cache *fc = &c->fc;
     size_t i = 0;
-    for (; i < n && fc->cached; i++) {
-        struct cframe *f = fc->cached;
-        fc->cached = f->next_cached;
-        f->next_cached = NULL;
-        f->in_use = true;
-        fc->n_cached--;
-        fc->n_in_use++;
-        out[i] = f;
-    }
+    for (; i < n && fc->cached; i++)
+        out[i] = take_cached(fc, c->frame_bytes, c->frame_bytes);
     int rc = 0;
     while (rc == 0 && i < n) {
         size_t chunk = n - i < 256 ? n - i : 256;
-        rc = grant(c, chunk, out + i);
+        rc = grant(c, (uint64_t)chunk * c->frame_bytes, false, chunk, NULL, out + i);
         if (rc == 0)
             i += chunk;
     }
@@ -230,46 +265,144 @@ int fcache_take(mb_client *c, size_t n, struct cframe **out)
     return rc;
 }
 
+/* After a large grant failed for memory or quota (and the cache was handed
+ * back): the whole plan once more, then order-0 frames covering bytes
+ * exactly (the plan may round up by 12.5 %, and they may come from frames
+ * the daemon holds in other sizes). */
+static int grant_plan_again(mb_client *c, size_t bytes, struct cframe ***out, size_t *count)
+{
+    uint64_t covered;
+    size_t n = mb_frame_plan(bytes, c->frame_bytes, NULL, 0, &covered);
+    size_t n0 = bytes / c->frame_bytes + (bytes % c->frame_bytes != 0);
+    uint8_t *orders = malloc(n);
+    struct cframe **fr = calloc(n > n0 ? n : n0, sizeof(*fr));
+    int rc = orders && fr ? 0 : MB_ENOMEM;
+    if (rc == 0) {
+        mb_frame_plan(bytes, c->frame_bytes, orders, n, &covered);
+        rc = grant(c, bytes, true, n, orders, fr);
+    }
+    if (rc == MB_ENOMEM || rc == MB_EQUOTA) {
+        n = n0;
+        rc = fcache_take(c, n0, fr);
+    }
+    free(orders);
+    if (rc != 0) {
+        free(fr);
+        return rc;
+    }
+    *out = fr;
+    *count = n;
+    return 0;
+}
+
+int fcache_take_plan(mb_client *c, size_t bytes, struct cframe ***out, size_t *count)
+{
+    struct frame_cache *fc = &c->fc;
+    uint64_t covered;
+    size_t n = mb_frame_plan(bytes, c->frame_bytes, NULL, 0, &covered);
+    uint8_t *orders = malloc(n ? n : 1), *missing = malloc(n ? n : 1);
+    struct cframe **fr = calloc(n ? n : 1, sizeof(*fr));
+    int rc = orders && missing && fr ? 0 : MB_ENOMEM;
+    size_t have = 0, n_missing = 0;
+    uint64_t missing_bytes = 0;
+    if (rc == 0) {
+        mb_frame_plan(bytes, c->frame_bytes, orders, n, &covered);
+        /* The planned orders this process caches; the daemon grants the rest
+         * (the plan of a subset of a plan's frames is that subset). */
+        for (size_t i = 0; i < n; i++) {
+            struct cframe *f = take_cached(fc, (size_t)c->frame_bytes << orders[i], c->frame_bytes);
+            if (f) {
+                fr[have++] = f;
+            } else {
+                missing[n_missing++] = orders[i];
+                missing_bytes += (uint64_t)c->frame_bytes << orders[i];
+            }
+        }
+        if (n_missing)
+            rc = grant(c, missing_bytes, true, n_missing, missing, fr + have);
+        if (rc != 0)
+            while (have > 0)
+                fcache_put(c, fr[--have]);
+    }
+    free(orders);
+    free(missing);
+    if (rc == MB_ENOMEM || rc == MB_EQUOTA) {
+        /* Out of memory or quota in these sizes: hand back what the cache
+         * holds and try again, then take order-0 frames (exact, reusing
+         * what remains cached). */
+        free(fr);
+        fr = NULL;
+        if (fc->n_cached)
+            fcache_trim(c, 0);
+        rc = grant_plan_again(c, bytes, &fr, &n);
+    }
+    if (rc != 0) {
+        free(fr);
+        fcache_report(c);
+        return rc;
+    }
+    *out = fr;
+    *count = n;
+    fcache_report(c);
+    FC_CHECK(fc);
+    return 0;
+}
+
 void fcache_put(mb_client *c, struct cframe *f)
 {
     struct frame_cache *fc = &c->fc;
+    struct cframe **list = f->mem.bytes == c->frame_bytes ? &fc->cached : &fc->cached_large;
     f->in_use = false;
-    f->next_cached = fc->cached;
-    fc->cached = f;
+    f->next_cached = *list;
+    *list = f;
     fc->n_in_use--;
     fc->n_cached++;
+    fc->bytes_cached += f->mem.bytes;
+}
+
+/* Release the cached frames of a list past the first ones that fit in
+ * *keep (which shrinks by what stays); their ids go to ids[*k]. */
+static void trim_list(mb_client *c, struct cframe **pp, size_t *keep, uint32_t *ids, size_t *k)
+{
+    struct frame_cache *fc = &c->fc;
+    while (*pp) {
+        struct cframe *f = *pp;
+        if (f->mem.bytes <= *keep) {
+            *keep -= f->mem.bytes;
+            pp = &f->next_cached;
+            continue;
+        }
+        *pp = f->next_cached;
+        fc->by_id[f->id] = NULL;
+        fc->n_cached--;
+        fc->n_held--;
+        fc->bytes_cached -= f->mem.bytes;
+        fc->bytes_held -= f->mem.bytes;
+        c->be->ops->release(c->be, &f->mem);
+        ids[(*k)++] = f->id;
+        free(f);
+    }
 }
 
 int fcache_trim(mb_client *c, size_t keep_bytes)
 {
     struct frame_cache *fc = &c->fc;
-    size_t keep = keep_bytes / c->frame_bytes;
-    if (fc->n_cached <= keep)
+    if (fc->bytes_cached <= keep_bytes)
         return 0;
-    size_t n = fc->n_cached - keep;
-    uint32_t *ids = malloc(n * sizeof(*ids));
+    uint32_t *ids = malloc(fc->n_cached * sizeof(*ids));
     if (!ids)
         return MB_ENOMEM;
-    /* Drop the least recently used: walk past the first `keep`. */
-    struct cframe **pp = &fc->cached;
-    for (size_t i = 0; i < keep; i++)
-        pp = &(*pp)->next_cached;
-    size_t k = 0;
-    while (*pp) {
-        struct cframe *f = *pp;
-        *pp = f->next_cached;
-        c->be->ops->release(c->be, &f->mem);
-        fc->by_id[f->id] = NULL;
-        ids[k++] = f->id;
-        free(f);
-    }
-    fc->n_cached -= k;
-    fc->n_held -= k;
-    int rc = return_ids(c, ids, k);
+    /* Keep the most recently used that fit, large frames first (they save
+     * the most mapping work); drop the rest. */
+    size_t before = fc->bytes_cached, keep = keep_bytes, k = 0;
+    trim_list(c, &fc->cached_large, &keep, ids, &k);
+    trim_list(c, &fc->cached, &keep, ids, &k);
+    int rc = k ? return_ids(c, ids, k) : 0;
     free(ids);
     /* Returning lowered the daemon's view by what was returned. */
+    size_t gone = before - fc->bytes_cached;
     if (c->cache_reported != (uint64_t)-1)
-        c->cache_reported = c->cache_reported > k * c->frame_bytes ? c->cache_reported - k * c->frame_bytes : 0;
+        c->cache_reported = c->cache_reported > gone ? c->cache_reported - gone : 0;
     fcache_report(c);
     FC_CHECK(fc);
     return rc;
@@ -293,6 +426,7 @@ void fcache_release_all(mb_client *c)
 bool fcache_is_valid(const struct frame_cache *fc)
 {
     uint32_t held = 0, cached = 0, in_use = 0;
+    size_t held_bytes = 0, cached_bytes = 0;
     for (uint32_t id = 0; id < fc->cap; id++) {
         const struct cframe *f = fc->by_id[id];
         if (!f)
@@ -300,12 +434,20 @@ bool fcache_is_valid(const struct frame_cache *fc)
         if (f->id != id)
             return false;
         held++;
+        held_bytes += f->mem.bytes;
         in_use += f->in_use;
     }
     for (const struct cframe *f = fc->cached; f; f = f->next_cached) {
         if (f->in_use || fc->by_id[f->id] != f || ++cached > held)
             return false;
+        cached_bytes += f->mem.bytes;
+    }
+    for (const struct cframe *f = fc->cached_large; f; f = f->next_cached) {
+        if (f->in_use || fc->by_id[f->id] != f || ++cached > held)
+            return false;
+        cached_bytes += f->mem.bytes;
     }
     return held == fc->n_held && cached == fc->n_cached && in_use == fc->n_in_use &&
-           fc->n_cached + fc->n_in_use == fc->n_held;
+           fc->n_cached + fc->n_in_use == fc->n_held && held_bytes == fc->bytes_held &&
+           cached_bytes == fc->bytes_cached;
 }

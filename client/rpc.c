@@ -72,7 +72,7 @@ static int reattach(mb_client *c)
             continue;
         mb__frame__init(&frames[k]);
         frames[k].id = id;
-        frames[k].bytes = c->frame_bytes;
+        frames[k].bytes = c->fc.by_id[id]->mem.bytes;
         fp[k] = &frames[k];
         k++;
     }
@@ -197,10 +197,10 @@ static void answer_reclaim(mb_client *c)
 {
     c->reclaim_due = false;
     c->in_reclaim = true;
-    size_t cached = (size_t)c->fc.n_cached * c->frame_bytes;
+    size_t cached = c->fc.bytes_cached;
     if (c->reclaim_bytes == 0 || c->reclaim_bytes > cached) {
         tiers_trim(c);
-        cached = (size_t)c->fc.n_cached * c->frame_bytes;
+        cached = c->fc.bytes_cached;
     }
     size_t keep = c->reclaim_bytes == 0 || c->reclaim_bytes >= cached ? 0 : cached - c->reclaim_bytes;
     fcache_trim(c, keep);

@@ -1,27 +1,75 @@
 /* stitch.c: the slow tier: reserve a virtual range and map frames side by
  * side into it (the process's own cached frames first, non-contiguous is
- * fine, then the daemon's), grow a range in place, and the reverse, in
- * order: wait for the work that may use the range, unmap, free the range,
- * then cache the frames. */
+ * fine, then the daemon's): order-0 frames for ranges that may grow in
+ * place, the few large frames of the frame plan for the rest; and the
+ * reverse, in order: wait for the work that may use the range, unmap, free
+ * the range, then cache the frames. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "client.h"
 #include "log.h"
 
-/* Map frames[from..to) of s and give the device access to them. */
-static int map_frames(mb_client *c, struct stitched *s, size_t from, size_t to)
+/* Map frames[from..to) of s, the first at offset `off`, and give the
+ * device access to them. */
+static int map_frames(mb_client *c, struct stitched *s, size_t from, size_t to, size_t off)
 {
-    size_t fb = c->frame_bytes;
-    size_t mapped = from;   /* frames[from..mapped) are mapped */
+    size_t mapped = from, end = off;   /* frames[from..mapped) are mapped, up to end */
     int rc = 0;
-    for (; rc == 0 && mapped < to; mapped += rc == 0)
-        rc = c->be->ops->map(c->be, (char *)s->va + mapped * fb, &s->frames[mapped]->mem);
+    for (; rc == 0 && mapped < to; mapped += rc == 0) {
+        rc = c->be->ops->map(c->be, (char *)s->va + end, &s->frames[mapped]->mem);
+        if (rc == 0)
+            end += s->frames[mapped]->mem.bytes;
+    }
     if (rc == 0)
-        rc = c->be->ops->set_access(c->be, (char *)s->va + from * fb, (to - from) * fb);
-    if (rc != 0 && mapped > from)
-        c->be->ops->unmap(c->be, (char *)s->va + from * fb, (mapped - from) * fb);
+        rc = c->be->ops->set_access(c->be, (char *)s->va + off, end - off);
+    if (rc != 0 && end > off)
+        c->be->ops->unmap(c->be, (char *)s->va + off, end - off);
     return rc;
+}
+
+static int by_size_desc(const void *a, const void *b)
+{
+    size_t x = (*(struct cframe *const *)a)->mem.bytes, y = (*(struct cframe *const *)b)->mem.bytes;
+    return x < y ? 1 : x > y ? -1 : 0;
+}
+
+int stitch_alloc_large(mb_client *c, size_t bytes, struct stitched **out)
+{
+    if (bytes == 0 || bytes > SIZE_MAX / 2)
+        return MB_EINVAL;
+    struct cframe **fr;
+    size_t n;
+    int rc = fcache_take_plan(c, bytes, &fr, &n);
+    if (rc != 0)
+        return rc;
+    /* Largest first: every frame then lies at a multiple of its size. */
+    qsort(fr, n, sizeof(*fr), by_size_desc);
+    size_t total = 0;
+    for (size_t i = 0; i < n; i++)
+        total += fr[i]->mem.bytes;
+    struct stitched *s = malloc(sizeof(*s) + n * sizeof(s->frames[0]));
+    rc = s ? 0 : MB_ENOMEM;
+    if (rc == 0) {
+        s->n = s->cap = n;
+        s->bytes = s->reserved = total;
+        s->imported = false;
+        memcpy(s->frames, fr, n * sizeof(*fr));
+        rc = c->be->ops->reserve(c->be, s->reserved, &s->va);
+        if (rc == 0 && (rc = map_frames(c, s, 0, n, 0)) != 0)
+            c->be->ops->free_va(c->be, s->va, s->reserved);
+    }
+    if (rc != 0) {
+        for (size_t i = 0; i < n; i++)
+            fcache_put(c, fr[i]);
+        free(s);
+        free(fr);
+        return rc;
+    }
+    free(fr);
+    c->st.bytes_mapped += s->bytes;
+    *out = s;
+    return 0;
 }
 
 int stitch_alloc(mb_client *c, size_t bytes, size_t reserve_bytes, struct stitched **out)
@@ -45,7 +93,7 @@ int stitch_alloc(mb_client *c, size_t bytes, size_t reserve_bytes, struct stitch
         return rc;
     }
     rc = fcache_take(c, n, s->frames);
-    if (rc == 0 && (rc = map_frames(c, s, 0, n)) != 0)
+    if (rc == 0 && (rc = map_frames(c, s, 0, n, 0)) != 0)
         for (size_t i = 0; i < n; i++)
             fcache_put(c, s->frames[i]);
     if (rc != 0) {
@@ -60,16 +108,23 @@ int stitch_alloc(mb_client *c, size_t bytes, size_t reserve_bytes, struct stitch
 
 int stitch_adopt(mb_client *c, struct cframe **frames, size_t n, struct stitched **out)
 {
-    size_t fb = c->frame_bytes;
     struct stitched *s = malloc(sizeof(*s) + n * sizeof(s->frames[0]));
     if (!s)
         return MB_ENOMEM;
     s->n = s->cap = n;
-    s->bytes = s->reserved = n * fb;
+    s->bytes = 0;
+    for (size_t i = 0; i < n; i++) {
+        s->bytes += frames[i]->mem.bytes;
+        if (i && frames[i]->mem.bytes > frames[i - 1]->mem.bytes) {
+            free(s);
+            return MB_EPROTO;   /* the exporter's ranges are largest first */
+        }
+    }
+    s->reserved = s->bytes;
     s->imported = true;
     memcpy(s->frames, frames, n * sizeof(*frames));
     int rc = c->be->ops->reserve(c->be, s->reserved, &s->va);
-    if (rc == 0 && (rc = map_frames(c, s, 0, n)) != 0)
+    if (rc == 0 && (rc = map_frames(c, s, 0, n, 0)) != 0)
         c->be->ops->free_va(c->be, s->va, s->reserved);
     if (rc != 0) {
         free(s);
@@ -92,7 +147,7 @@ int stitch_grow(mb_client *c, struct stitched **sp, size_t new_bytes)
     int rc = fcache_take(c, n - s->n, s->frames + s->n);
     if (rc != 0)
         return rc;
-    if ((rc = map_frames(c, s, s->n, n)) != 0) {
+    if ((rc = map_frames(c, s, s->n, n, s->n * fb)) != 0) {
         for (size_t i = s->n; i < n; i++)
             fcache_put(c, s->frames[i]);
         return rc;
@@ -138,11 +193,13 @@ int stitch_free(mb_client *c, struct stitched *s, void *stream)
 
 bool stitch_is_valid(const mb_client *c, const struct stitched *s)
 {
-    if (s->n * c->frame_bytes != s->bytes || s->bytes > s->reserved ||
-        s->reserved != s->cap * c->frame_bytes || s->n > s->cap)
-        return false;
-    for (size_t i = 0; i < s->n; i++)
-        if (!s->frames[i]->in_use)
+    size_t sum = 0;
+    for (size_t i = 0; i < s->n; i++) {
+        if (!s->frames[i]->in_use || (i && s->frames[i]->mem.bytes > s->frames[i - 1]->mem.bytes))
             return false;
-    return true;
+        sum += s->frames[i]->mem.bytes;
+    }
+    if (sum != s->bytes || s->bytes > s->reserved || s->n > s->cap)
+        return false;
+    return s->cap == s->n || (s->reserved == s->cap * c->frame_bytes && sum == s->n * c->frame_bytes);
 }

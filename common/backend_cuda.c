@@ -16,52 +16,9 @@
 
 #include "log.h"
 
-/* FRAME SIZE POLICY (a proposal for the daemon's frame pool)
- *
- * Costs that decide it (FACTS.md, H200, CUDA 13): cuMemCreate ~20 us and
- * export ~0.6 ms per handle, map + set access ~30-40 us per handle, all
- * whatever the handle's size; a handle maps whole or not at all; scrubbing
- * costs bytes (memset bandwidth, ~0.3-0.5 ms per GiB). So bytes are cheap and
- * handles are expensive: serve large requests with few, large handles.
- *
- * Orders. G = b->granularity (2 MiB). A frame of order k holds G << k bytes,
- * k = 0..9 (2 MiB .. 1 GiB). Nothing larger: a 1 GiB order already maps a
- * GiB in one ~40 us call, and bigger handles only hurt reclaim and scrub.
- *
- * Request -> frames. Round a request of R bytes up to a quantum
- *     q = max(G, 2^floor(log2 R) / 8)      (waste < 12.5 %, and < G below 16 G)
- * then split R' = roundup(R, q) into 1 GiB frames plus the binary digits of
- * the remainder, largest first. R' / q lies in [8, 16), so below 2 GiB a
- * request needs at most 4 handles; above, R / 1 GiB + 4. Example: 300 MiB ->
- * q = 32 MiB, R' = 320 MiB = 256 + 64: 2 handles instead of 150.
- * Map them largest first at offset 0 of a reservation aligned to the largest
- * order not above R' (reserve() below does this): every frame then lands on a
- * multiple of its own size. Quotas and stats charge R' (handle bytes).
- *
- * Where large frames come from. The warm reserve keeps a free list per order,
- * created and exported in the background by two worker threads (two were
- * fastest in FACTS.md), with a per-order low watermark that follows recent
- * demand (e.g. the peak of the last minute). A request never waits for an
- * export when smaller free frames can cover it: it gets smaller frames at
- * once (more handles, more map time, no 0.6 ms stall) and the miss queues a
- * background refill of the order it wanted. Only an empty pool creates on the
- * request path.
- *
- * Split and merge by re-creation. A handle cannot be split or joined, so the
- * pool changes its mix by releasing and creating: when an order has more free
- * frames than twice its watermark for some seconds (hysteresis, e.g. 5 s)
- * while another order is below its watermark, release free frames of the
- * rich order (cuMemRelease: the memory goes back to the driver once no
- * process maps it) and create the poor order's frames from that budget,
- * release first so physical use never exceeds the budget. Only frames free in
- * the daemon (granted to nobody, mapped by no client) are re-created.
- *
- * Release. A frame back from a client is scrubbed before it goes to another
- * tenant (not before a re-grant to the same tenant). Physical memory goes
- * back to the driver only above the pool's high watermark, for re-creation,
- * or on drain/shutdown. The daemon's scrub mapping of a frame counts one
- * mapping whatever its size, so large orders also keep the daemon far from
- * the ~512 Ki live-mapping limit reported for 580 drivers. */
+/* Frames of any size (a multiple of the granularity) are created, exported,
+ * imported and mapped the same way; which sizes the daemon creates is the
+ * frame size policy in frame_plan.c. */
 
 /* The driver entry points this backend calls, resolved once per process with
  * cuGetProcAddress for the CUDA version of the headers we were built with. */

@@ -31,6 +31,7 @@
 #include "commands.h"
 #include "config.h"
 #include "fdpass.h"
+#include "frame_plan.h"
 #include "wire.h"
 
 enum frame_state { FRAME_UNUSED = 0, FRAME_FREE, FRAME_GRANTED };
@@ -44,30 +45,39 @@ struct frame {
     bool adopted;                /* reported by a client after a daemon restart:
                                   * counted, but the daemon holds no handle; when
                                   * its holder lets go the slot simply ends */
+    uint8_t order;               /* holds frame_bytes << order bytes (frame_plan.h) */
     uint32_t last_tenant;        /* tenant that last held it; 0 = never granted */
     uint32_t next_free;          /* free-list link while FREE, 0 ends it */
 };
 
-/* The frame books. Invariants (frame_pool_is_valid):
- *   n_free + n_granted == n_total
- *   n_total * frame_bytes == bytes_total <= budget_bytes
- *   the free list holds exactly the FREE frames, each once
- *   bytes_total + (n_ready + creating) * frame_bytes == committed <= budget_bytes
+/* The frame books. Frames have orders (frame_plan.c: the size policy); counts
+ * are frames, bytes are what their handles hold. Invariants
+ * (frame_pool_is_valid):
+ *   n_free + n_granted == n_total, bytes_free + bytes_granted == bytes_total
+ *   bytes_total == the sum of the frames' bytes <= budget_bytes
+ *   free list k holds exactly the FREE frames of order k, each once;
+ *   n_free_order[k] counts them, and n_free is their sum
+ *   bytes_total + bytes of ready[] and of frames being created == committed
+ *     <= budget_bytes; n_total + n_ready + creating == n_committed
  * The warm reserve: RESERVE_THREADS workers create and export frames ahead of
- * demand (export costs ~0.6 ms on a GPU) into ready[], until free and ready
- * frames hold reserve_bytes; grants adopt them into the books, so a grant
- * from the reserve makes no driver call. Only ready[], n_ready, creating and
- * committed are shared with the workers (under lock). */
+ * demand (export costs ~0.6 ms on a GPU) into ready[]: order-0 frames until
+ * free and ready order-0 frames hold reserve_bytes, and one spare of each
+ * order k a request had to create on its own path (spare[k]); grants adopt
+ * them into the books, so a grant from the reserve makes no driver call.
+ * Only ready[], n_ready, creating, committed, n_committed and spare[] are
+ * shared with the workers (under lock). */
 #define RESERVE_THREADS 2
 struct frame_pool {
     mb_backend *be;
     size_t frame_bytes;
     uint64_t budget_bytes;
-    uint64_t bytes_total;
+    uint64_t bytes_total, bytes_free, bytes_granted;
     struct frame *frames;        /* [0] unused; ids 1..cap-1 */
     uint32_t cap;                /* slots allocated in frames[] */
     uint32_t n_total, n_free, n_granted;
-    uint32_t free_head;          /* first FREE frame, 0 when none */
+    uint32_t free_head[MB_ORDERS];    /* first FREE frame of each order, 0 when none */
+    uint32_t n_free_order[MB_ORDERS];
+    uint64_t recreated;          /* free frames released to make room for another order */
     uint32_t next_unused;        /* lowest slot never used or released */
     uint32_t id_limit;           /* ids below this may have been handed out by an
                                   * earlier daemon (the journal); 0: no journal */
@@ -84,7 +94,10 @@ struct frame_pool {
     bool stop;
     uint64_t reserve_bytes;
     uint64_t committed;          /* bytes created, being created or ready */
+    uint32_t n_committed;        /* frames created, being created or ready */
     uint32_t creating;           /* frames the workers are creating now */
+    uint32_t creating_order[MB_ORDERS], ready_order[MB_ORDERS];
+    bool spare[MB_ORDERS];       /* keep one free order-k frame ready */
     struct mb_mem *ready;        /* created and exported, not yet in the books */
     uint32_t n_ready, ready_cap;
 };
@@ -96,10 +109,16 @@ void frame_pool_destroy(struct frame_pool *p);
 int frame_pool_prefill(struct frame_pool *p, uint64_t bytes);
 /* Move frames the workers made into the books (free list). */
 void frame_pool_adopt(struct frame_pool *p);
-/* Grant n frames to a session of a tenant, all or nothing; ids[] gets them.
- * Frames last held by another tenant are scrubbed first. */
+/* Grant n frames of the given orders to a session of a tenant, all or
+ * nothing; ids[] gets them, in the order of orders[]. Frames last held by
+ * another tenant are scrubbed first. */
+int frame_pool_grant_orders(struct frame_pool *p, const uint8_t *orders, uint32_t n,
+                            uint64_t session, uint32_t tenant, uint32_t *ids);
+/* The same for n order-0 frames. */
 int frame_pool_grant(struct frame_pool *p, uint32_t n, uint64_t session, uint32_t tenant,
                      uint32_t *ids);
+/* Bytes of frame id (which must exist). */
+uint64_t frame_pool_bytes(const struct frame_pool *p, uint32_t id);
 /* Take back frames granted to `session`; all must be its own, else nothing
  * changes and MB_EPERM (or MB_ENOENT for ids that name no frame) returns. */
 int frame_pool_return(struct frame_pool *p, const uint32_t *ids, size_t n, uint64_t session);
@@ -113,8 +132,9 @@ int frame_pool_adopt_reported(struct frame_pool *p, uint32_t id, uint64_t bytes,
  * the id of one a client still holds. */
 int frame_pool_open_journal(struct frame_pool *p, const char *path);
 
-/* Take back every frame of a session; returns how many. */
-uint32_t frame_pool_reclaim(struct frame_pool *p, uint64_t session);
+/* Take back every frame of a session; returns how many, and their bytes in
+ * *bytes when not NULL. */
+uint32_t frame_pool_reclaim(struct frame_pool *p, uint64_t session, uint64_t *bytes);
 /* An importer let go of frame id; the frame becomes free once neither its
  * owner nor any importer holds it. */
 void frame_pool_drop_hold(struct frame_pool *p, uint32_t id);
@@ -125,7 +145,7 @@ struct tenant {
     uint32_t id;                 /* 1-based, stable for the daemon's life */
     char name[64];
     uint64_t bytes;              /* granted to its sessions now
-                                  * == sum of frames * frame_bytes of its sessions */
+                                  * == sum of bytes of its sessions (and withdrawn) */
     uint64_t max;                /* MB_CONFIG_UNLIMITED or bytes; bytes may exceed
                                   * it only after quota lowered it */
     uint64_t min;                /* kept available for it; <= max at start */
@@ -144,7 +164,8 @@ struct session {
     uint8_t ident[MB_WIRE_MAX_IDENT];
     size_t ident_len;
     uint32_t frames;             /* granted now; == frames in the pool owned by id */
-    uint64_t cached;             /* last Cache report; <= frames * frame_bytes */
+    uint64_t bytes;              /* == the bytes of those frames */
+    uint64_t cached;             /* last Cache report; <= bytes */
     bool waiting;                /* has a pending grant (at most one) */
     int64_t opened_ms;
     struct session *next;
@@ -181,6 +202,7 @@ struct cmd_stats {
 struct withdrawn {
     uint64_t session;
     uint32_t frames;
+    uint64_t bytes;
     struct tenant *tenant;       /* still charged with the frames */
     int pidfd;
     struct withdrawn *next;
@@ -192,7 +214,8 @@ struct pending {
     size_t ident_len;
     uint64_t session;            /* session id of the requester */
     uint64_t req_id;
-    uint32_t n;                  /* frames asked for */
+    uint64_t bytes;              /* asked for */
+    bool large;                  /* may be served by large frames */
     uint64_t t0_ns;              /* arrival, for the latency histogram */
     int64_t deadline_ms;
     uint64_t reclaimed_at_start; /* count.reclaim_bytes when it began waiting */
@@ -274,14 +297,14 @@ struct tenant *tenant_find(struct daemon *d, const char *name);
 bool tenant_name_ok(const char *s);
 
 /* reclaim.c: deferred grants and elastic reclaim. */
-/* Whether `n` frames fit for session s now: budget less granted less other
+/* Whether `bytes` of frames fit for session s now: budget less granted less other
  * tenants' and uids' unmet min. *short_bytes gets what is missing. */
-bool grant_fits(const struct daemon *d, const struct session *s, uint32_t n, uint64_t *short_bytes);
+bool grant_fits(const struct daemon *d, const struct session *s, uint64_t bytes, uint64_t *short_bytes);
 /* Defer a grant that does not fit when other sessions report enough cached
  * bytes: queue it and send RECLAIM notices. 0 when deferred, else an
  * mb_status (the caller answers MB_ENOMEM). */
 int pending_add(struct daemon *d, struct session *s, const uint8_t *ident, size_t ident_len,
-                uint64_t req_id, uint32_t n, uint64_t t0_ns, uint64_t short_bytes);
+                uint64_t req_id, uint64_t bytes, bool large, uint64_t t0_ns, uint64_t short_bytes);
 /* Answer pending grants that now fit (FIFO) or whose deadline passed. */
 void pending_run(struct daemon *d);
 /* Drop a session's pending grant without answering (it ended). */
@@ -306,9 +329,12 @@ struct request_ctx {
     bool deferred;               /* set by a handler: no reply now (pending) */
 };
 void handle_request(struct request_ctx *rc, const Mb__Request *req, Mb__Reply *rep);
-/* Grant n frames to s and pass their descriptors: fills rep (reply body or
+/* Grant frames covering `bytes` to s (by the frame plan when large, else
+ * order-0 frames) and pass their descriptors: fills rep (reply body or
  * error). Used by grant and by pending grants. */
-void grant_now(struct daemon *d, struct session *s, uint32_t n, Mb__Reply *rep);
+void grant_now(struct daemon *d, struct session *s, uint64_t bytes, bool large, Mb__Reply *rep);
+/* The bytes a grant of `bytes` charges: the plan's (large) or whole units. */
+uint64_t grant_bytes(const struct daemon *d, uint64_t bytes, bool large);
 /* Count a finished request in the per-command stats and counters. */
 void stats_record(struct daemon *d, int cmd, int code, uint64_t t0_ns);
 

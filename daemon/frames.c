@@ -1,6 +1,8 @@
-/* frames.c: the daemon's frame books: creating frames within the budget
- * (ahead of demand on worker threads: the warm reserve), granting them to
- * sessions, taking them back, scrubbing between tenants. */
+/* frames.c: the daemon's frame books: creating frames of each order within
+ * the budget (ahead of demand on worker threads: the warm reserve), granting
+ * them to sessions by the frame plan, taking them back, re-creating free
+ * frames as another order when the budget is full, scrubbing between
+ * tenants. The size policy is written in common/frame_plan.c. */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -19,6 +21,16 @@
 #else
 #define POOL_CHECK(p) ((void)0)
 #endif
+
+static uint64_t obytes(const struct frame_pool *p, unsigned order)
+{
+    return (uint64_t)p->frame_bytes << order;
+}
+
+uint64_t frame_pool_bytes(const struct frame_pool *p, uint32_t id)
+{
+    return obytes(p, p->frames[id].order);
+}
 
 int frame_pool_init(struct frame_pool *p, mb_backend *be, size_t frame_bytes, uint64_t budget)
 {
@@ -65,41 +77,13 @@ struct frame *frame_pool_get(struct frame_pool *p, uint32_t id)
     return &p->frames[id];
 }
 
-/* An adopted frame has no handle here: when let go its slot ends and its
- * bytes leave the books (the memory went with its last process). */
-static void end_adopted(struct frame_pool *p, uint32_t id)
-{
-    struct frame *f = &p->frames[id];
-    memset(f, 0, sizeof(*f));
-    f->mem = (struct mb_mem)MB_MEM_INIT;
-    p->n_total--;
-    p->bytes_total -= p->frame_bytes;
-    pthread_mutex_lock(&p->lock);
-    p->committed -= p->frame_bytes;
-    pthread_mutex_unlock(&p->lock);
-}
-
-static void push_free(struct frame_pool *p, uint32_t id)
-{
-    struct frame *f = &p->frames[id];
-    if (f->adopted) {
-        end_adopted(p, id);
-        return;
-    }
-    f->state = FRAME_FREE;
-    f->owner = 0;
-    f->next_free = p->free_head;
-    p->free_head = id;
-    __atomic_add_fetch(&p->n_free, 1, __ATOMIC_RELAXED);   /* read by reserve workers */
-}
-
-/* Count one frame against the budget (and the descriptor limit) before
- * creating it. */
-static int commit_one(struct frame_pool *p)
+/* Count a frame of `bytes` against the budget (and the descriptor limit)
+ * before creating it. */
+static int commit(struct frame_pool *p, uint64_t bytes)
 {
     pthread_mutex_lock(&p->lock);
-    int rc = p->committed + p->frame_bytes > p->budget_bytes ? MB_ENOMEM : 0;
-    if (rc == 0 && p->max_frames && p->committed / p->frame_bytes + 1 > p->max_frames) {
+    int rc = p->committed + bytes > p->budget_bytes ? MB_ENOMEM : 0;
+    if (rc == 0 && p->max_frames && p->n_committed + 1 > p->max_frames) {
         static bool said;
         if (!said)
             mb_log(MB_LOG_WARN, "frame count at the descriptor limit (%u frames); raise "
@@ -107,23 +91,72 @@ static int commit_one(struct frame_pool *p)
         said = true;
         rc = MB_ELIMIT;
     }
-    if (rc == 0)
-        p->committed += p->frame_bytes;
+    if (rc == 0) {
+        p->committed += bytes;
+        p->n_committed++;
+    }
     pthread_mutex_unlock(&p->lock);
     return rc;
 }
 
-static void uncommit_one(struct frame_pool *p)
+static void uncommit(struct frame_pool *p, uint64_t bytes)
 {
     pthread_mutex_lock(&p->lock);
-    p->committed -= p->frame_bytes;
+    p->committed -= bytes;
+    p->n_committed--;
+    pthread_cond_broadcast(&p->wake);   /* room for the reserve again */
     pthread_mutex_unlock(&p->lock);
 }
 
-static int make_mem(struct frame_pool *p, struct mb_mem *m)
+/* A frame leaves the books: its handle is released (an adopted frame has
+ * none: the memory went with its last process) and its slot ends. */
+static void end_frame(struct frame_pool *p, uint32_t id)
+{
+    struct frame *f = &p->frames[id];
+    uint64_t bytes = obytes(p, f->order);
+    if (!f->adopted)
+        p->be->ops->release(p->be, &f->mem);
+    memset(f, 0, sizeof(*f));
+    f->mem = (struct mb_mem)MB_MEM_INIT;
+    p->n_total--;
+    p->bytes_total -= bytes;
+    uncommit(p, bytes);
+}
+
+static void push_free(struct frame_pool *p, uint32_t id)
+{
+    struct frame *f = &p->frames[id];
+    if (f->adopted) {
+        end_frame(p, id);
+        return;
+    }
+    f->state = FRAME_FREE;
+    f->owner = 0;
+    f->next_free = p->free_head[f->order];
+    p->free_head[f->order] = id;
+    p->bytes_free += obytes(p, f->order);
+    /* read by the reserve workers, as hints */
+    __atomic_add_fetch(&p->n_free_order[f->order], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&p->n_free, 1, __ATOMIC_RELAXED);
+}
+
+/* Take the first free frame of an order off its list. */
+static uint32_t pop_free(struct frame_pool *p, unsigned order)
+{
+    uint32_t id = p->free_head[order];
+    struct frame *f = &p->frames[id];
+    p->free_head[order] = f->next_free;
+    f->next_free = 0;
+    p->bytes_free -= obytes(p, order);
+    __atomic_sub_fetch(&p->n_free_order[order], 1, __ATOMIC_RELAXED);
+    __atomic_sub_fetch(&p->n_free, 1, __ATOMIC_RELAXED);
+    return id;
+}
+
+static int make_mem(struct frame_pool *p, unsigned order, struct mb_mem *m)
 {
     *m = (struct mb_mem)MB_MEM_INIT;
-    int rc = p->be->ops->create(p->be, p->frame_bytes, m);
+    int rc = p->be->ops->create(p->be, obytes(p, order), m);
     if (rc == 0 && (rc = p->be->ops->export_fd(p->be, m)) != 0)
         p->be->ops->release(p->be, m);
     return rc;
@@ -142,6 +175,21 @@ static int write_journal(struct frame_pool *p, uint32_t limit)
         return MB_ESYS;
     }
     p->journal_limit = limit;
+    return 0;
+}
+
+static int grow_table(struct frame_pool *p, uint32_t need)
+{
+    while (p->cap <= need) {
+        if (p->cap >= UINT32_MAX / 2)
+            return MB_ELIMIT;
+        struct frame *nf = realloc(p->frames, 2 * (size_t)p->cap * sizeof(*nf));
+        if (!nf)
+            return MB_ENOMEM;
+        memset(nf + p->cap, 0, p->cap * sizeof(*nf));
+        p->frames = nf;
+        p->cap *= 2;
+    }
     return 0;
 }
 
@@ -167,94 +215,132 @@ int frame_pool_open_journal(struct frame_pool *p, const char *path)
         /* Ids below prev may still be held by clients of the last daemon:
          * they can report them; new frames start above. */
         p->id_limit = (uint32_t)prev;
-        while (p->cap <= p->id_limit) {
-            struct frame *nf = realloc(p->frames, 2 * (size_t)p->cap * sizeof(*nf));
-            if (!nf)
-                return MB_ENOMEM;
-            memset(nf + p->cap, 0, p->cap * sizeof(*nf));
-            p->frames = nf;
-            p->cap *= 2;
-        }
+        int rc = grow_table(p, p->id_limit);
+        if (rc != 0)
+            return rc;
         p->next_unused = p->id_limit;
         mb_log(MB_LOG_INFO, "state journal: ids below %u may be reported by running clients", p->id_limit);
     }
     return write_journal(p, p->next_unused + JOURNAL_STEP);
 }
 
-/* Put a created, exported, committed mem into a new slot on the free list. */
+/* Put a created, exported, committed mem into a new slot on its free list. */
 static int add_frame(struct frame_pool *p, const struct mb_mem *m)
 {
+    int order = mb_frame_order(m->bytes, p->frame_bytes);
+    if (order < 0)
+        return MB_EINVAL;
     if (p->journal_fd >= 0 && p->next_unused >= p->journal_limit &&
         write_journal(p, p->next_unused + JOURNAL_STEP) != 0)
         return MB_ESYS;
-    if (p->next_unused == p->cap) {
-        if (p->cap >= UINT32_MAX / 2)
-            return MB_ELIMIT;
-        struct frame *nf = realloc(p->frames, 2 * (size_t)p->cap * sizeof(*nf));
-        if (!nf)
-            return MB_ENOMEM;
-        memset(nf + p->cap, 0, p->cap * sizeof(*nf));
-        p->frames = nf;
-        p->cap *= 2;
-    }
+    int rc = grow_table(p, p->next_unused);
+    if (rc != 0)
+        return rc;
     uint32_t id = p->next_unused;
     struct frame *f = &p->frames[id];
     memset(f, 0, sizeof(*f));
     f->mem = *m;
+    f->order = (uint8_t)order;
     p->next_unused++;
     p->n_total++;
-    p->bytes_total += p->frame_bytes;
+    p->bytes_total += m->bytes;
     push_free(p, id);
     return 0;
 }
 
-
-/* Create one frame on the request path (the reserve ran dry). */
-static int create_frame(struct frame_pool *p)
+/* Re-creation: release one free frame the current grant does not need
+ * (need[k]: frames of order k it still takes), smallest order first, so a
+ * frame of another order fits in the budget. False when there is none. */
+static bool release_surplus(struct frame_pool *p, const uint32_t *need)
 {
-    int rc = commit_one(p);
+    for (unsigned k = 0; k < MB_ORDERS; k++) {
+        if (p->n_free_order[k] > need[k]) {
+            end_frame(p, pop_free(p, k));
+            p->recreated++;
+            return true;
+        }
+    }
+    return false;
+}
+
+/* Create one frame of an order on the request path (neither the free list
+ * nor the reserve had one), making room by re-creation when needed. */
+static int create_frame(struct frame_pool *p, unsigned order, const uint32_t *need)
+{
+    uint64_t bytes = obytes(p, order);
+    int rc;
+    while ((rc = commit(p, bytes)) == MB_ENOMEM || rc == MB_ELIMIT)
+        if (!release_surplus(p, need))
+            return rc;
     if (rc != 0)
         return rc;
     struct mb_mem m;
-    if ((rc = make_mem(p, &m)) != 0) {
-        uncommit_one(p);
+    if ((rc = make_mem(p, order, &m)) != 0) {
+        uncommit(p, bytes);
         return rc;
     }
     if ((rc = add_frame(p, &m)) != 0) {
         p->be->ops->release(p->be, &m);
-        uncommit_one(p);
+        uncommit(p, bytes);
     }
     return rc;
 }
 
-/* A reserve worker: sleep while free and ready frames cover the target (the
- * free count is read without the poll loop's cooperation: a hint). */
+/* What a reserve worker should create next (lock held): order 0 below the
+ * reserve, else a missing spare; -1 when nothing is due or it would not fit. */
+static int reserve_due(struct frame_pool *p)
+{
+    uint64_t have0 = ((uint64_t)__atomic_load_n(&p->n_free_order[0], __ATOMIC_RELAXED) +
+                      p->ready_order[0] + p->creating_order[0]) * p->frame_bytes;
+    int order = -1;
+    if (have0 < p->reserve_bytes)
+        order = 0;
+    for (unsigned k = 1; order < 0 && k < MB_ORDERS; k++)
+        if (p->spare[k] && __atomic_load_n(&p->n_free_order[k], __ATOMIC_RELAXED) +
+                               p->ready_order[k] + p->creating_order[k] == 0)
+            order = (int)k;
+    if (order < 0 || p->committed + obytes(p, (unsigned)order) > p->budget_bytes ||
+        (p->max_frames && p->n_committed + 1 > p->max_frames))
+        return -1;
+    return order;
+}
+
+static void timed_wait(struct frame_pool *p, long ms)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_sec += ms / 1000;
+    ts.tv_nsec += (ms % 1000) * 1000000L;
+    if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+    }
+    pthread_cond_timedwait(&p->wake, &p->lock, &ts);
+}
+
+/* A reserve worker: sleep while nothing is due (the free counts are read
+ * without the poll loop's cooperation: hints). */
 static void *reserve_worker(void *arg)
 {
     struct frame_pool *p = arg;
     pthread_mutex_lock(&p->lock);
     while (!p->stop) {
-        uint64_t have = ((uint64_t)__atomic_load_n(&p->n_free, __ATOMIC_RELAXED) + p->n_ready +
-                         p->creating) * p->frame_bytes;
-        if (have >= p->reserve_bytes || p->committed + p->frame_bytes > p->budget_bytes ||
-            (p->max_frames && p->committed / p->frame_bytes + 1 > p->max_frames)) {
-            struct timespec ts;
-            clock_gettime(CLOCK_REALTIME, &ts);
-            ts.tv_nsec += 50 * 1000000L;
-            if (ts.tv_nsec >= 1000000000L) {
-                ts.tv_sec++;
-                ts.tv_nsec -= 1000000000L;
-            }
-            pthread_cond_timedwait(&p->wake, &p->lock, &ts);
+        int order = reserve_due(p);
+        if (order < 0) {
+            timed_wait(p, 50);
             continue;
         }
-        p->committed += p->frame_bytes;
+        uint64_t bytes = obytes(p, (unsigned)order);
+        p->committed += bytes;
+        p->n_committed++;
         p->creating++;
+        p->creating_order[order]++;
         pthread_mutex_unlock(&p->lock);
         struct mb_mem m;
-        int rc = make_mem(p, &m);
+        int rc = make_mem(p, (unsigned)order, &m);
         pthread_mutex_lock(&p->lock);
         p->creating--;
+        p->creating_order[order]--;
         if (rc == 0 && p->n_ready == p->ready_cap) {
             uint32_t cap = p->ready_cap ? 2 * p->ready_cap : 64;
             struct mb_mem *nr = realloc(p->ready, cap * sizeof(*nr));
@@ -266,17 +352,16 @@ static void *reserve_worker(void *arg)
         pthread_cond_broadcast(&p->wake);   /* a grant may wait for creating == 0 */
         if (rc == 0 && p->n_ready < p->ready_cap) {
             p->ready[p->n_ready++] = m;
+            p->ready_order[order]++;
             continue;
         }
         if (rc == 0)
             p->be->ops->release(p->be, &m);
-        p->committed -= p->frame_bytes;
+        p->committed -= bytes;
+        p->n_committed--;
         mb_log(MB_LOG_WARN, "failed to add a frame to the warm reserve: %s; retrying in 1 s",
                mb_strerror(rc ? rc : MB_ENOMEM));
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_sec += 1;
-        pthread_cond_timedwait(&p->wake, &p->lock, &ts);
+        timed_wait(p, 1000);
     }
     pthread_mutex_unlock(&p->lock);
     return NULL;
@@ -310,9 +395,12 @@ void frame_pool_adopt(struct frame_pool *p)
 {
     pthread_mutex_lock(&p->lock);
     uint32_t i = 0;
-    for (; i < p->n_ready; i++)
+    for (; i < p->n_ready; i++) {
+        int order = mb_frame_order(p->ready[i].bytes, p->frame_bytes);
         if (add_frame(p, &p->ready[i]) != 0)
             break;
+        p->ready_order[order]--;
+    }
     if (i && i < p->n_ready)
         memmove(p->ready, p->ready + i, (p->n_ready - i) * sizeof(*p->ready));
     p->n_ready -= i;
@@ -321,29 +409,49 @@ void frame_pool_adopt(struct frame_pool *p)
     POOL_CHECK(p);
 }
 
-int frame_pool_grant(struct frame_pool *p, uint32_t n, uint64_t session, uint32_t tenant,
-                     uint32_t *ids)
+int frame_pool_grant_orders(struct frame_pool *p, const uint8_t *orders, uint32_t n,
+                            uint64_t session, uint32_t tenant, uint32_t *ids)
 {
     if (n == 0 || session == 0)
         return MB_EINVAL;
-    if ((uint64_t)n * p->frame_bytes > p->budget_bytes)
+    uint32_t need[MB_ORDERS] = { 0 };
+    uint64_t bytes = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        if (orders[i] > MB_MAX_ORDER)
+            return MB_EINVAL;
+        need[orders[i]]++;
+        bytes += obytes(p, orders[i]);
+    }
+    if (bytes > p->budget_bytes)
         return MB_ENOMEM;
-    /* All or nothing: make sure enough frames exist before taking any:
-     * the free list, then the warm reserve, then the driver. */
-    if (p->n_free < n || p->n_workers)
+    /* All or nothing: make sure enough frames of each order exist before
+     * taking any: the free lists, then the warm reserve, then the driver
+     * (largest orders first: making room for them may release small frames). */
+    if (p->n_workers)
         frame_pool_adopt(p);
-    while (p->n_free < n) {
-        int rc = create_frame(p);
-        if (rc == MB_ENOMEM && wait_for_workers(p)) {
-            frame_pool_adopt(p);   /* what they were making counted against the budget */
-            continue;
+    for (int k = MB_MAX_ORDER; k >= 0; k--) {
+        bool created = false;
+        while (p->n_free_order[k] < need[k]) {
+            int rc = create_frame(p, (unsigned)k, need);
+            if ((rc == MB_ENOMEM || rc == MB_ELIMIT) && wait_for_workers(p)) {
+                frame_pool_adopt(p);   /* what they were making counted against the budget */
+                continue;
+            }
+            if (rc != 0)
+                return rc;
+            created = true;
         }
-        if (rc != 0)
-            return rc;
+        if (created && k > 0 && p->n_workers) {
+            /* Demand for this order: keep one ready for the next request. */
+            pthread_mutex_lock(&p->lock);
+            p->spare[k] = true;
+            pthread_cond_broadcast(&p->wake);
+            pthread_mutex_unlock(&p->lock);
+        }
     }
     for (uint32_t i = 0; i < n; i++) {
-        uint32_t id = p->free_head;
-        struct frame *f = &p->frames[id];
+        unsigned k = orders[i];
+        struct frame *f = &p->frames[p->free_head[k]];
         if (p->scrub && f->last_tenant != 0 && f->last_tenant != tenant) {
             int rc = p->be->ops->scrub(p->be, &f->mem);
             if (rc != 0) {
@@ -353,17 +461,35 @@ int frame_pool_grant(struct frame_pool *p, uint32_t n, uint64_t session, uint32_
             }
             p->scrubs++;
         }
-        p->free_head = f->next_free;
-        __atomic_sub_fetch(&p->n_free, 1, __ATOMIC_RELAXED);
-        f->next_free = 0;
+        uint32_t id = pop_free(p, k);
         f->state = FRAME_GRANTED;
         f->owner = session;
         f->last_tenant = tenant;
         p->n_granted++;
+        p->bytes_granted += obytes(p, k);
         ids[i] = id;
     }
     POOL_CHECK(p);
     return 0;
+}
+
+int frame_pool_grant(struct frame_pool *p, uint32_t n, uint64_t session, uint32_t tenant,
+                     uint32_t *ids)
+{
+    uint8_t *orders = calloc(n ? n : 1, 1);
+    if (!orders)
+        return MB_ENOMEM;
+    int rc = frame_pool_grant_orders(p, orders, n, session, tenant, ids);
+    free(orders);
+    return rc;
+}
+
+/* A granted frame goes back to its free list (or ends, if adopted). */
+static void ungrant(struct frame_pool *p, uint32_t id)
+{
+    p->n_granted--;
+    p->bytes_granted -= frame_pool_bytes(p, id);
+    push_free(p, id);
 }
 
 /* The owner lets go: free, unless importers still hold the frame. */
@@ -374,8 +500,7 @@ static void let_go(struct frame_pool *p, uint32_t id)
         f->owner = 0;
         return;
     }
-    p->n_granted--;
-    push_free(p, id);
+    ungrant(p, id);
 }
 
 void frame_pool_drop_hold(struct frame_pool *p, uint32_t id)
@@ -383,10 +508,8 @@ void frame_pool_drop_hold(struct frame_pool *p, uint32_t id)
     struct frame *f = frame_pool_get(p, id);
     if (!f || f->state != FRAME_GRANTED || f->holders == 0)
         return;
-    if (--f->holders == 0 && f->owner == 0) {
-        p->n_granted--;
-        push_free(p, id);
-    }
+    if (--f->holders == 0 && f->owner == 0)
+        ungrant(p, id);
     POOL_CHECK(p);
 }
 
@@ -411,11 +534,12 @@ int frame_pool_return(struct frame_pool *p, const uint32_t *ids, size_t n, uint6
 int frame_pool_adopt_reported(struct frame_pool *p, uint32_t id, uint64_t bytes, uint64_t session,
                               uint32_t tenant)
 {
-    if (id == 0 || bytes != p->frame_bytes || id >= p->id_limit)
+    int order = mb_frame_order(bytes, p->frame_bytes);
+    if (id == 0 || order < 0 || id >= p->id_limit)
         return MB_EINVAL;   /* no earlier daemon handed this out */
     if (p->frames[id].state != FRAME_UNUSED)
         return MB_EPERM;    /* someone else reported it first */
-    int rc = commit_one(p);
+    int rc = commit(p, bytes);
     if (rc != 0)
         return rc;
     struct frame *f = &p->frames[id];
@@ -425,23 +549,29 @@ int frame_pool_adopt_reported(struct frame_pool *p, uint32_t id, uint64_t bytes,
     f->owner = session;
     f->last_tenant = tenant;
     f->adopted = true;
+    f->order = (uint8_t)order;
     p->n_total++;
     p->n_granted++;
-    p->bytes_total += p->frame_bytes;
+    p->bytes_total += bytes;
+    p->bytes_granted += bytes;
     POOL_CHECK(p);
     return 0;
 }
 
-uint32_t frame_pool_reclaim(struct frame_pool *p, uint64_t session)
+uint32_t frame_pool_reclaim(struct frame_pool *p, uint64_t session, uint64_t *bytes)
 {
     uint32_t n = 0;
+    uint64_t b = 0;
     for (uint32_t id = 1; id < p->next_unused; id++) {
         struct frame *f = &p->frames[id];
         if (f->state == FRAME_GRANTED && f->owner == session) {
+            b += frame_pool_bytes(p, id);
             let_go(p, id);
             n++;
         }
     }
+    if (bytes)
+        *bytes = b;
     POOL_CHECK(p);
     return n;
 }
@@ -449,23 +579,39 @@ uint32_t frame_pool_reclaim(struct frame_pool *p, uint64_t session)
 bool frame_pool_is_valid(const struct frame_pool *p)
 {
     uint32_t total = 0, granted = 0, free_count = 0;
+    uint64_t bytes = 0, bytes_granted = 0, bytes_free = 0;
     for (uint32_t id = 1; id < p->next_unused; id++) {
         const struct frame *f = &p->frames[id];
         if (f->state == FRAME_UNUSED)
             continue;
+        if (f->order > MB_MAX_ORDER)
+            return false;
         total++;
+        bytes += obytes(p, f->order);
         if (f->state == FRAME_GRANTED && f->owner == 0 && f->holders == 0)
             return false;
         if (f->state != FRAME_GRANTED && f->holders)
             return false;
-        granted += f->state == FRAME_GRANTED;
+        if (f->state == FRAME_GRANTED) {
+            granted++;
+            bytes_granted += obytes(p, f->order);
+        }
     }
-    for (uint32_t id = p->free_head; id; id = p->frames[id].next_free) {
-        if (id >= p->next_unused || p->frames[id].state != FRAME_FREE || ++free_count > total)
+    for (unsigned k = 0; k < MB_ORDERS; k++) {
+        uint32_t in_list = 0;
+        for (uint32_t id = p->free_head[k]; id; id = p->frames[id].next_free) {
+            if (id >= p->next_unused || p->frames[id].state != FRAME_FREE ||
+                p->frames[id].order != k || ++in_list > total)
+                return false;
+            bytes_free += obytes(p, k);
+        }
+        if (in_list != p->n_free_order[k])
             return false;
+        free_count += in_list;
     }
     return total == p->n_total && granted == p->n_granted && free_count == p->n_free &&
-           p->n_free + p->n_granted == p->n_total &&
-           (uint64_t)p->n_total * p->frame_bytes == p->bytes_total &&
+           p->n_free + p->n_granted == p->n_total && bytes == p->bytes_total &&
+           bytes_granted == p->bytes_granted && bytes_free == p->bytes_free &&
+           p->bytes_free + p->bytes_granted == p->bytes_total &&
            p->bytes_total <= p->budget_bytes;
 }

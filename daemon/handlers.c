@@ -127,28 +127,58 @@ int send_frame_fds(struct daemon *d, struct session *s, const uint32_t *ids, uin
     return 0;
 }
 
-void grant_now(struct daemon *d, struct session *s, uint32_t n, Mb__Reply *rep)
+/* The orders of the frames a grant of `bytes` takes; returns how many (0
+ * when more than MAX_GRANT_FRAMES), *covered the bytes they hold. */
+static uint32_t grant_plan(const struct daemon *d, uint64_t bytes, bool large, uint8_t *orders,
+                           uint64_t *covered)
+{
+    uint64_t fb = d->pool.frame_bytes;
+    if (large) {
+        size_t n = mb_frame_plan(bytes, fb, orders, MAX_GRANT_FRAMES, covered);
+        return n <= MAX_GRANT_FRAMES ? (uint32_t)n : 0;
+    }
+    uint64_t n = bytes / fb + (bytes % fb != 0);
+    *covered = n * fb;
+    if (n > MAX_GRANT_FRAMES)
+        return 0;
+    memset(orders, 0, n);
+    return (uint32_t)n;
+}
+
+uint64_t grant_bytes(const struct daemon *d, uint64_t bytes, bool large)
+{
+    uint8_t orders[MAX_GRANT_FRAMES];
+    uint64_t covered;
+    grant_plan(d, bytes, large, orders, &covered);
+    return covered;
+}
+
+void grant_now(struct daemon *d, struct session *s, uint64_t bytes, bool large, Mb__Reply *rep)
 {
     static Mb__GrantReply gr;
     static Mb__Frame frames[MAX_GRANT_FRAMES];
     static Mb__Frame *framep[MAX_GRANT_FRAMES];
-    uint64_t fb = d->pool.frame_bytes;
     uint32_t ids[MAX_GRANT_FRAMES];
-    if (n == 0 || n > MAX_GRANT_FRAMES) {
-        mb_reply_error(rep, MB_EINVAL, "cannot grant %u frames", n);
+    uint8_t orders[MAX_GRANT_FRAMES];
+    uint64_t covered;
+    uint32_t n = grant_plan(d, bytes, large, orders, &covered);
+    if (n == 0) {
+        mb_reply_error(rep, MB_EINVAL, "cannot grant %llu bytes in at most %u frames",
+                       (unsigned long long)bytes, MAX_GRANT_FRAMES);
         return;
     }
-    int err = frame_pool_grant(&d->pool, n, s->id, s->tenant->id, ids);
+    int err = frame_pool_grant_orders(&d->pool, orders, n, s->id, s->tenant->id, ids);
     if (err != 0) {
-        char a[32], b[32];
-        mb_reply_error(rep, err, "cannot grant %u frames: %s (%s of %s budget in use)", n,
-                       mb_strerror(err),
-                       mb_format_size((uint64_t)d->pool.n_granted * fb, a, sizeof(a)),
+        char a[32], b[32], c[32];
+        mb_reply_error(rep, err, "cannot grant %s in %u frames: %s (%s of %s budget in use)",
+                       mb_format_size(covered, c, sizeof(c)), n, mb_strerror(err),
+                       mb_format_size(d->pool.bytes_granted, a, sizeof(a)),
                        mb_format_size(d->pool.budget_bytes, b, sizeof(b)));
         return;
     }
     s->frames += n;
-    s->tenant->bytes += (uint64_t)n * fb;
+    s->bytes += covered;
+    s->tenant->bytes += covered;
     err = send_frame_fds(d, s, ids, n);
     if (err != 0) {
         /* Some descriptors may have reached the process: the frames stay
@@ -160,7 +190,7 @@ void grant_now(struct daemon *d, struct session *s, uint32_t n, Mb__Reply *rep)
     for (uint32_t i = 0; i < n; i++) {
         mb__frame__init(&frames[i]);
         frames[i].id = ids[i];
-        frames[i].bytes = fb;
+        frames[i].bytes = frame_pool_bytes(&d->pool, ids[i]);
         frames[i].fd_follows = true;
         framep[i] = &frames[i];
     }
@@ -200,9 +230,11 @@ static void h_grant(struct request_ctx *rc, const Mb__Request *req, Mb__Reply *r
     struct session *s = rc->s;
     uint64_t fb = d->pool.frame_bytes;
     uint64_t bytes = req->grant->bytes;
-    if (bytes == 0 || bytes > (uint64_t)MAX_GRANT_FRAMES * fb) {
+    bool large = req->grant->large;
+    uint64_t most = (uint64_t)MAX_GRANT_FRAMES * (large ? fb << MB_MAX_ORDER : fb);
+    if (bytes == 0 || bytes > most) {
         mb_reply_error(rep, MB_EINVAL, "grant of %llu bytes: ask for 1 to %llu bytes at a time",
-                       (unsigned long long)bytes, (unsigned long long)MAX_GRANT_FRAMES * fb);
+                       (unsigned long long)bytes, (unsigned long long)most);
         return;
     }
     if (d->draining) {
@@ -214,25 +246,27 @@ static void h_grant(struct request_ctx *rc, const Mb__Request *req, Mb__Reply *r
         mb_reply_error(rep, MB_EBUSY, "this session already has a grant waiting for reclaimed frames");
         return;
     }
-    uint32_t n = (uint32_t)((bytes + fb - 1) / fb);
-    if (!within_quota(d, s, (uint64_t)n * fb, rep))
+    uint64_t want = grant_bytes(d, bytes, large);
+    if (!within_quota(d, s, want, rep))
         return;
     uint64_t short_bytes;
-    if (!grant_fits(d, s, n, &short_bytes)) {
-        if (pending_add(d, s, rc->ident, rc->ident_len, req->id, n, rc->t0_ns, short_bytes) == 0) {
+    if (!grant_fits(d, s, want, &short_bytes)) {
+        if (pending_add(d, s, rc->ident, rc->ident_len, req->id, bytes, large, rc->t0_ns,
+                        short_bytes) == 0) {
             rc->deferred = true;
             return;
         }
-        char a[32], b[32], c[32];
+        char a[32], b[32], c[32], w[32];
         mb_reply_error(rep, MB_ENOMEM,
-                       "cannot grant %u frames: out of memory (%s of %s budget in use; %s short, "
-                       "counting other tenants' guaranteed min)", n,
-                       mb_format_size((uint64_t)d->pool.n_granted * fb, a, sizeof(a)),
+                       "cannot grant %s: out of memory (%s of %s budget in use; %s short, "
+                       "counting other tenants' guaranteed min)",
+                       mb_format_size(want, w, sizeof(w)),
+                       mb_format_size(d->pool.bytes_granted, a, sizeof(a)),
                        mb_format_size(d->pool.budget_bytes, b, sizeof(b)),
                        mb_format_size(short_bytes, c, sizeof(c)));
         return;
     }
-    grant_now(d, s, n, rep);
+    grant_now(d, s, bytes, large, rep);
 }
 
 static void h_ret(struct request_ctx *rc, const Mb__Request *req, Mb__Reply *rep)
@@ -260,6 +294,12 @@ static void h_ret(struct request_ctx *rc, const Mb__Request *req, Mb__Reply *rep
                        r->n_ids, s->frames);
         return;
     }
+    uint64_t bytes = 0;
+    for (size_t i = 0; i < r->n_ids; i++) {
+        struct frame *f = frame_pool_get(&d->pool, r->ids[i]);
+        if (f && f->state == FRAME_GRANTED && f->owner == s->id)
+            bytes += frame_pool_bytes(&d->pool, r->ids[i]);
+    }
     int err = frame_pool_return(&d->pool, r->ids, r->n_ids, s->id);
     if (err == 0)
         shares_revoke(d, s, r->ids, r->n_ids);
@@ -269,8 +309,8 @@ static void h_ret(struct request_ctx *rc, const Mb__Request *req, Mb__Reply *rep
                        : err == MB_ENOENT ? "no such frame" : "a frame is listed twice");
         return;
     }
-    uint64_t bytes = (uint64_t)r->n_ids * d->pool.frame_bytes;
     s->frames -= (uint32_t)r->n_ids;
+    s->bytes -= bytes;
     s->tenant->bytes -= bytes;
     s->cached = s->cached > bytes ? s->cached - bytes : 0;
     if (d->pending) {
@@ -306,6 +346,8 @@ static void h_reattach(struct request_ctx *rc, const Mb__Request *req, Mb__Reply
         int e = frame_pool_adopt_reported(&d->pool, f->id, f->bytes, s->id, s->tenant->id);
         if (e == 0) {
             rr.adopted++;
+            s->bytes += f->bytes;
+            s->tenant->bytes += f->bytes;
         } else {
             refused[rr.n_refused++] = f->id;
             mb_log(MB_LOG_WARN, "session %llu (pid %d) reported frame %u: refused (%s)",
@@ -313,7 +355,6 @@ static void h_reattach(struct request_ctx *rc, const Mb__Request *req, Mb__Reply
         }
     }
     s->frames += rr.adopted;
-    s->tenant->bytes += (uint64_t)rr.adopted * d->pool.frame_bytes;
     if (rr.adopted)
         mb_log(MB_LOG_INFO, "session %llu (pid %d, tenant %s) reattached %u frames",
                (unsigned long long)s->id, (int)s->pid, s->tenant->name, rr.adopted);
@@ -326,7 +367,7 @@ static void h_cache(struct request_ctx *rc, const Mb__Request *req, Mb__Reply *r
 {
     static Mb__CacheReply cr;
     struct session *s = rc->s;
-    uint64_t held = (uint64_t)s->frames * rc->d->pool.frame_bytes;
+    uint64_t held = s->bytes;
     s->cached = req->cache->bytes < held ? req->cache->bytes : held;
     mb__cache_reply__init(&cr);
     rep->body_case = MB__REPLY__BODY_CACHE;
@@ -357,8 +398,8 @@ static int fill_status(struct daemon *d, Mb__StatusReply *sr)
     sr->frames_total = d->pool.n_total;
     sr->frames_free = d->pool.n_free;
     sr->frames_granted = d->pool.n_granted;
-    sr->bytes_free = (uint64_t)d->pool.n_free * d->pool.frame_bytes;
-    sr->bytes_granted = (uint64_t)d->pool.n_granted * d->pool.frame_bytes;
+    sr->bytes_free = d->pool.bytes_free;
+    sr->bytes_granted = d->pool.bytes_granted;
     sr->requests = d->count.requests;
     sr->malformed = d->count.malformed;
     sr->refused = d->count.refused;
@@ -381,7 +422,7 @@ static int fill_status(struct daemon *d, Mb__StatusReply *sr)
         si->uid = (uint32_t)s->uid;
         si->tenant = s->tenant->name;
         si->frames = s->frames;
-        si->bytes = (uint64_t)s->frames * d->pool.frame_bytes;
+        si->bytes = s->bytes;
         si->cached = s->cached;
         infop[n++] = si;
     }
@@ -465,7 +506,7 @@ static void h_frames(struct request_ctx *rc, const Mb__Request *req, Mb__Reply *
         Mb__FrameInfo *fi = &infos[n];
         mb__frame_info__init(fi);
         fi->id = id;
-        fi->bytes = d->pool.frame_bytes;
+        fi->bytes = frame_pool_bytes(&d->pool, id);
         struct tenant *last = tenant_by_id(d, f->last_tenant);
         fi->last_tenant = last ? last->name : "";
         if (f->state == FRAME_GRANTED) {

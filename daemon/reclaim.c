@@ -34,12 +34,10 @@ static uint64_t reserved_for_others(const struct daemon *d, const struct session
     return r;
 }
 
-bool grant_fits(const struct daemon *d, const struct session *s, uint32_t n, uint64_t *short_bytes)
+bool grant_fits(const struct daemon *d, const struct session *s, uint64_t want, uint64_t *short_bytes)
 {
-    uint64_t fb = d->pool.frame_bytes;
-    uint64_t granted = (uint64_t)d->pool.n_granted * fb;
+    uint64_t granted = d->pool.bytes_granted;
     uint64_t avail = sat_sub(sat_sub(d->pool.budget_bytes, granted), reserved_for_others(d, s));
-    uint64_t want = (uint64_t)n * fb;
     *short_bytes = sat_sub(want, avail);
     return want <= avail;
 }
@@ -100,7 +98,7 @@ uint32_t reclaim_ask(struct daemon *d, const struct tenant *t, const struct sess
 }
 
 int pending_add(struct daemon *d, struct session *s, const uint8_t *ident, size_t ident_len,
-                uint64_t req_id, uint32_t n, uint64_t t0_ns, uint64_t short_bytes)
+                uint64_t req_id, uint64_t bytes, bool large, uint64_t t0_ns, uint64_t short_bytes)
 {
     if (d->reclaim_timeout_ms <= 0 || d->n_pending >= MB_MAX_PENDING || s->waiting ||
         ident_len > sizeof(((struct pending *)0)->ident))
@@ -118,7 +116,8 @@ int pending_add(struct daemon *d, struct session *s, const uint8_t *ident, size_
     p->ident_len = ident_len;
     p->session = s->id;
     p->req_id = req_id;
-    p->n = n;
+    p->bytes = bytes;
+    p->large = large;
     p->t0_ns = t0_ns;
     p->deadline_ms = mb_now_ms() + d->reclaim_timeout_ms;
     p->reclaimed_at_start = d->count.reclaim_bytes;
@@ -129,9 +128,10 @@ int pending_add(struct daemon *d, struct session *s, const uint8_t *ident, size_
     d->n_pending++;
     s->waiting = true;
     uint32_t asked = reclaim_ask(d, NULL, s, short_bytes, NULL);
-    char a[32];
-    mb_log(MB_LOG_INFO, "session %llu waits for %u frames: asked %u sessions for %s of cached frames",
-           (unsigned long long)s->id, n, asked, mb_format_size(short_bytes, a, sizeof(a)));
+    char a[32], b[32];
+    mb_log(MB_LOG_INFO, "session %llu waits for %s: asked %u sessions for %s of cached frames",
+           (unsigned long long)s->id, mb_format_size(grant_bytes(d, bytes, large), b, sizeof(b)),
+           asked, mb_format_size(short_bytes, a, sizeof(a)));
     return 0;
 }
 
@@ -166,9 +166,9 @@ void pending_run(struct daemon *d)
             continue;
         }
         uint64_t short_bytes;
-        if (!blocked && grant_fits(d, s, p->n, &short_bytes)) {
+        if (!blocked && grant_fits(d, s, grant_bytes(d, p->bytes, p->large), &short_bytes)) {
             Mb__Reply rep = MB__REPLY__INIT;
-            grant_now(d, s, p->n, &rep);
+            grant_now(d, s, p->bytes, p->large, &rep);
             s->waiting = false;
             pending_answer(d, p, &rep);
             pending_unlink(d, p);
@@ -176,12 +176,12 @@ void pending_run(struct daemon *d)
         }
         if (now >= p->deadline_ms) {
             Mb__Reply rep = MB__REPLY__INIT;
-            char a[32], b[32], c[32];
-            uint64_t fb = d->pool.frame_bytes;
+            char a[32], b[32], c[32], w[32];
             mb_reply_error(&rep, MB_ENOMEM,
-                           "cannot grant %u frames: %s of %s budget in use, and reclaim returned "
-                           "only %s within %lld ms", p->n,
-                           mb_format_size((uint64_t)d->pool.n_granted * fb, a, sizeof(a)),
+                           "cannot grant %s: %s of %s budget in use, and reclaim returned "
+                           "only %s within %lld ms",
+                           mb_format_size(grant_bytes(d, p->bytes, p->large), w, sizeof(w)),
+                           mb_format_size(d->pool.bytes_granted, a, sizeof(a)),
                            mb_format_size(d->pool.budget_bytes, b, sizeof(b)),
                            mb_format_size(d->count.reclaim_bytes - p->reclaimed_at_start, c, sizeof(c)),
                            (long long)d->reclaim_timeout_ms);
@@ -211,7 +211,8 @@ void pending_fail_all(struct daemon *d, int code, const char *why)
         struct session *s = session_by_id(d, p->session);
         if (s) {
             Mb__Reply rep = MB__REPLY__INIT;
-            mb_reply_error(&rep, code, "cannot grant %u frames: %s", p->n, why);
+            mb_reply_error(&rep, code, "cannot grant %llu bytes: %s",
+                           (unsigned long long)p->bytes, why);
             s->waiting = false;
             pending_answer(d, p, &rep);
         }

@@ -67,10 +67,11 @@ void session_close(struct daemon *d, struct session *s)
 {
     shares_revoke_all(d, s->id);
     shares_drop_holds(d, s->id);
-    uint32_t n = frame_pool_reclaim(&d->pool, s->id);
+    uint64_t bytes;
+    uint32_t n = frame_pool_reclaim(&d->pool, s->id, &bytes);
     if (s->tenant)
-        s->tenant->bytes -= (uint64_t)s->frames * d->pool.frame_bytes;
-    if (n != s->frames)
+        s->tenant->bytes -= s->bytes;
+    if (n != s->frames || bytes != s->bytes)
         mb_log(MB_LOG_ERR, "session %llu: books disagree (%u frames reclaimed, %u recorded)",
                (unsigned long long)s->id, n, s->frames);
     mb_log(n ? MB_LOG_INFO : MB_LOG_DEBUG, "session %llu (pid %d, tenant %s) ended; %u frames reclaimed",
@@ -105,6 +106,7 @@ uint32_t session_kill(struct daemon *d, struct session *s)
     if (w) {
         w->session = s->id;
         w->frames = n;
+        w->bytes = s->bytes;
         w->tenant = s->tenant;
         w->pidfd = pidfd_open_pid(s->pid);
     }
@@ -135,10 +137,11 @@ uint32_t session_kill(struct daemon *d, struct session *s)
 void withdrawn_release(struct daemon *d, struct withdrawn *w)
 {
     shares_drop_holds(d, w->session);
-    uint32_t n = frame_pool_reclaim(&d->pool, w->session);
+    uint64_t bytes;
+    uint32_t n = frame_pool_reclaim(&d->pool, w->session, &bytes);
     if (w->tenant)
-        w->tenant->bytes -= (uint64_t)w->frames * d->pool.frame_bytes;
-    if (n != w->frames)
+        w->tenant->bytes -= w->bytes;
+    if (n != w->frames || bytes != w->bytes)
         mb_log(MB_LOG_ERR, "killed session %llu: books disagree (%u frames reclaimed, %u recorded)",
                (unsigned long long)w->session, n, w->frames);
     mb_log(MB_LOG_INFO, "killed session %llu's process exited; %u frames back in the pool",
@@ -188,8 +191,8 @@ uint64_t uid_bytes(const struct daemon *d, uid_t uid)
     uint64_t n = 0;
     for (const struct session *s = d->sessions; s; s = s->next)
         if (s->uid == uid)
-            n += s->frames;
-    return n * d->pool.frame_bytes;
+            n += s->bytes;
+    return n;
 }
 
 bool tenant_name_ok(const char *s)

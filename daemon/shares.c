@@ -69,7 +69,9 @@ void h_share(struct request_ctx *rc, const Mb__Request *req, Mb__Reply *rep)
     mb__share_reply__init(&sr);
     sr.token.data = token;
     sr.token.len = sizeof(token);
-    sr.bytes = (uint64_t)sh->n * d->pool.frame_bytes;
+    sr.bytes = 0;
+    for (uint32_t i = 0; i < sh->n; i++)
+        sr.bytes += frame_pool_bytes(&d->pool, sh->ids[i]);
     rep->body_case = MB__REPLY__BODY_SHARE;
     rep->share = &sr;
 }
@@ -158,7 +160,7 @@ void h_import(struct request_ctx *rc, const Mb__Request *req, Mb__Reply *rep)
     for (uint32_t i = 0; i < sh->n; i++) {
         mb__frame__init(&frames[i]);
         frames[i].id = sh->ids[i];
-        frames[i].bytes = d->pool.frame_bytes;
+        frames[i].bytes = frame_pool_bytes(&d->pool, sh->ids[i]);
         frames[i].fd_follows = true;
         framep[i] = &frames[i];
     }

@@ -1,6 +1,8 @@
 /* test_frames.c: the daemon's frame books always balance (free + granted ==
- * total) through random grants, returns and reclaims, never exceed the
- * budget, refuse what is not the caller's, and scrub between tenants. */
+ * total, in frames and in bytes) through random grants of frames of every
+ * order, returns and reclaims, never exceed the budget, re-create free
+ * frames as the order a grant needs, refuse what is not the caller's, and
+ * scrub between tenants; and the frame plan keeps its promises. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -52,7 +54,7 @@ static void random_books_balance(void **state)
             assert_int_equal(frame_pool_return(&p, &id, 1, (uint64_t)s + 1), 0);
             held[s][k] = held[s][--nheld[s]];
         } else {
-            assert_int_equal(frame_pool_reclaim(&p, (uint64_t)s + 1), nheld[s]);
+            assert_int_equal(frame_pool_reclaim(&p, (uint64_t)s + 1, NULL), nheld[s]);
             nheld[s] = 0;
         }
         assert_true(frame_pool_is_valid(&p));
@@ -166,6 +168,156 @@ static void warm_reserve_fills_in_background(void **state)
     mb_backend_close(b);
 }
 
+/* The frame plan: covers the request, wastes < 12.5 % (nothing below 16
+ * units), at most 4 frames below 512 units, largest first, and the plan of
+ * any subset of a plan's frames is that subset (clients rely on it). */
+static void frame_plan_policy(void **state)
+{
+    const size_t U = (size_t)2 << 20;
+    uint8_t o[2048], o2[2048];
+    uint64_t covered, covered2;
+    assert_int_equal(mb_frame_plan(0, U, o, 8, &covered), 0);
+    assert_int_equal(mb_frame_plan(1, U, o, 8, &covered), 1);
+    assert_int_equal(o[0], 0);
+    assert_int_equal(covered, U);
+    /* 300 MiB: 256 + 64 MiB. */
+    assert_int_equal(mb_frame_plan((uint64_t)300 << 20, U, o, 8, &covered), 2);
+    assert_int_equal(o[0], 7);
+    assert_int_equal(o[1], 5);
+    assert_int_equal(covered, (uint64_t)320 << 20);
+    /* 1 GiB: one frame; 64 MiB: one frame. */
+    assert_int_equal(mb_frame_plan((uint64_t)1 << 30, U, o, 8, &covered), 1);
+    assert_int_equal(o[0], 9);
+    assert_int_equal(mb_frame_plan((uint64_t)64 << 20, U, o, 8, &covered), 1);
+    assert_int_equal(o[0], 5);
+    assert_int_equal(mb_frame_order((uint64_t)64 << 20, U), 5);
+    assert_int_equal(mb_frame_order(U * 3, U), -1);
+    assert_int_equal(mb_frame_order(U << 10, U), -1);
+    assert_int_equal(mb_frame_order(U + 1, U), -1);
+    srand(7);
+    for (int t = 0; t < 20000; t++) {
+        uint64_t bytes = 1 + ((uint64_t)rand() << 16 ^ (uint64_t)rand()) % ((uint64_t)600 << 30);
+        if (t % 3 == 0)
+            bytes %= (uint64_t)64 << 20;
+        bytes += bytes == 0;
+        size_t n = mb_frame_plan(bytes, U, o, sizeof(o), &covered);
+        assert_true(n >= 1 && n <= sizeof(o));
+        uint64_t units = (bytes + U - 1) / U, sum = 0;
+        for (size_t i = 0; i < n; i++) {
+            assert_true(o[i] <= MB_MAX_ORDER);
+            if (i)
+                assert_true(o[i] <= o[i - 1]);
+            sum += U << o[i];
+        }
+        assert_true(sum == covered && covered >= bytes);
+        if (units < 16)
+            assert_true(covered == units * U);
+        else
+            assert_true((covered - units * U) * 8 < units * U);
+        if (units < 512)
+            assert_true(n <= 4);
+        /* A random subset plans to itself. */
+        uint8_t sub[2048];
+        size_t k = 0;
+        uint64_t sub_bytes = 0;
+        for (size_t i = 0; i < n; i++)
+            if (rand() % 2) {
+                sub[k++] = o[i];
+                sub_bytes += U << o[i];
+            }
+        if (k == 0)
+            continue;
+        assert_int_equal(mb_frame_plan(sub_bytes, U, o2, sizeof(o2), &covered2), k);
+        assert_true(covered2 == sub_bytes);
+        assert_memory_equal(o2, sub, k);
+    }
+}
+
+/* Grants of frames of mixed orders, by the plan, against a small budget:
+ * a grant succeeds exactly when granted + planned bytes fit the budget
+ * (free frames of other orders are re-created to make room), gets the
+ * planned orders, and the books balance in frames and bytes throughout. */
+static void mixed_orders_recreate_within_budget(void **state)
+{
+    mb_backend *b;
+    assert_int_equal(mb_backend_host_open(0, &b), 0);
+    struct frame_pool p;
+    const uint64_t budget = 96 * FB;
+    assert_int_equal(frame_pool_init(&p, b, FB, budget), 0);
+    enum { S = 3, MAXH = 256 };
+    uint32_t held[S][MAXH];
+    uint32_t nheld[S] = { 0 };
+    uint64_t model_bytes = 0;
+    srand(11);
+    for (int step = 0; step < 6000; step++) {
+        int s = rand() % S;
+        int op = rand() % 10;
+        if (op < 5) {
+            uint64_t bytes = 1 + (uint64_t)rand() % (40 * FB);
+            uint8_t orders[16];
+            uint64_t covered;
+            uint32_t n = (uint32_t)mb_frame_plan(bytes, FB, orders, 16, &covered);
+            uint32_t ids[16];
+            uint32_t before = p.n_granted;
+            int rc = frame_pool_grant_orders(&p, orders, n, (uint64_t)s + 1, 1, ids);
+            if (model_bytes + covered <= budget && nheld[s] + n <= MAXH) {
+                assert_int_equal(rc, 0);
+                for (uint32_t i = 0; i < n; i++) {
+                    assert_int_equal(frame_pool_bytes(&p, ids[i]), FB << orders[i]);
+                    held[s][nheld[s]++] = ids[i];
+                }
+                model_bytes += covered;
+            } else if (model_bytes + covered > budget) {
+                assert_int_equal(rc, MB_ENOMEM);
+                assert_int_equal(p.n_granted, before);   /* all or nothing */
+            } else if (rc == 0) {
+                frame_pool_return(&p, ids, n, (uint64_t)s + 1);
+            }
+        } else if (op < 9 && nheld[s]) {
+            uint32_t k = (uint32_t)rand() % nheld[s];
+            uint32_t id = held[s][k];
+            uint64_t fbytes = frame_pool_bytes(&p, id);
+            assert_int_equal(frame_pool_return(&p, &id, 1, (uint64_t)s + 1), 0);
+            model_bytes -= fbytes;
+            held[s][k] = held[s][--nheld[s]];
+        } else {
+            uint64_t bytes;
+            assert_int_equal(frame_pool_reclaim(&p, (uint64_t)s + 1, &bytes), nheld[s]);
+            model_bytes -= bytes;
+            nheld[s] = 0;
+        }
+        assert_true(frame_pool_is_valid(&p));
+        assert_true(p.bytes_granted == model_bytes);
+        assert_true(p.bytes_total <= budget);
+    }
+    assert_true(p.recreated > 0);   /* the mix did change by re-creation */
+    frame_pool_destroy(&p);
+    mb_backend_close(b);
+}
+
+/* A reported frame of a larger order is booked with its size after a
+ * restart; a size that is no order is refused. */
+static void adopted_large_frame_keeps_its_size(void **state)
+{
+    mb_backend *b;
+    assert_int_equal(mb_backend_host_open(0, &b), 0);
+    struct frame_pool p;
+    assert_int_equal(frame_pool_init(&p, b, FB, 64 * FB), 0);
+    p.id_limit = 100;   /* as if a journal said ids below 100 were handed out */
+    p.next_unused = 100;
+    assert_int_equal(frame_pool_adopt_reported(&p, 5, 3 * FB, 1, 1), MB_EINVAL);
+    assert_int_equal(frame_pool_adopt_reported(&p, 5, 16 * FB, 1, 1), 0);
+    assert_int_equal(frame_pool_adopt_reported(&p, 5, 16 * FB, 2, 1), MB_EPERM);
+    assert_int_equal(p.bytes_granted, 16 * FB);
+    assert_true(frame_pool_is_valid(&p));
+    uint32_t id = 5;
+    assert_int_equal(frame_pool_return(&p, &id, 1, 1), 0);
+    assert_int_equal(p.bytes_total, 0);   /* its memory went with the process */
+    assert_true(frame_pool_is_valid(&p));
+    frame_pool_destroy(&p);
+    mb_backend_close(b);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -174,6 +326,9 @@ int main(void)
         cmocka_unit_test(scrubbed_between_tenants),
         cmocka_unit_test(descriptor_cap_is_an_error_not_a_crash),
         cmocka_unit_test(warm_reserve_fills_in_background),
+        cmocka_unit_test(frame_plan_policy),
+        cmocka_unit_test(mixed_orders_recreate_within_budget),
+        cmocka_unit_test(adopted_large_frame_keeps_its_size),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,7 +1,8 @@
 /* test_integration.c: a real moonbrightd with separate client processes
  * over ZeroMQ and the handle channel: stitched allocations across frame
  * boundaries, SIGKILL reclamation, budget exhaustion, hostile bytes on both
- * sockets, one daemon per runtime directory, mbctl without a daemon. */
+ * sockets, one daemon per runtime directory, mbctl without a daemon, and
+ * large frames by the frame plan (reuse, scrubbing, re-creation). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -464,6 +465,62 @@ static void config_errors_name_file_and_line(void **state)
     }
 }
 
+/* Plain allocations above the pool's range get the few large frames of the
+ * frame plan: 150 units + 24 bytes -> 128 + 32 units, two frames. The
+ * pattern crosses the boundary between them intact; another tenant gets the
+ * same two frames back (no new frames), scrubbed; and an order-0 request
+ * that needs the whole budget re-creates them as small frames instead of
+ * failing while they sit free. */
+static void large_frames_by_plan(void **state)
+{
+    static const char *const args[] = { "--frame-size", "64K", "--budget", "10M", NULL };
+    setenv("MOONBRIGHT_LARGE_FRAMES", "1", 1);
+    struct mbt_daemon d;
+    assert_int_equal(mbt_daemon_start(&d, args), 0);
+    char size[32], line[128];
+    snprintf(size, sizeof(size), "%u", 150 * FRAME + 24);
+    const char *argv[] = { MB_CLIENT_BIN, "hold", size, "31", "big-a", NULL };
+    int out, in;
+    pid_t pid = mbt_spawn(&d, argv, &out, &in);
+    assert_true(mbt_read_line(out, line, sizeof(line), 10000) >= 0);
+    assert_string_equal(line, "alloc: success");
+    assert_true(mbt_read_line(out, line, sizeof(line), 10000) >= 0);
+    assert_string_equal(line, "ready");
+    struct json *j = mbt_status(&d);
+    assert_non_null(j);
+    assert_int_equal((int)json_num(j, "frames_granted"), 2);
+    assert_int_equal((int)json_num(j, "bytes_granted"), 160 * FRAME);
+    json_free(j);
+    assert_int_equal(write(in, "check\n", 6), 6);
+    assert_true(mbt_read_line(out, line, sizeof(line), 10000) >= 0);
+    assert_string_equal(line, "intact");
+    kill(pid, SIGKILL);
+    mbt_wait(pid);
+    close(in);
+    close(out);
+    assert_int_equal(wait_granted(&d, 0), 0);
+
+    char out2[256];
+    const char *b[] = { MB_CLIENT_BIN, "zeros", size, "big-b", NULL };
+    assert_int_equal(mbt_run(&d, b, out2, sizeof(out2), false), 0);
+    assert_non_null(strstr(out2, "nonzero: 0"));
+    j = mbt_status(&d);
+    assert_int_equal((int)json_num(j, "frames_total"), 2);   /* the same two frames */
+    assert_true(json_num(j, "scrubs") >= 2);
+    json_free(j);
+
+    /* Order-0 frames for the whole budget: the free large frames make room. */
+    setenv("MOONBRIGHT_LARGE_FRAMES", "0", 1);
+    snprintf(size, sizeof(size), "%u", 160 * FRAME);
+    const char *c[] = { MB_CLIENT_BIN, "pattern", size, "32", "small-c", NULL };
+    assert_int_equal(mbt_run(&d, c, out2, sizeof(out2), false), 0);
+    j = mbt_status(&d);
+    assert_int_equal((int)json_num(j, "frames_total"), 160);
+    assert_int_equal((int)json_num(j, "bytes_free"), 160 * FRAME);
+    json_free(j);
+    assert_int_equal(mbt_daemon_stop(&d), 0);
+}
+
 static void mbctl_without_daemon(void **state)
 {
     struct mbt_daemon d = { .dir = "/tmp/mbtest-no-such-dir" };
@@ -478,6 +535,9 @@ static void mbctl_without_daemon(void **state)
 
 int main(void)
 {
+    /* These tests count frames of one unit each (many frame boundaries per
+     * range); large_frames_by_plan turns large frames on for itself. */
+    setenv("MOONBRIGHT_LARGE_FRAMES", "0", 1);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(three_clients_stitch_and_verify),
         cmocka_unit_test(sigkill_returns_frames),
@@ -490,6 +550,7 @@ int main(void)
         cmocka_unit_test(bad_options_are_refused),
         cmocka_unit_test(config_errors_name_file_and_line),
         cmocka_unit_test(mbctl_without_daemon),
+        cmocka_unit_test(large_frames_by_plan),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

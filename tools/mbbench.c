@@ -407,6 +407,8 @@ static void usage(FILE *f)
             "subcommands:\n"
             "  latency            alloc+free pair latency per size: mb_malloc, mb_malloc_async,\n"
             "                     cuMemAlloc, cuMemAllocAsync (with a GPU), malloc (host backend)\n"
+            "  grant              how fast frames become a usable pointer: re-grant, first grant,\n"
+            "                     with and without large frames, cuMemAlloc, in-process create+map\n"
             "  rpc                daemon round trips with 1, 4, 16, 64 client processes\n"
             "  replay TRACE       LLM KV-cache replay of a request trace (Azure CSV or JSONL)\n"
             "  tenants            tenants with alternating peaks against static partitioning\n"
@@ -437,7 +439,8 @@ int main(int argc, char **argv)
         const char *name;
         int (*fn)(int, char **);
     } cmds[] = {
-        { "latency", bench_latency },     { "rpc", bench_rpc },
+        { "latency", bench_latency },     { "grant", bench_grant },
+        { "rpc", bench_rpc },
         { "replay", bench_replay },       { "tenants", bench_tenants },
         { "rpc-worker", bench_rpc_worker }, { "tenants-worker", bench_tenants_worker },
     };

@@ -7,6 +7,7 @@ add_executable(mbbench
   ${CMAKE_CURRENT_LIST_DIR}/mbbench.c
   ${CMAKE_CURRENT_LIST_DIR}/mbbench_cuda.c
   ${CMAKE_CURRENT_LIST_DIR}/mbbench_latency.c
+  ${CMAKE_CURRENT_LIST_DIR}/mbbench_grant.c
   ${CMAKE_CURRENT_LIST_DIR}/mbbench_rpc.c
   ${CMAKE_CURRENT_LIST_DIR}/mbbench_replay.c
   ${CMAKE_CURRENT_LIST_DIR}/mbbench_tenants.c)

@@ -40,6 +40,7 @@ int bench_common_opt(int c, const char *arg);
 
 /* Subcommands. argv[0] is the subcommand name. Return a process exit code. */
 int bench_latency(int argc, char **argv);
+int bench_grant(int argc, char **argv);
 int bench_rpc(int argc, char **argv);
 int bench_rpc_worker(int argc, char **argv);
 int bench_replay(int argc, char **argv);

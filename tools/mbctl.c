@@ -233,8 +233,10 @@ static void print_status_head(const Mb__StatusReply *s)
     char a[32], b[32], f[32];
     printf("moonbrightd pid %u, device %u, %s backend, up %llu s%s\n", s->pid, s->device,
            s->backend, (unsigned long long)(s->uptime_ms / 1000), s->draining ? ", DRAINING" : "");
-    printf("frames   %u total (%s each): %u free, %u granted\n", s->frames_total,
-           mb_format_size(s->frame_bytes, f, sizeof(f)), s->frames_free, s->frames_granted);
+    char fr[32];
+    printf("frames   %u total (%s units and multiples): %u free (%s), %u granted\n",
+           s->frames_total, mb_format_size(s->frame_bytes, f, sizeof(f)), s->frames_free,
+           mb_format_size(s->bytes_free, fr, sizeof(fr)), s->frames_granted);
     printf("budget   %s, %s granted\n", mb_format_size(s->budget_bytes, a, sizeof(a)),
            mb_format_size(s->bytes_granted, b, sizeof(b)));
     printf("requests %llu served, %llu malformed, %llu refused (%llu over quota), %llu errors\n",

@@ -54,7 +54,7 @@ static void drain_peer(int fd)
 static void give(struct daemon *d, struct session *s, uint32_t n)
 {
     Mb__Reply rep = MB__REPLY__INIT;
-    grant_now(d, s, n, &rep);
+    grant_now(d, s, (uint64_t)n * d->pool.frame_bytes, false, &rep);
 }
 
 int LLVMFuzzerInitialize(int *argc, char ***argv)

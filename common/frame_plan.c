@@ -1,0 +1,95 @@
+/* frame_plan.c: the frame size policy: which handle sizes serve a request.
+ *
+ * Costs that decide it (FACTS.md, H200, CUDA 13): cuMemCreate ~20 us and
+ * export ~0.6 ms per handle, map + set access ~30-40 us per handle, whatever
+ * the handle's size; a handle maps whole or not at all; scrubbing costs bytes
+ * (memset bandwidth). Bytes are cheap and handles are expensive, so large
+ * requests are served by few, large handles.
+ *
+ * Orders. U = the daemon's frame unit (--frame-size, one 2 MiB granule by
+ * default). A frame of order k holds U << k bytes, k = 0..9 (2 MiB .. 1 GiB
+ * at the default unit). Nothing larger: 1 GiB already maps in one ~40 us
+ * call, and bigger handles only make reclaim and scrubbing coarser.
+ *
+ * Request -> frames. A request of u units (rounded up) is rounded up to a
+ * quantum q = clamp(2^floor(log2 u) / 8, 1, 512) units (waste < 12.5 %, none
+ * below 16 units), and u' = roundup(u, q) is split into 512-unit frames plus
+ * the binary digits of the remainder, largest first. Every frame of a plan is
+ * a multiple of its q, and q grows with u, so the plan of any subset of a
+ * plan's frames is exactly that subset. u' / q lies in [8, 16), so
+ * below 512 units a request needs at most 4 handles; above, u / 512 + 4.
+ * Example: 300 MiB = 150 units -> q = 16, u' = 160 = 128 + 32: two handles
+ * (256 MiB + 64 MiB) instead of 150. Mapped largest first from offset 0 of a
+ * reservation aligned to the largest, every frame lands on a multiple of its
+ * own size. Quotas and statistics charge u' (the bytes the handles hold).
+ *
+ * Only requests that ask for large frames get them (Grant.large: libmbclient
+ * asks for plain allocations above its pool's range); the slab, the pool's
+ * small arenas, growable ranges and vspace pages use order-0 frames.
+ *
+ * Where the frames come from (daemon/frames.c). Free frames keep their order
+ * in the daemon: a frame a client returns goes back to its order's free list
+ * and serves the next request that plans the same order, with no driver
+ * call. The warm reserve (worker threads) keeps order-0 frames created and
+ * exported ahead of demand, and after a request had to create an order-k
+ * frame it also keeps one spare of that order ready, so the next first-time
+ * request of that size does not wait for an export either. A planned frame
+ * with no free or ready frame of its order is created on the request path
+ * (one create + export, ~0.6 ms, which beats mapping the same bytes as
+ * dozens of small handles at ~35 us each).
+ *
+ * Split and merge by re-creation. A handle cannot be split or joined. When
+ * creating a frame would exceed the budget, the daemon releases free frames
+ * the request does not use, smallest orders first, until the new frame fits
+ * (release before create, so physical use never exceeds the budget), then
+ * creates it. Frames granted to a session, or held through an import, are
+ * never re-created; a session's cache of unused frames comes back through
+ * reclaim (RECLAIM notices) like any cached frame.
+ *
+ * In the client (client/frames.c). A process keeps the frames it frees in
+ * its cache by order; a request looks for the planned orders there first and
+ * asks the daemon only for the frames it lacks (their plan is exactly those
+ * frames, see above). Re-allocating a size
+ * the process freed costs no round trip and maps as many handles as the plan
+ * has. When a large grant fails for memory or quota, the client returns its
+ * cached frames and retries, then falls back to order-0 frames. */
+#include "frame_plan.h"
+
+int mb_frame_order(uint64_t bytes, size_t unit)
+{
+    if (unit == 0 || bytes == 0 || bytes % unit)
+        return -1;
+    uint64_t u = bytes / unit;
+    for (int k = 0; k <= MB_MAX_ORDER; k++)
+        if (u == (uint64_t)1 << k)
+            return k;
+    return -1;
+}
+
+size_t mb_frame_plan(uint64_t bytes, size_t unit, uint8_t *orders, size_t max, uint64_t *covered)
+{
+    *covered = 0;
+    if (bytes == 0 || unit == 0)
+        return 0;
+    uint64_t u = bytes / unit + (bytes % unit != 0);
+    uint64_t top = 1;   /* 2^floor(log2 u) */
+    while (top <= u / 2)
+        top *= 2;
+    uint64_t q = top / 8 ? top / 8 : 1;
+    if (q > ((uint64_t)1 << MB_MAX_ORDER))
+        q = (uint64_t)1 << MB_MAX_ORDER;
+    u = (u + q - 1) / q * q;
+    *covered = u * unit;
+    size_t n = 0;
+    const uint64_t big = (uint64_t)1 << MB_MAX_ORDER;
+    for (; u >= big; u -= big, n++)
+        if (n < max)
+            orders[n] = MB_MAX_ORDER;
+    for (int k = MB_MAX_ORDER - 1; k >= 0; k--)
+        if (u & ((uint64_t)1 << k)) {
+            if (n < max)
+                orders[n] = (uint8_t)k;
+            n++;
+        }
+    return n;
+}
