@@ -157,7 +157,9 @@ static int make_mem(struct frame_pool *p, unsigned order, struct mb_mem *m)
 {
     *m = (struct mb_mem)MB_MEM_INIT;
     int rc = p->be->ops->create(p->be, obytes(p, order), m);
-    if (rc == 0 && (rc = p->be->ops->export_fd(p->be, m)) != 0)
+    if (rc == 0 && (rc = p->be->ops->export_fd(p->be, m)) == 0 && p->be->ops->map_own)
+        rc = p->be->ops->map_own(p->be, m);   /* the daemon maps each frame once */
+    if (rc != 0 && m->bytes)
         p->be->ops->release(p->be, m);
     return rc;
 }

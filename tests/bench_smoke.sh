@@ -30,6 +30,14 @@ run() {   # run NAME ARGS...: mbbench --json into $dir/NAME.json
 }
 s=strategies.0
 case $sub in
+grant)
+  # Every row must succeed (mbbench grant exits 1 otherwise): re-grant, first
+  # grant, both with large frames off, and in-process create+map, per size.
+  run grant grant --no-cuda --sizes 2M,64M,1G
+  "$check" "$dir/grant.json" bench date backend frame_bytes notes rows.0.allocator rows.0.size \
+    rows.0.ok rows.0.cold_ns rows.0.alloc_ns.p50 rows.0.alloc_ns.p99 rows.0.free_ns.p50 \
+    rows.0.pair_ns.p50 rows.14.allocator
+  ;;
 latency)
   run latency latency --no-cuda
   "$check" "$dir/latency.json" bench date host.cpus backend frame_bytes pairs notes \

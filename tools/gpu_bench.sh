@@ -8,7 +8,7 @@
 #   usage: tools/gpu_bench.sh BUILD_DIR [RUNTIME_DIR]
 #   env:   OUT (default ./gpu-bench-out), TRACE (default ../shared/data/azure_llm_conv_2023.csv,
 #          else tests/data/azure_llm_conv_head.csv), BUDGET (daemon budget, default 100G),
-#          DEVICE (default 0), BACKEND (default cuda; host for a dry run), QUICK=1 (smoke sizes), STEPS="replay torch-replay latency
+#          DEVICE (default 0), BACKEND (default cuda; host for a dry run), QUICK=1 (smoke sizes), STEPS="grant replay torch-replay latency
 #          torch-latency rpc tenants" (which to run, in this order)
 set -u
 cd "$(dirname "$0")/.."
@@ -19,7 +19,7 @@ OUT=${OUT:-$PWD/gpu-bench-out}
 BUDGET=${BUDGET:-100G}
 DEVICE=${DEVICE:-0}
 BACKEND=${BACKEND:-cuda}
-STEPS=${STEPS:-"replay torch-replay latency torch-latency rpc tenants"}
+STEPS=${STEPS:-"grant replay torch-replay latency torch-latency rpc tenants"}
 TRACE=${TRACE:-}
 if [ -z "$TRACE" ]; then
   TRACE=../shared/data/azure_llm_conv_2023.csv
@@ -66,6 +66,7 @@ for step in $STEPS; do
   replay) run replay 170 "$MB" replay "$TRACE" --json $Q ;;
   torch-replay) run torch-replay 150 python3 tools/bench_torch.py --json $Q --mb-lib "$B/client/libmbclient.so" \
                   replay "$TRACE" ;;
+  grant) run grant 90 "$MB" grant --json $Q ;;
   latency) run latency 60 "$MB" latency --json $Q --pairs "${LAT_PAIRS:-2000}" ;;
   torch-latency) run torch-latency 40 python3 tools/bench_torch.py --json $Q --mb-lib "$B/client/libmbclient.so" \
                    latency ;;
@@ -97,6 +98,16 @@ for n in ("replay", "torch-replay"):
             s["strategy"], s["peak_live_bytes"] / 2**30, s["reserved_over_live"],
             "%.3f" % dr if dr else "  -  ", a["mean"] / 1e3, a["p50"] / 1e3, a["p99"] / 1e3, s["total_s"],
             s.get("note", "")))
+d = load("grant")
+if d:
+    print("== grant (until the pointer is usable; alloc p50 / p99, free p50, cold us) ==")
+    for r in d["rows"]:
+        if not r["ok"]:
+            print("%-11d %-24s failed: %s" % (r["size"], r["allocator"], r.get("error")))
+            continue
+        print("%-11d %-24s %9.1f %9.1f %9.1f %9s" % (r["size"], r["allocator"], r["alloc_ns"]["p50"] / 1e3,
+              r["alloc_ns"]["p99"] / 1e3, r["free_ns"]["p50"] / 1e3,
+              "%.1f" % (r["cold_ns"] / 1e3) if "cold_ns" in r else "-"))
 print("== latency (alloc+free pair p50 / p99 us) ==")
 for n in ("latency", "torch-latency"):
     d = load(n)
