@@ -267,7 +267,7 @@ int fcache_take(mb_client *c, size_t n, struct cframe **out)
 
 /* After a large grant failed for memory or quota (and the cache was handed
  * back): the whole plan once more, then order-0 frames covering bytes
- * exactly (the plan may round up by 12.5 %, and they may come from frames
+ * exactly (the plan may round up by 3 %, and they may come from frames
  * the daemon holds in other sizes). */
 static int grant_plan_again(mb_client *c, size_t bytes, struct cframe ***out, size_t *count)
 {

@@ -13,11 +13,11 @@
 enum mb_fault { MB_FAULT_DROP, MB_FAULT_DUP, MB_FAULT_DELAY, MB_FAULT_TRUNC, MB_FAULT_BACKEND,
                 MB_FAULT_FDS, MB_FAULT_COUNT };
 
+struct mb_backend;
 #ifdef MB_DEBUG
 /* True when this call should suffer the fault. */
 bool mb_fault(enum mb_fault f);
 /* Wrap a backend's create/export/import/map with failures, if configured. */
-struct mb_backend;
 void mb_faults_wrap_backend(struct mb_backend *b);
 #else
 static inline bool mb_fault(enum mb_fault f) { (void)f; return false; }

@@ -15,7 +15,7 @@
 /* Plan the frames for a request of `bytes`: writes at most `max` orders,
  * largest first, into orders[] and returns how many the plan has (which may
  * exceed max: call again with room for them). *covered gets the bytes the
- * plan holds (>= bytes, at most 12.5 % more for requests of 16 units and
+ * plan holds (>= bytes, less than 3.2 % more for requests of 64 units and
  * above, not rounded at all below). Returns 0 for bytes == 0. */
 size_t mb_frame_plan(uint64_t bytes, size_t unit, uint8_t *orders, size_t max, uint64_t *covered);
 

@@ -102,7 +102,7 @@ static void run_row(struct grant_ctx *x, struct row *r, size_t n)
     mb_client *c = r->kind == K_REGRANT0 || r->kind == K_FIRST0 ? x->c0 : x->c;
     bool trim = r->kind == K_FIRST || r->kind == K_FIRST0;
     bool mb = r->kind < K_CU;
-    uint64_t a, f;
+    uint64_t a = 0, f = 0;
     if (mb) {
         /* Start from nothing cached, so the first one is the cold one. */
         mb_trim(c, 0);

@@ -6,9 +6,10 @@ set -u
 client=$1; mbctl=$2
 dir=$MOONBRIGHT_RUNTIME_DIR
 granted() { "$mbctl" --runtime-dir "$dir" status --json | sed 's/.*"frames_granted":\([0-9]*\).*/\1/'; }
+granted_bytes() { "$mbctl" --runtime-dir "$dir" status --json | sed 's/.*"bytes_granted":\([0-9]*\).*/\1/'; }
 fifo=$(mktemp -u /tmp/mbgpu-in.XXXXXX); mkfifo "$fifo"
 out=$(mktemp /tmp/mbgpu-out.XXXXXX)
-"$client" hold 335544320 1 victim <"$fifo" >"$out" &   # 320 MiB: a stitched range of 160 frames
+"$client" hold 335544320 1 victim <"$fifo" >"$out" &   # 320 MiB: large frames of 256 + 64 MiB
 pid=$!
 exec 9>"$fifo"
 i=0
@@ -17,8 +18,10 @@ while ! grep -q ready "$out"; do
   sleep 0.1
 done
 before=$(granted)
-echo "granted while held: $before"
-[ "$before" -ge 160 ] || { echo "FAIL: expected at least 160 frames granted"; exit 1; }
+bytes=$(granted_bytes)
+echo "granted while held: $before frames, $bytes bytes"
+[ "$before" -ge 1 ] && [ "$bytes" -ge 335544320 ] ||
+  { echo "FAIL: expected at least 320 MiB granted"; exit 1; }
 kill -9 $pid; wait $pid 2>/dev/null
 i=0
 while [ "$(granted)" != 0 ]; do
