@@ -97,40 +97,47 @@ static bool amap_is_valid(const struct amap *a)
 #define AMAP_CHECK(a) ((void)0)
 #endif
 
-/* Map frames[0..n) of s side by side and give access; on failure nothing
- * of s stays mapped. */
-static int map_range(mb_backend *be, struct stitched *s, size_t n, size_t fb)
+/* Map frames[0..n) of s side by side (each right after the one before)
+ * and give access; on failure nothing of s stays mapped. */
+static int map_range(mb_backend *be, struct stitched *s, size_t n)
 {
-    size_t mapped = 0;
+    size_t mapped = 0, end = 0;
     int rc = 0;
-    for (; rc == 0 && mapped < n; mapped += rc == 0)
-        rc = be->ops->map(be, (char *)s->va + mapped * fb, &s->frames[mapped]->mem);
+    for (; rc == 0 && mapped < n; mapped += rc == 0) {
+        rc = be->ops->map(be, (char *)s->va + end, &s->frames[mapped]->mem);
+        if (rc == 0)
+            end += s->frames[mapped]->mem.bytes;
+    }
     if (rc == 0)
-        rc = be->ops->set_access(be, s->va, n * fb);
-    if (rc != 0 && mapped > 0)
-        be->ops->unmap(be, s->va, mapped * fb);
+        rc = be->ops->set_access(be, s->va, end);
+    if (rc != 0 && end > 0)
+        be->ops->unmap(be, s->va, end);
     return rc;
 }
 
-/* After a failure: back every slot of s with its own first frame, so a
- * dependent kernel writes into memory s owns instead of faulting. */
-static bool alias_first_frame(mb_backend *be, struct stitched *s, size_t n, size_t fb)
+/* After a failure: back the whole of s with aliases of its smallest frame
+ * (frames are largest first, so every offset is a multiple of its size),
+ * so a dependent kernel writes into memory s owns instead of faulting. */
+static bool alias_smallest_frame(mb_backend *be, struct stitched *s)
 {
-    size_t mapped = 0;
+    const struct mb_mem *m = &s->frames[s->n - 1]->mem;
+    size_t end = 0;
     int rc = 0;
-    for (; rc == 0 && mapped < n; mapped += rc == 0)
-        rc = be->ops->map(be, (char *)s->va + mapped * fb, &s->frames[0]->mem);
+    while (rc == 0 && end < s->bytes) {
+        rc = be->ops->map(be, (char *)s->va + end, m);
+        if (rc == 0)
+            end += m->bytes;
+    }
     if (rc == 0)
-        rc = be->ops->set_access(be, s->va, n * fb);
-    if (rc != 0 && mapped > 0)
-        be->ops->unmap(be, s->va, mapped * fb);
+        rc = be->ops->set_access(be, s->va, s->bytes);
+    if (rc != 0 && end > 0)
+        be->ops->unmap(be, s->va, end);
     return rc == 0;
 }
 
 static void *mapper_main(void *arg)
 {
     struct amap *a = arg;
-    size_t fb = a->c->frame_bytes;
     pthread_mutex_lock(&a->lock);
     for (;;) {
         while (!a->head && !a->stop)
@@ -149,16 +156,16 @@ static void *mapper_main(void *arg)
                                                 __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
             rc = MB_EBACKEND;
             mb_log(MB_LOG_ERR, "failed to map %p+%zu for a stream: injected failure",
-                   j->s->va, j->n * fb);
+                   j->s->va, j->s->bytes);
         } else {
-            rc = map_range(a->be, j->s, j->n, fb);
+            rc = map_range(a->be, j->s, j->n);
         }
         bool unmapped = false;
         if (rc != 0) {
-            unmapped = !alias_first_frame(a->be, j->s, j->n, fb);
+            unmapped = !alias_smallest_frame(a->be, j->s);
             mb_log(MB_LOG_ERR, "failed to map %p+%zu after mb_malloc_async returned it: %s; "
                                "the range is %s, the next call reports the error",
-                   j->s->va, j->n * fb, mb_strerror(rc),
+                   j->s->va, j->s->bytes, mb_strerror(rc),
                    unmapped ? "left unmapped (dependent kernels fault)"
                             : "backed by aliases of its first frame");
         }
@@ -260,7 +267,7 @@ int amap_alloc(mb_client *c, size_t size, void *stream, struct stitched **out)
         return MB_EINVAL;
     struct amap *a = amap_get(c);
     if (!a)
-        return stitch_alloc(c, size, size, out);
+        return c->large_frames ? stitch_alloc_large(c, size, out) : stitch_alloc(c, size, size, out);
     pthread_mutex_lock(&a->lock);
     int rc = a->error;
     a->error = 0;
@@ -268,24 +275,35 @@ int amap_alloc(mb_client *c, size_t size, void *stream, struct stitched **out)
     if (rc)
         return rc;
 
-    size_t n = (size + fb - 1) / fb;
-    struct stitched *s = malloc(sizeof(*s) + n * sizeof(s->frames[0]));
+    struct stitched *s = NULL;
     struct amap_job *j = calloc(1, sizeof(*j));
-    if (!s || !j) {
-        free(s);
-        free(j);
+    if (!j)
         return MB_ENOMEM;
+    if (c->large_frames) {
+        /* The frame plan's few frames, cached or granted now. */
+        rc = stitch_take_large(c, size, &s);
+    } else {
+        size_t k = (size + fb - 1) / fb;
+        s = malloc(sizeof(*s) + k * sizeof(s->frames[0]));
+        rc = s ? fcache_take(c, k, s->frames) : MB_ENOMEM;
+        if (rc == 0) {
+            s->n = s->cap = k;
+            s->bytes = s->reserved = k * fb;
+            s->imported = false;
+        } else {
+            free(s);
+        }
     }
-    s->n = s->cap = n;
-    s->bytes = s->reserved = n * fb;
-    rc = c->be->ops->reserve(c->be, s->reserved, &s->va);
-    if (rc == 0 && (rc = fcache_take(c, n, s->frames)) != 0)
-        c->be->ops->free_va(c->be, s->va, s->reserved);
-    if (rc != 0) {
+    if (rc == 0 && (rc = c->be->ops->reserve(c->be, s->reserved, &s->va)) != 0) {
+        for (size_t i = 0; i < s->n; i++)
+            fcache_put(c, s->frames[i]);
         free(s);
+    }
+    if (rc != 0) {
         free(j);
         return rc;
     }
+    size_t n = s->n;
     j->s = s;
     j->n = n;
     pthread_mutex_lock(&a->lock);
@@ -306,7 +324,7 @@ int amap_alloc(mb_client *c, size_t size, void *stream, struct stitched **out)
     if (rc != 0) {
         /* The stream could not be gated: map now, before returning. */
         free(j);
-        rc = map_range(c->be, s, n, fb);
+        rc = map_range(c->be, s, n);
         if (rc != 0) {
             c->be->ops->free_va(c->be, s->va, s->reserved);
             for (size_t i = 0; i < n; i++)

@@ -156,6 +156,9 @@ bool fcache_is_valid(const struct frame_cache *fc);
 int stitch_alloc(mb_client *c, size_t bytes, size_t reserve_bytes, struct stitched **out);
 /* Map bytes now in few large frames (the frame plan); no room to grow. */
 int stitch_alloc_large(mb_client *c, size_t bytes, struct stitched **out);
+/* Take the frame plan's frames for bytes (largest first) into a new range
+ * that is neither reserved nor mapped yet (va NULL). */
+int stitch_take_large(mb_client *c, size_t bytes, struct stitched **out);
 /* Map more frames at the end of s, up to its reservation; *s may move. */
 int stitch_grow(mb_client *c, struct stitched **s, size_t new_bytes);
 int stitch_free(mb_client *c, struct stitched *s, void *stream);

@@ -34,7 +34,7 @@ static int by_size_desc(const void *a, const void *b)
     return x < y ? 1 : x > y ? -1 : 0;
 }
 
-int stitch_alloc_large(mb_client *c, size_t bytes, struct stitched **out)
+int stitch_take_large(mb_client *c, size_t bytes, struct stitched **out)
 {
     if (bytes == 0 || bytes > SIZE_MAX / 2)
         return MB_EINVAL;
@@ -45,28 +45,41 @@ int stitch_alloc_large(mb_client *c, size_t bytes, struct stitched **out)
         return rc;
     /* Largest first: every frame then lies at a multiple of its size. */
     qsort(fr, n, sizeof(*fr), by_size_desc);
-    size_t total = 0;
-    for (size_t i = 0; i < n; i++)
-        total += fr[i]->mem.bytes;
     struct stitched *s = malloc(sizeof(*s) + n * sizeof(s->frames[0]));
-    rc = s ? 0 : MB_ENOMEM;
-    if (rc == 0) {
-        s->n = s->cap = n;
-        s->bytes = s->reserved = total;
-        s->imported = false;
-        memcpy(s->frames, fr, n * sizeof(*fr));
-        rc = c->be->ops->reserve(c->be, s->reserved, &s->va);
-        if (rc == 0 && (rc = map_frames(c, s, 0, n, 0)) != 0)
-            c->be->ops->free_va(c->be, s->va, s->reserved);
-    }
-    if (rc != 0) {
+    if (!s) {
         for (size_t i = 0; i < n; i++)
             fcache_put(c, fr[i]);
-        free(s);
         free(fr);
+        return MB_ENOMEM;
+    }
+    s->va = NULL;
+    s->n = s->cap = n;
+    s->bytes = 0;
+    for (size_t i = 0; i < n; i++)
+        s->bytes += fr[i]->mem.bytes;
+    s->reserved = s->bytes;
+    s->imported = false;
+    memcpy(s->frames, fr, n * sizeof(*fr));
+    free(fr);
+    *out = s;
+    return 0;
+}
+
+int stitch_alloc_large(mb_client *c, size_t bytes, struct stitched **out)
+{
+    struct stitched *s;
+    int rc = stitch_take_large(c, bytes, &s);
+    if (rc != 0)
+        return rc;
+    rc = c->be->ops->reserve(c->be, s->reserved, &s->va);
+    if (rc == 0 && (rc = map_frames(c, s, 0, s->n, 0)) != 0)
+        c->be->ops->free_va(c->be, s->va, s->reserved);
+    if (rc != 0) {
+        for (size_t i = 0; i < s->n; i++)
+            fcache_put(c, s->frames[i]);
+        free(s);
         return rc;
     }
-    free(fr);
     c->st.bytes_mapped += s->bytes;
     *out = s;
     return 0;

@@ -369,11 +369,12 @@ static void *reserve_worker(void *arg)
     return NULL;
 }
 
-/* Wait until no worker is creating a frame; true when one was. */
+/* Wait until no worker is creating a frame; true when one was, or when
+ * made frames wait in ready[] (either way there is something to adopt). */
 static bool wait_for_workers(struct frame_pool *p)
 {
     pthread_mutex_lock(&p->lock);
-    bool waited = p->creating > 0;
+    bool waited = p->creating > 0 || p->n_ready > 0;
     while (p->creating > 0)
         pthread_cond_wait(&p->wake, &p->lock);
     pthread_mutex_unlock(&p->lock);
