@@ -54,13 +54,13 @@ int rpc_connect(mb_client *c, const char *tenant)
     return 0;
 }
 
-/* The frames this process still maps or caches, reported to a new daemon.
- * Frames imported from another process are its exporter's to report. */
+/* The frames this process still maps or caches, reported to a new daemon:
+ * granted ones, and those held through an import (marked imported). */
 static int reattach(mb_client *c)
 {
     size_t n = 0;
     for (uint32_t id = 0; id < c->fc.cap; id++)
-        n += c->fc.by_id[id] && !c->fc.by_id[id]->imported;
+        n += c->fc.by_id[id] != NULL;
     if (n == 0)
         return 0;
     Mb__Frame *frames = calloc(n, sizeof(*frames));
@@ -68,11 +68,12 @@ static int reattach(mb_client *c)
     int rc = frames && fp ? 0 : MB_ENOMEM;
     size_t k = 0;
     for (uint32_t id = 0; rc == 0 && id < c->fc.cap; id++) {
-        if (!c->fc.by_id[id] || c->fc.by_id[id]->imported)
+        if (!c->fc.by_id[id])
             continue;
         mb__frame__init(&frames[k]);
         frames[k].id = id;
         frames[k].bytes = c->fc.by_id[id]->mem.bytes;
+        frames[k].imported = c->fc.by_id[id]->imported;   /* a hold, not a grant */
         fp[k] = &frames[k];
         k++;
     }

@@ -128,6 +128,10 @@ int frame_pool_return(struct frame_pool *p, const uint32_t *ids, size_t n, uint6
  * not have handed out. */
 int frame_pool_adopt_reported(struct frame_pool *p, uint32_t id, uint64_t bytes, uint64_t session,
                               uint32_t tenant);
+/* After a restart: book frame `id` of `bytes` as held through an import
+ * (holders + 1; its owner, if any, reports it separately). MB_EPERM when
+ * the frame is not an adopted one of that size, MB_EINVAL as above. */
+int frame_pool_adopt_held(struct frame_pool *p, uint32_t id, uint64_t bytes);
 /* The journal: ids handed out survive a restart, so new frames never take
  * the id of one a client still holds. */
 int frame_pool_open_journal(struct frame_pool *p, const char *path);
@@ -348,6 +352,8 @@ int send_frame_fds(struct daemon *d, struct session *s, const uint32_t *ids, uin
 void h_share(struct request_ctx *rc, const Mb__Request *req, Mb__Reply *rep);
 void h_import(struct request_ctx *rc, const Mb__Request *req, Mb__Reply *rep);
 bool shares_holds(struct daemon *d, const struct session *s, uint32_t id);
+/* After a restart: session s reports frame id held through an import. */
+int shares_reattach_hold(struct daemon *d, struct session *s, uint32_t id, uint64_t bytes);
 int shares_return(struct daemon *d, struct session *s, const uint32_t *ids, size_t n);
 /* The exporter returned frames: tokens covering any of them die. */
 void shares_revoke(struct daemon *d, const struct session *s, const uint32_t *ids, size_t n);

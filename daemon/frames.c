@@ -534,14 +534,12 @@ int frame_pool_return(struct frame_pool *p, const uint32_t *ids, size_t n, uint6
     return 0;
 }
 
-int frame_pool_adopt_reported(struct frame_pool *p, uint32_t id, uint64_t bytes, uint64_t session,
-                              uint32_t tenant)
+/* Book an adopted frame: granted to `session` (0: to nobody yet, held by
+ * one importer). */
+static int adopt_slot(struct frame_pool *p, uint32_t id, unsigned order, uint64_t session,
+                      uint32_t tenant)
 {
-    int order = mb_frame_order(bytes, p->frame_bytes);
-    if (id == 0 || order < 0 || id >= p->id_limit)
-        return MB_EINVAL;   /* no earlier daemon handed this out */
-    if (p->frames[id].state != FRAME_UNUSED)
-        return MB_EPERM;    /* someone else reported it first */
+    uint64_t bytes = obytes(p, order);
     int rc = commit(p, bytes);
     if (rc != 0)
         return rc;
@@ -550,6 +548,7 @@ int frame_pool_adopt_reported(struct frame_pool *p, uint32_t id, uint64_t bytes,
     f->mem = (struct mb_mem)MB_MEM_INIT;
     f->state = FRAME_GRANTED;
     f->owner = session;
+    f->holders = session ? 0 : 1;
     f->last_tenant = tenant;
     f->adopted = true;
     f->order = (uint8_t)order;
@@ -559,6 +558,40 @@ int frame_pool_adopt_reported(struct frame_pool *p, uint32_t id, uint64_t bytes,
     p->bytes_granted += bytes;
     POOL_CHECK(p);
     return 0;
+}
+
+int frame_pool_adopt_held(struct frame_pool *p, uint32_t id, uint64_t bytes)
+{
+    int order = mb_frame_order(bytes, p->frame_bytes);
+    if (id == 0 || order < 0 || id >= p->id_limit)
+        return MB_EINVAL;
+    struct frame *f = &p->frames[id];
+    if (f->state == FRAME_UNUSED)
+        return adopt_slot(p, id, (unsigned)order, 0, 0);
+    if (f->state != FRAME_GRANTED || !f->adopted || f->order != order)
+        return MB_EPERM;    /* contradicts what was reported before */
+    f->holders++;
+    POOL_CHECK(p);
+    return 0;
+}
+
+int frame_pool_adopt_reported(struct frame_pool *p, uint32_t id, uint64_t bytes, uint64_t session,
+                              uint32_t tenant)
+{
+    int order = mb_frame_order(bytes, p->frame_bytes);
+    if (id == 0 || order < 0 || id >= p->id_limit)
+        return MB_EINVAL;   /* no earlier daemon handed this out */
+    struct frame *f = &p->frames[id];
+    if (f->state == FRAME_GRANTED && f->adopted && f->owner == 0 && f->order == order) {
+        /* Its importers reported it first: the owner claims it. */
+        f->owner = session;
+        f->last_tenant = tenant;
+        POOL_CHECK(p);
+        return 0;
+    }
+    if (f->state != FRAME_UNUSED)
+        return MB_EPERM;    /* someone else reported it first */
+    return adopt_slot(p, id, (unsigned)order, session, tenant);
 }
 
 uint32_t frame_pool_reclaim(struct frame_pool *p, uint64_t session, uint64_t *bytes)

@@ -343,8 +343,20 @@ static void h_reattach(struct request_ctx *rc, const Mb__Request *req, Mb__Reply
     mb__reattach_reply__init(&rr);
     for (size_t i = 0; i < r->n_frames; i++) {
         const Mb__Frame *f = r->frames[i];
+        if (f->imported) {
+            int e = shares_reattach_hold(d, s, f->id, f->bytes);
+            if (e == 0) {
+                rr.adopted++;
+            } else {
+                refused[rr.n_refused++] = f->id;
+                mb_log(MB_LOG_WARN, "session %llu (pid %d) reported imported frame %u: refused (%s)",
+                       (unsigned long long)s->id, (int)s->pid, f->id, mb_strerror(e));
+            }
+            continue;
+        }
         int e = frame_pool_adopt_reported(&d->pool, f->id, f->bytes, s->id, s->tenant->id);
         if (e == 0) {
+            s->frames++;
             rr.adopted++;
             s->bytes += f->bytes;
             s->tenant->bytes += f->bytes;
@@ -354,7 +366,6 @@ static void h_reattach(struct request_ctx *rc, const Mb__Request *req, Mb__Reply
                    (unsigned long long)s->id, (int)s->pid, f->id, mb_strerror(e));
         }
     }
-    s->frames += rr.adopted;
     if (rr.adopted)
         mb_log(MB_LOG_INFO, "session %llu (pid %d, tenant %s) reattached %u frames",
                (unsigned long long)s->id, (int)s->pid, s->tenant->name, rr.adopted);

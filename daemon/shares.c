@@ -97,7 +97,8 @@ bool shares_holds(struct daemon *d, const struct session *s, uint32_t id)
     return false;
 }
 
-static int add_holds(struct daemon *d, uint64_t session, const uint32_t *ids, uint32_t n)
+/* Room for n more hold records. */
+static int holds_room(struct daemon *d, size_t n)
 {
     if (d->n_holds + n > d->cap_holds) {
         size_t cap = d->cap_holds ? d->cap_holds : 64;
@@ -109,11 +110,29 @@ static int add_holds(struct daemon *d, uint64_t session, const uint32_t *ids, ui
         d->holds = nh;
         d->cap_holds = cap;
     }
+    return 0;
+}
+
+static int add_holds(struct daemon *d, uint64_t session, const uint32_t *ids, uint32_t n)
+{
+    int rc = holds_room(d, n);
+    if (rc != 0)
+        return rc;
     for (uint32_t i = 0; i < n; i++) {
         d->holds[d->n_holds++] = (struct hold){ session, ids[i] };
         frame_pool_get(&d->pool, ids[i])->holders++;
     }
     return 0;
+}
+
+int shares_reattach_hold(struct daemon *d, struct session *s, uint32_t id, uint64_t bytes)
+{
+    if (shares_holds(d, s, id))
+        return MB_EPERM;   /* reported twice */
+    int rc = holds_room(d, 1);
+    if (rc == 0 && (rc = frame_pool_adopt_held(&d->pool, id, bytes)) == 0)
+        d->holds[d->n_holds++] = (struct hold){ s->id, id };
+    return rc;
 }
 
 void h_import(struct request_ctx *rc, const Mb__Request *req, Mb__Reply *rep)

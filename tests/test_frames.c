@@ -297,7 +297,8 @@ static void mixed_orders_recreate_within_budget(void **state)
 }
 
 /* A reported frame of a larger order is booked with its size after a
- * restart; a size that is no order is refused. */
+ * restart; a size that is no order is refused; a shared frame is booked
+ * once for its owner and its importers, and leaves when all let go. */
 static void adopted_large_frame_keeps_its_size(void **state)
 {
     mb_backend *b;
@@ -314,6 +315,20 @@ static void adopted_large_frame_keeps_its_size(void **state)
     uint32_t id = 5;
     assert_int_equal(frame_pool_return(&p, &id, 1, 1), 0);
     assert_int_equal(p.bytes_total, 0);   /* its memory went with the process */
+    assert_true(frame_pool_is_valid(&p));
+    /* A shared frame: its importer reports first (a hold, no owner), then
+     * its owner claims it; a second owner, or another size, is refused. */
+    assert_int_equal(frame_pool_adopt_held(&p, 7, 4 * FB), 0);
+    assert_int_equal(frame_pool_adopt_held(&p, 7, 8 * FB), MB_EPERM);
+    assert_int_equal(p.bytes_granted, 4 * FB);
+    assert_int_equal(frame_pool_adopt_reported(&p, 7, 4 * FB, 3, 1), 0);
+    assert_int_equal(frame_pool_adopt_reported(&p, 7, 4 * FB, 4, 1), MB_EPERM);
+    assert_true(frame_pool_is_valid(&p));
+    id = 7;
+    assert_int_equal(frame_pool_return(&p, &id, 1, 3), 0);   /* the owner lets go */
+    assert_int_equal(p.bytes_granted, 4 * FB);                /* the importer holds it */
+    frame_pool_drop_hold(&p, 7);
+    assert_int_equal(p.bytes_total, 0);
     assert_true(frame_pool_is_valid(&p));
     frame_pool_destroy(&p);
     mb_backend_close(b);

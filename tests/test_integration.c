@@ -1,8 +1,9 @@
 /* test_integration.c: a real moonbrightd with separate client processes
  * over ZeroMQ and the handle channel: stitched allocations across frame
  * boundaries, SIGKILL reclamation, budget exhaustion, hostile bytes on both
- * sockets, one daemon per runtime directory, mbctl without a daemon, and
- * large frames by the frame plan (reuse, scrubbing, re-creation). */
+ * sockets, one daemon per runtime directory, mbctl without a daemon, a
+ * daemon restart under clients that hold and share memory, and large
+ * frames by the frame plan (reuse, scrubbing, re-creation). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -404,6 +405,61 @@ static void daemon_restart_keeps_clients(void **state)
     assert_int_equal(mbt_daemon_stop(&d), 0);
 }
 
+/* A shared range across a daemon restart: the exporter reports the frames
+ * as its own, the importer reports holds; after the restart the exporter
+ * frees (the frames stay booked for the importer, which still reads the
+ * data), and once the importer lets go every frame is back. */
+static void daemon_restart_keeps_shares(void **state)
+{
+    struct mbt_daemon d;
+    assert_int_equal(mbt_daemon_start(&d, small_frames), 0);
+    char size[32], line[160], token[80];
+    unsigned bytes = 160 * FRAME;   /* a range of its own: shareable */
+    snprintf(size, sizeof(size), "%u", bytes);
+    const char *exp[] = { MB_CLIENT_BIN, "export", size, "88", "owner", NULL };
+    int a_out, a_in;
+    pid_t a = mbt_spawn(&d, exp, &a_out, &a_in);
+    assert_true(mbt_read_line(a_out, line, sizeof(line), 10000) >= 0);
+    assert_string_equal(line, "alloc: success");
+    assert_true(mbt_read_line(a_out, line, sizeof(line), 10000) >= 0);
+    assert_int_equal(strncmp(line, "token ", 6), 0);
+    snprintf(token, sizeof(token), "%s", line + 6);
+    const char *imp[] = { MB_CLIENT_BIN, "import", token, "88", NULL };
+    int b_out, b_in;
+    pid_t b = mbt_spawn(&d, imp, &b_out, &b_in);
+    assert_true(mbt_read_line(b_out, line, sizeof(line), 10000) >= 0);
+    assert_string_equal(line, "import: success");
+    assert_int_equal((int)status_num(&d, "frames_granted"), 160);
+
+    kill(d.pid, SIGKILL);
+    assert_int_equal(mbt_daemon_restart(&d, small_frames), 0);
+    assert_int_equal(wait_granted(&d, 160), 160);   /* both reported, booked once */
+    char check[32];
+    snprintf(check, sizeof(check), "%u\n", bytes);
+    assert_int_equal(write(b_in, check, strlen(check)), (ssize_t)strlen(check));
+    assert_true(mbt_read_line(b_out, line, sizeof(line), 10000) >= 0);
+    assert_string_equal(line, "intact");
+
+    /* The owner frees (and allocates 160 new frames): the shared ones stay
+     * booked for the importer, which still reads the owner's data. */
+    assert_int_equal(write(a_in, "free\n", 5), 5);
+    assert_true(mbt_read_line(a_out, line, sizeof(line), 10000) >= 0);
+    assert_string_equal(line, "freed");
+    assert_int_equal(wait_granted(&d, 320), 320);
+    assert_int_equal(write(b_in, check, strlen(check)), (ssize_t)strlen(check));
+    assert_true(mbt_read_line(b_out, line, sizeof(line), 10000) >= 0);
+    assert_string_equal(line, "intact");
+    close(b_in);
+    assert_int_equal(mbt_wait(b), 0);
+    close(b_out);
+    assert_int_equal(wait_granted(&d, 160), 160);   /* the shared frames left the books */
+    close(a_in);
+    assert_int_equal(mbt_wait(a), 0);
+    close(a_out);
+    assert_int_equal(wait_granted(&d, 0), 0);
+    assert_int_equal(mbt_daemon_stop(&d), 0);
+}
+
 static void second_daemon_refuses(void **state)
 {
     struct mbt_daemon d;
@@ -546,6 +602,7 @@ int main(void)
         cmocka_unit_test(sharing_outlives_the_exporter),
         cmocka_unit_test(frames_are_scrubbed_between_tenants),
         cmocka_unit_test(daemon_restart_keeps_clients),
+        cmocka_unit_test(daemon_restart_keeps_shares),
         cmocka_unit_test(second_daemon_refuses),
         cmocka_unit_test(bad_options_are_refused),
         cmocka_unit_test(config_errors_name_file_and_line),
