@@ -71,6 +71,24 @@ int mbt_wait(pid_t pid)
     return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
 }
 
+#ifdef MB_CLIENT_BIN
+pid_t mbt_spawn_holder(const struct mbt_daemon *d, const char *bytes, const char *seed,
+                       const char *tenant, int *out_fd, int *in_fd)
+{
+    const char *argv[] = { MB_CLIENT_BIN, "hold", bytes, seed, tenant, NULL };
+    pid_t pid = mbt_spawn(d, argv, out_fd, in_fd);
+    char a[128] = "", b[128] = "";
+    if (pid > 0 && (mbt_read_line(*out_fd, a, sizeof(a), 10000) < 0 || strcmp(a, "alloc: success") != 0 ||
+                    mbt_read_line(*out_fd, b, sizeof(b), 10000) < 0 || strcmp(b, "ready") != 0)) {
+        fprintf(stderr, "holder: expected 'alloc: success' and 'ready', got '%s' and '%s'\n", a, b);
+        kill(pid, SIGKILL);
+        mbt_wait(pid);
+        return -1;
+    }
+    return pid;
+}
+#endif
+
 int mbt_read_line(int fd, char *buf, size_t len, int timeout_ms)
 {
     size_t n = 0;

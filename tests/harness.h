@@ -41,6 +41,11 @@ bool mbt_daemon_alive(const struct mbt_daemon *d);
  * (*out_fd) when out_fd is not NULL, stdin from a pipe (*in_fd, the write
  * end) when in_fd is not NULL, else /dev/null. */
 pid_t mbt_spawn(const struct mbt_daemon *d, const char *const *argv, int *out_fd, int *in_fd);
+/* `mbtest_client hold BYTES SEED TENANT`, once it holds its range (it said
+ * "alloc: success" and "ready"); -1 otherwise (the client is killed).
+ * Only where MB_CLIENT_BIN is defined. */
+pid_t mbt_spawn_holder(const struct mbt_daemon *d, const char *bytes, const char *seed,
+                       const char *tenant, int *out_fd, int *in_fd);
 /* Wait for a child; returns its exit code, or 128+signal. */
 int mbt_wait(pid_t pid);
 /* Run to completion, capturing stdout (and stderr when want_err, else

@@ -44,6 +44,15 @@ static double status_num(const struct mbt_daemon *d, const char *key)
     return v;
 }
 
+/* A holder client, asserted to have started. */
+static pid_t spawn_holder(struct mbt_daemon *d, const char *size, const char *seed,
+                          const char *tenant, int *out, int *in)
+{
+    pid_t pid = mbt_spawn_holder(d, size, seed, tenant, out, in);
+    assert_true(pid > 0);
+    return pid;
+}
+
 /* Poll status until frames_granted reaches want (up to 10 s); returns the
  * last value seen. */
 static int wait_granted(const struct mbt_daemon *d, int want)
@@ -95,14 +104,8 @@ static void sigkill_returns_frames(void **state)
     assert_int_equal(mbt_daemon_start(&d, small_frames), 0);
     char size[32];
     snprintf(size, sizeof(size), "%u", 160 * FRAME);   /* stitched: exactly 160 frames */
-    const char *argv[] = { MB_CLIENT_BIN, "hold", size, "7", "victim", NULL };
     int out, in;
-    pid_t pid = mbt_spawn(&d, argv, &out, &in);
-    char line[128];
-    assert_true(mbt_read_line(out, line, sizeof(line), 10000) >= 0);
-    assert_string_equal(line, "alloc: success");
-    assert_true(mbt_read_line(out, line, sizeof(line), 10000) >= 0);
-    assert_string_equal(line, "ready");
+    pid_t pid = spawn_holder(&d, size, "7", "victim", &out, &in);
     struct json *j = mbt_status(&d);
     assert_non_null(j);
     assert_int_equal((int)json_num(j, "frames_granted"), 160);
@@ -365,12 +368,7 @@ static void daemon_restart_keeps_clients(void **state)
         char seed[16], tenant[16];
         snprintf(seed, sizeof(seed), "%d", 500 + i);
         snprintf(tenant, sizeof(tenant), "keeper%d", i);
-        const char *argv[] = { MB_CLIENT_BIN, "hold", size, seed, tenant, NULL };
-        pid[i] = mbt_spawn(&d, argv, &out[i], &in[i]);
-        assert_true(mbt_read_line(out[i], line, sizeof(line), 10000) >= 0);
-        assert_string_equal(line, "alloc: success");
-        assert_true(mbt_read_line(out[i], line, sizeof(line), 10000) >= 0);
-        assert_string_equal(line, "ready");
+        pid[i] = spawn_holder(&d, size, seed, tenant, &out[i], &in[i]);
     }
     assert_int_equal((int)status_num(&d, "frames_granted"), 480);
 
@@ -535,13 +533,8 @@ static void large_frames_by_plan(void **state)
     assert_int_equal(mbt_daemon_start(&d, args), 0);
     char size[32], line[128];
     snprintf(size, sizeof(size), "%u", 150 * FRAME + 24);
-    const char *argv[] = { MB_CLIENT_BIN, "hold", size, "31", "big-a", NULL };
     int out, in;
-    pid_t pid = mbt_spawn(&d, argv, &out, &in);
-    assert_true(mbt_read_line(out, line, sizeof(line), 10000) >= 0);
-    assert_string_equal(line, "alloc: success");
-    assert_true(mbt_read_line(out, line, sizeof(line), 10000) >= 0);
-    assert_string_equal(line, "ready");
+    pid_t pid = spawn_holder(&d, size, "31", "big-a", &out, &in);
     struct json *j = mbt_status(&d);
     assert_non_null(j);
     assert_int_equal((int)json_num(j, "frames_granted"), 3);

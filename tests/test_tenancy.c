@@ -77,13 +77,8 @@ static bool tenant_info(const struct mbt_daemon *d, const char *name, double *by
 static pid_t start_holder(const struct mbt_daemon *d, const char *bytes, const char *seed,
                           const char *tenant, int *out, int *in)
 {
-    const char *argv[] = { MB_CLIENT_BIN, "hold", bytes, seed, tenant, NULL };
-    pid_t pid = mbt_spawn(d, argv, out, in);
-    char line[128];
-    assert_true(mbt_read_line(*out, line, sizeof(line), 10000) >= 0);
-    assert_string_equal(line, "alloc: success");
-    assert_true(mbt_read_line(*out, line, sizeof(line), 10000) >= 0);
-    assert_string_equal(line, "ready");
+    pid_t pid = mbt_spawn_holder(d, bytes, seed, tenant, out, in);
+    assert_true(pid > 0);
     return pid;
 }
 

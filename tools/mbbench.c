@@ -204,6 +204,14 @@ void jw_summary(struct jw *w, const char *key, const struct bench_summary *s)
     jw_end(w, '}');
 }
 
+void jw_alloc_free(struct jw *w, const struct bench_summary *alloc, const struct bench_summary *free_,
+                   const struct bench_summary *pair)
+{
+    jw_summary(w, "alloc_ns", alloc);
+    jw_summary(w, "free_ns", free_);
+    jw_summary(w, "pair_ns", pair);
+}
+
 static void cpu_model(char *buf, size_t len)
 {
     snprintf(buf, len, "unknown");

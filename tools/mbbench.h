@@ -79,6 +79,9 @@ void jw_dbl(struct jw *w, const char *key, double v);
 void jw_bool(struct jw *w, const char *key, bool v);
 void jw_null(struct jw *w, const char *key);
 void jw_summary(struct jw *w, const char *key, const struct bench_summary *s);
+/* "alloc_ns", "free_ns" and "pair_ns" summaries of one row. */
+void jw_alloc_free(struct jw *w, const struct bench_summary *alloc, const struct bench_summary *free_,
+                   const struct bench_summary *pair);
 /* "bench", "date", "host" {...}, "runtime_dir", "device": opens the top object. */
 void jw_header(struct jw *w, const char *bench);
 

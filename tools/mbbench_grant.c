@@ -252,9 +252,7 @@ int bench_grant(int argc, char **argv)
                 jw_str(&w, "error", mb_strerror(r->err));
             if (r->kind < K_CU)
                 jw_u64(&w, "cold_ns", r->cold_ns);
-            jw_summary(&w, "alloc_ns", &r->alloc);
-            jw_summary(&w, "free_ns", &r->free);
-            jw_summary(&w, "pair_ns", &r->pair);
+            jw_alloc_free(&w, &r->alloc, &r->free, &r->pair);
             jw_end(&w, '}');
         }
         jw_end(&w, ']');

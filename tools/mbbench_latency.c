@@ -231,9 +231,7 @@ int bench_latency(int argc, char **argv)
             jw_bool(&w, "ok", r->err == 0);
             if (r->err)
                 jw_str(&w, "error", mb_strerror(r->err));
-            jw_summary(&w, "pair_ns", &r->pair);
-            jw_summary(&w, "alloc_ns", &r->alloc);
-            jw_summary(&w, "free_ns", &r->free);
+            jw_alloc_free(&w, &r->alloc, &r->free, &r->pair);
             jw_end(&w, '}');
         }
         jw_end(&w, ']');
