@@ -204,6 +204,20 @@ void jw_summary(struct jw *w, const char *key, const struct bench_summary *s)
     jw_end(w, '}');
 }
 
+void jw_ok(struct jw *w, int err)
+{
+    jw_bool(w, "ok", err == 0);
+    if (err)
+        jw_str(w, "error", mb_strerror(err));
+}
+
+void jw_skipped(struct jw *w, const char *what, const char *why)
+{
+    char note[320];
+    snprintf(note, sizeof(note), "%s rows skipped: %s", what, why);
+    jw_str(w, NULL, note);
+}
+
 void jw_alloc_free(struct jw *w, const struct bench_summary *alloc, const struct bench_summary *free_,
                    const struct bench_summary *pair)
 {

@@ -79,6 +79,10 @@ void jw_dbl(struct jw *w, const char *key, double v);
 void jw_bool(struct jw *w, const char *key, bool v);
 void jw_null(struct jw *w, const char *key);
 void jw_summary(struct jw *w, const char *key, const struct bench_summary *s);
+/* "ok" (and "error" when err != 0) of one row. */
+void jw_ok(struct jw *w, int err);
+/* A note in the "notes" array: "WHAT rows skipped: WHY". */
+void jw_skipped(struct jw *w, const char *what, const char *why);
 /* "alloc_ns", "free_ns" and "pair_ns" summaries of one row. */
 void jw_alloc_free(struct jw *w, const struct bench_summary *alloc, const struct bench_summary *free_,
                    const struct bench_summary *pair);

@@ -247,9 +247,7 @@ int bench_grant(int argc, char **argv)
             jw_obj(&w, NULL);
             jw_str(&w, "allocator", kind_name[r->kind]);
             jw_u64(&w, "size", r->size);
-            jw_bool(&w, "ok", r->err == 0);
-            if (r->err)
-                jw_str(&w, "error", mb_strerror(r->err));
+            jw_ok(&w, r->err);
             if (r->kind < K_CU)
                 jw_u64(&w, "cold_ns", r->cold_ns);
             jw_alloc_free(&w, &r->alloc, &r->free, &r->pair);
@@ -257,11 +255,8 @@ int bench_grant(int argc, char **argv)
         }
         jw_end(&w, ']');
         jw_arr(&w, "notes");
-        if (!x.cu) {
-            char note[220];
-            snprintf(note, sizeof(note), "cuMemAlloc rows skipped: %s", why);
-            jw_str(&w, NULL, note);
-        }
+        if (!x.cu)
+            jw_skipped(&w, "cuMemAlloc", why);
         if (why_be[0])
             jw_str(&w, NULL, why_be);
         jw_end(&w, ']');

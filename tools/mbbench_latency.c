@@ -228,19 +228,14 @@ int bench_latency(int argc, char **argv)
             jw_str(&w, "source", "mbbench");
             jw_str(&w, "tier", r->tier);
             jw_u64(&w, "size", r->size);
-            jw_bool(&w, "ok", r->err == 0);
-            if (r->err)
-                jw_str(&w, "error", mb_strerror(r->err));
+            jw_ok(&w, r->err);
             jw_alloc_free(&w, &r->alloc, &r->free, &r->pair);
             jw_end(&w, '}');
         }
         jw_end(&w, ']');
         jw_arr(&w, "notes");
-        if (!x.cu) {
-            char note[220];
-            snprintf(note, sizeof(note), "cuMemAlloc/cuMemAllocAsync rows skipped: %s", why);
-            jw_str(&w, NULL, note);
-        }
+        if (!x.cu)
+            jw_skipped(&w, "cuMemAlloc/cuMemAllocAsync", why);
         if (host)
             jw_str(&w, NULL, "host backend: malloc/free is a reference point; memory is never touched");
         jw_end(&w, ']');
