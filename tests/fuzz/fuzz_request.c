@@ -130,6 +130,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         drain_peer(peer_b);
         close(peer_b);
     }
+    shares_destroy(&d);   /* tokens and the hold table, as the daemon does at exit */
     frame_pool_destroy(&d.pool);
     mb_backend_close(d.be);
     mb_config_free(&d.cfg);
