@@ -278,7 +278,7 @@ static void sharing_outlives_the_exporter(void **state)
     const char *exp[] = { MB_CLIENT_BIN, "export", size, "77", "exporter", NULL };
     int a_out, a_in;
     pid_t a = mbt_spawn(&d, exp, &a_out, &a_in);
-    char line[160], token[80];
+    char line[160], token[160];
     assert_true(mbt_read_line(a_out, line, sizeof(line), 10000) >= 0);
     assert_string_equal(line, "alloc: success");
     assert_true(mbt_read_line(a_out, line, sizeof(line), 10000) >= 0);
@@ -287,7 +287,7 @@ static void sharing_outlives_the_exporter(void **state)
     assert_int_equal(strlen(token), 64);
 
     /* A forged token is refused. */
-    char forged[80];
+    char forged[160];
     snprintf(forged, sizeof(forged), "%s", token);
     forged[0] = forged[0] == '0' ? '1' : '0';
     const char *bad[] = { MB_CLIENT_BIN, "import", forged, "77", NULL };
