@@ -411,7 +411,7 @@ static void daemon_restart_keeps_shares(void **state)
 {
     struct mbt_daemon d;
     assert_int_equal(mbt_daemon_start(&d, small_frames), 0);
-    char size[32], line[160], token[80];
+    char size[32], line[160], token[160];
     unsigned bytes = 160 * FRAME;   /* a range of its own: shareable */
     snprintf(size, sizeof(size), "%u", bytes);
     const char *exp[] = { MB_CLIENT_BIN, "export", size, "88", "owner", NULL };
