@@ -19,9 +19,16 @@ static int backing_get(void *ctx, size_t bytes, void **base)
 {
     mb_client *c = ctx;
     struct stitched *s;
-    int rc = stitch_alloc(c, bytes, bytes, &s);
+    /* Arenas of several units map as few large frames (below 64 units the
+     * plan rounds nothing, so the range is exactly `bytes`). */
+    int rc = c->large_frames && bytes > c->frame_bytes ? stitch_alloc_large(c, bytes, &s)
+                                                       : stitch_alloc(c, bytes, bytes, &s);
     if (rc != 0)
         return rc;
+    if (s->bytes != bytes) {
+        stitch_free(c, s, NULL);
+        return MB_EINVAL;
+    }
     if ((rc = ptrmap_put(&c->backing, s->va, s)) != 0) {
         stitch_free(c, s, NULL);
         return rc;

@@ -493,6 +493,9 @@ static void elastic_reclaim_end_to_end(void **state)
 
 int main(void)
 {
+    /* These tests count frames of one unit each (quotas, kills and reclaim
+     * in frames); the frame plan's large frames have tests of their own. */
+    setenv("MOONBRIGHT_LARGE_FRAMES", "0", 1);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(tenant_quota_and_other_tenant),
         cmocka_unit_test(uid_quota),
