@@ -97,24 +97,6 @@ static bool amap_is_valid(const struct amap *a)
 #define AMAP_CHECK(a) ((void)0)
 #endif
 
-/* Map frames[0..n) of s side by side (each right after the one before)
- * and give access; on failure nothing of s stays mapped. */
-static int map_range(mb_backend *be, struct stitched *s, size_t n)
-{
-    size_t mapped = 0, end = 0;
-    int rc = 0;
-    for (; rc == 0 && mapped < n; mapped += rc == 0) {
-        rc = be->ops->map(be, (char *)s->va + end, &s->frames[mapped]->mem);
-        if (rc == 0)
-            end += s->frames[mapped]->mem.bytes;
-    }
-    if (rc == 0)
-        rc = be->ops->set_access(be, s->va, end);
-    if (rc != 0 && end > 0)
-        be->ops->unmap(be, s->va, end);
-    return rc;
-}
-
 /* After a failure: back the whole of s with aliases of its smallest frame
  * (frames are largest first, so every offset is a multiple of its size),
  * so a dependent kernel writes into memory s owns instead of faulting. */
@@ -158,7 +140,7 @@ static void *mapper_main(void *arg)
             mb_log(MB_LOG_ERR, "failed to map %p+%zu for a stream: injected failure",
                    j->s->va, j->s->bytes);
         } else {
-            rc = map_range(a->be, j->s, j->n);
+            rc = stitch_map(a->be, j->s, 0, j->n, 0);
         }
         bool unmapped = false;
         if (rc != 0) {
@@ -324,7 +306,7 @@ int amap_alloc(mb_client *c, size_t size, void *stream, struct stitched **out)
     if (rc != 0) {
         /* The stream could not be gated: map now, before returning. */
         free(j);
-        rc = map_range(c->be, s, n);
+        rc = stitch_map(c->be, s, 0, n, 0);
         if (rc != 0) {
             c->be->ops->free_va(c->be, s->va, s->reserved);
             for (size_t i = 0; i < n; i++)

@@ -156,6 +156,10 @@ bool fcache_is_valid(const struct frame_cache *fc);
 int stitch_alloc(mb_client *c, size_t bytes, size_t reserve_bytes, struct stitched **out);
 /* Map bytes now in few large frames (the frame plan); no room to grow. */
 int stitch_alloc_large(mb_client *c, size_t bytes, struct stitched **out);
+/* Map frames[from..to) of s side by side, the first at offset `off` (each
+ * right after the one before), and give access to them; on failure none of
+ * them stays mapped. Touches no client state (the mapper thread calls it). */
+int stitch_map(mb_backend *be, struct stitched *s, size_t from, size_t to, size_t off);
 /* Take the frame plan's frames for bytes (largest first) into a new range
  * that is neither reserved nor mapped yet (va NULL). */
 int stitch_take_large(mb_client *c, size_t bytes, struct stitched **out);

@@ -80,6 +80,19 @@ void fcache_report(mb_client *c)
         c->cache_reported = now;
 }
 
+/* Frames a reply named but this process will not keep: close whatever of
+ * their handles arrived on the handle channel and hand them back. */
+static void reject_frames(mb_client *c, uint32_t *ids, size_t n)
+{
+    struct mb_chan_msg m;
+    int fds[MB_CHAN_MAX_FDS];
+    while (mb_chan_recv(c->chan, &m, fds, 0) == 0)
+        for (uint32_t i = 0; i < m.count; i++)
+            close(fds[i]);
+    if (n)
+        return_ids(c, ids, n);
+}
+
 /* The reply to a grant or an import names n frames whose handles were sent
  * on the handle channel before it: import each once. They arrive in use. On
  * failure everything received is dropped and the frames are handed back. */
@@ -132,14 +145,9 @@ static int receive_frames(mb_client *c, const Mb__Frame *const *fr, size_t n, st
     }
     if (rc != 0) {
         mb_log(MB_LOG_WARN, "failed to import frames: %s", mb_strerror(rc));
-        struct mb_chan_msg m;   /* drop whatever else of this batch arrived */
-        int fds[MB_CHAN_MAX_FDS];
-        while (mb_chan_recv(c->chan, &m, fds, 0) == 0)
-            for (uint32_t i = 0; i < m.count; i++)
-                close(fds[i]);
         for (size_t i = 0; i < got; i++)
             fcache_forget(c, out[i]);
-        return_ids(c, ids, n);
+        reject_frames(c, ids, n);
     }
     free(ids);
     return rc;
@@ -178,16 +186,12 @@ static int grant(mb_client *c, uint64_t bytes, bool large, size_t n, const uint8
     if (rc == 0)
         rc = receive_frames(c, (const Mb__Frame *const *)rep->grant->frames, n, out);
     else if (rep->body_case == MB__REPLY__BODY_GRANT) {
-        struct mb_chan_msg m;   /* their handles came anyway: close them, hand them back */
-        int fds[MB_CHAN_MAX_FDS];
-        while (mb_chan_recv(c->chan, &m, fds, 0) == 0)
-            for (uint32_t i = 0; i < m.count; i++)
-                close(fds[i]);
-        uint32_t *ids = malloc((rep->grant->n_frames + 1) * sizeof(*ids));
-        for (size_t i = 0; ids && i < rep->grant->n_frames; i++)
+        /* Not what was asked for, but granted: hand it back. */
+        size_t k = rep->grant->n_frames;
+        uint32_t *ids = malloc((k ? k : 1) * sizeof(*ids));
+        for (size_t i = 0; ids && i < k; i++)
             ids[i] = rep->grant->frames[i]->id;
-        if (ids && rep->grant->n_frames)
-            return_ids(c, ids, rep->grant->n_frames);
+        reject_frames(c, ids, ids ? k : 0);
         free(ids);
     }
     mb__reply__free_unpacked(rep, NULL);
@@ -266,26 +270,21 @@ int fcache_take(mb_client *c, size_t n, struct cframe **out)
 }
 
 /* After a large grant failed for memory or quota (and the cache was handed
- * back): the whole plan once more, then order-0 frames covering bytes
- * exactly (the plan may round up by 3 %, and they may come from frames
- * the daemon holds in other sizes). */
-static int grant_plan_again(mb_client *c, size_t bytes, struct cframe ***out, size_t *count)
+ * back): the whole plan (n `orders`) once more, then order-0 frames covering
+ * bytes exactly (the plan may round up by 3 %, and they may come from
+ * frames the daemon holds in other sizes). */
+static int grant_plan_again(mb_client *c, size_t bytes, const uint8_t *orders, size_t n,
+                            struct cframe ***out, size_t *count)
 {
-    uint64_t covered;
-    size_t n = mb_frame_plan(bytes, c->frame_bytes, NULL, 0, &covered);
     size_t n0 = bytes / c->frame_bytes + (bytes % c->frame_bytes != 0);
-    uint8_t *orders = malloc(n);
     struct cframe **fr = calloc(n > n0 ? n : n0, sizeof(*fr));
-    int rc = orders && fr ? 0 : MB_ENOMEM;
-    if (rc == 0) {
-        mb_frame_plan(bytes, c->frame_bytes, orders, n, &covered);
-        rc = grant(c, bytes, true, n, orders, fr);
-    }
+    if (!fr)
+        return MB_ENOMEM;
+    int rc = grant(c, bytes, true, n, orders, fr);
     if (rc == MB_ENOMEM || rc == MB_EQUOTA) {
         n = n0;
         rc = fcache_take(c, n0, fr);
     }
-    free(orders);
     if (rc != 0) {
         free(fr);
         return rc;
@@ -302,30 +301,31 @@ int fcache_take_plan(mb_client *c, size_t bytes, struct cframe ***out, size_t *c
     size_t n = mb_frame_plan(bytes, c->frame_bytes, NULL, 0, &covered);
     uint8_t *orders = malloc(n ? n : 1), *missing = malloc(n ? n : 1);
     struct cframe **fr = calloc(n ? n : 1, sizeof(*fr));
-    int rc = orders && missing && fr ? 0 : MB_ENOMEM;
+    if (!orders || !missing || !fr) {
+        free(orders);
+        free(missing);
+        free(fr);
+        return MB_ENOMEM;
+    }
+    mb_frame_plan(bytes, c->frame_bytes, orders, n, &covered);
+    /* The planned orders this process caches; the daemon grants the rest
+     * (the plan of a subset of a plan's frames is that subset). */
     size_t have = 0, n_missing = 0;
     uint64_t missing_bytes = 0;
-    if (rc == 0) {
-        mb_frame_plan(bytes, c->frame_bytes, orders, n, &covered);
-        /* The planned orders this process caches; the daemon grants the rest
-         * (the plan of a subset of a plan's frames is that subset). */
-        for (size_t i = 0; i < n; i++) {
-            struct cframe *f = take_cached(fc, (size_t)c->frame_bytes << orders[i], c->frame_bytes);
-            if (f) {
-                fr[have++] = f;
-            } else {
-                missing[n_missing++] = orders[i];
-                missing_bytes += (uint64_t)c->frame_bytes << orders[i];
-            }
+    for (size_t i = 0; i < n; i++) {
+        struct cframe *f = take_cached(fc, (size_t)c->frame_bytes << orders[i], c->frame_bytes);
+        if (f) {
+            fr[have++] = f;
+        } else {
+            missing[n_missing++] = orders[i];
+            missing_bytes += (uint64_t)c->frame_bytes << orders[i];
         }
-        if (n_missing)
-            rc = grant(c, missing_bytes, true, n_missing, missing, fr + have);
-        if (rc != 0)
-            while (have > 0)
-                fcache_put(c, fr[--have]);
     }
-    free(orders);
+    int rc = n_missing ? grant(c, missing_bytes, true, n_missing, missing, fr + have) : 0;
     free(missing);
+    if (rc != 0)
+        while (have > 0)
+            fcache_put(c, fr[--have]);
     if (rc == MB_ENOMEM || rc == MB_EQUOTA) {
         /* Out of memory or quota in these sizes: hand back what the cache
          * holds and try again, then take order-0 frames (exact, reusing
@@ -334,8 +334,9 @@ int fcache_take_plan(mb_client *c, size_t bytes, struct cframe ***out, size_t *c
         fr = NULL;
         if (fc->n_cached)
             fcache_trim(c, 0);
-        rc = grant_plan_again(c, bytes, &fr, &n);
+        rc = grant_plan_again(c, bytes, orders, n, &fr, &n);
     }
+    free(orders);
     if (rc != 0) {
         free(fr);
         fcache_report(c);

@@ -10,21 +10,19 @@
 #include "client.h"
 #include "log.h"
 
-/* Map frames[from..to) of s, the first at offset `off`, and give the
- * device access to them. */
-static int map_frames(mb_client *c, struct stitched *s, size_t from, size_t to, size_t off)
+int stitch_map(mb_backend *be, struct stitched *s, size_t from, size_t to, size_t off)
 {
     size_t mapped = from, end = off;   /* frames[from..mapped) are mapped, up to end */
     int rc = 0;
     for (; rc == 0 && mapped < to; mapped += rc == 0) {
-        rc = c->be->ops->map(c->be, (char *)s->va + end, &s->frames[mapped]->mem);
+        rc = be->ops->map(be, (char *)s->va + end, &s->frames[mapped]->mem);
         if (rc == 0)
             end += s->frames[mapped]->mem.bytes;
     }
     if (rc == 0)
-        rc = c->be->ops->set_access(c->be, (char *)s->va + off, end - off);
+        rc = be->ops->set_access(be, (char *)s->va + off, end - off);
     if (rc != 0 && end > off)
-        c->be->ops->unmap(c->be, (char *)s->va + off, end - off);
+        be->ops->unmap(be, (char *)s->va + off, end - off);
     return rc;
 }
 
@@ -72,7 +70,7 @@ int stitch_alloc_large(mb_client *c, size_t bytes, struct stitched **out)
     if (rc != 0)
         return rc;
     rc = c->be->ops->reserve(c->be, s->reserved, &s->va);
-    if (rc == 0 && (rc = map_frames(c, s, 0, s->n, 0)) != 0)
+    if (rc == 0 && (rc = stitch_map(c->be, s, 0, s->n, 0)) != 0)
         c->be->ops->free_va(c->be, s->va, s->reserved);
     if (rc != 0) {
         for (size_t i = 0; i < s->n; i++)
@@ -106,7 +104,7 @@ int stitch_alloc(mb_client *c, size_t bytes, size_t reserve_bytes, struct stitch
         return rc;
     }
     rc = fcache_take(c, n, s->frames);
-    if (rc == 0 && (rc = map_frames(c, s, 0, n, 0)) != 0)
+    if (rc == 0 && (rc = stitch_map(c->be, s, 0, n, 0)) != 0)
         for (size_t i = 0; i < n; i++)
             fcache_put(c, s->frames[i]);
     if (rc != 0) {
@@ -137,7 +135,7 @@ int stitch_adopt(mb_client *c, struct cframe **frames, size_t n, struct stitched
     s->imported = true;
     memcpy(s->frames, frames, n * sizeof(*frames));
     int rc = c->be->ops->reserve(c->be, s->reserved, &s->va);
-    if (rc == 0 && (rc = map_frames(c, s, 0, n, 0)) != 0)
+    if (rc == 0 && (rc = stitch_map(c->be, s, 0, n, 0)) != 0)
         c->be->ops->free_va(c->be, s->va, s->reserved);
     if (rc != 0) {
         free(s);
@@ -160,7 +158,7 @@ int stitch_grow(mb_client *c, struct stitched **sp, size_t new_bytes)
     int rc = fcache_take(c, n - s->n, s->frames + s->n);
     if (rc != 0)
         return rc;
-    if ((rc = map_frames(c, s, s->n, n, s->n * fb)) != 0) {
+    if ((rc = stitch_map(c->be, s, s->n, n, s->n * fb)) != 0) {
         for (size_t i = s->n; i < n; i++)
             fcache_put(c, s->frames[i]);
         return rc;

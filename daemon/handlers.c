@@ -147,9 +147,11 @@ static uint32_t grant_plan(const struct daemon *d, uint64_t bytes, bool large, u
 
 uint64_t grant_bytes(const struct daemon *d, uint64_t bytes, bool large)
 {
-    uint8_t orders[MAX_GRANT_FRAMES];
-    uint64_t covered;
-    grant_plan(d, bytes, large, orders, &covered);
+    uint64_t fb = d->pool.frame_bytes, covered;
+    if (large)
+        mb_frame_plan(bytes, fb, NULL, 0, &covered);
+    else
+        covered = (bytes / fb + (bytes % fb != 0)) * fb;
     return covered;
 }
 
