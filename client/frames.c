@@ -58,17 +58,12 @@ static int return_ids(mb_client *c, uint32_t *ids, size_t n)
     return rc;
 }
 
-/* What this process could hand back: cached frames, plus the free space of
- * its slab and pool (what a trim would release; an upper bound, since a
- * partly used arena stays). */
-void fcache_report(mb_client *c)
+/* What this process could hand back: cached frames, plus the idle bytes
+ * of its tiers (what a trim would release; an upper bound, since a partly
+ * used arena stays). */
+void fcache_report(mb_client *c, uint64_t tier_idle)
 {
-    uint64_t now = c->fc.bytes_cached;
-    if (c->pool) {
-        mb_client_stats st = { 0 };
-        tiers_stats(c, &st);
-        now += (st.pool_mapped - st.pool_live) + (st.slab_mapped - st.slab_live);
-    }
+    uint64_t now = c->fc.bytes_cached + tier_idle;
     if (now == c->cache_reported || c->broken)
         return;
     Mb__Request req = MB__REQUEST__INIT;
@@ -245,6 +240,7 @@ static struct cframe *take_cached(struct frame_cache *fc, size_t bytes, size_t u
     fc->n_cached--;
     fc->n_in_use++;
     fc->bytes_cached -= bytes;
+    fc->last_use_ms = tiers_now_ms();
     return f;
 }
 
@@ -264,7 +260,7 @@ int fcache_take(mb_client *c, size_t n, struct cframe **out)
     if (rc != 0)
         while (i > 0)
             fcache_put(c, out[--i]);
-    fcache_report(c);
+    fcache_report(c, c->tier_idle);
     FC_CHECK(fc);
     return rc;
 }
@@ -339,12 +335,12 @@ int fcache_take_plan(mb_client *c, size_t bytes, struct cframe ***out, size_t *c
     free(orders);
     if (rc != 0) {
         free(fr);
-        fcache_report(c);
+        fcache_report(c, c->tier_idle);
         return rc;
     }
     *out = fr;
     *count = n;
-    fcache_report(c);
+    fcache_report(c, c->tier_idle);
     FC_CHECK(fc);
     return 0;
 }
@@ -359,6 +355,7 @@ void fcache_put(mb_client *c, struct cframe *f)
     fc->n_in_use--;
     fc->n_cached++;
     fc->bytes_cached += f->mem.bytes;
+    fc->last_use_ms = tiers_now_ms();
 }
 
 /* Release the cached frames of a list past the first ones that fit in
@@ -404,7 +401,7 @@ int fcache_trim(mb_client *c, size_t keep_bytes)
     size_t gone = before - fc->bytes_cached;
     if (c->cache_reported != (uint64_t)-1)
         c->cache_reported = c->cache_reported > gone ? c->cache_reported - gone : 0;
-    fcache_report(c);
+    fcache_report(c, c->tier_idle);
     FC_CHECK(fc);
     return rc;
 }

@@ -57,6 +57,7 @@ int stitch_take_large(mb_client *c, size_t bytes, struct stitched **out)
         s->bytes += fr[i]->mem.bytes;
     s->reserved = s->bytes;
     s->imported = false;
+    s->mapped_async = false;
     memcpy(s->frames, fr, n * sizeof(*fr));
     free(fr);
     *out = s;
@@ -98,6 +99,7 @@ int stitch_alloc(mb_client *c, size_t bytes, size_t reserve_bytes, struct stitch
     s->bytes = n * fb;
     s->reserved = cap * fb;
     s->imported = false;
+    s->mapped_async = false;
     int rc = c->be->ops->reserve(c->be, s->reserved, &s->va);
     if (rc != 0) {
         free(s);
@@ -133,6 +135,7 @@ int stitch_adopt(mb_client *c, struct cframe **frames, size_t n, struct stitched
     }
     s->reserved = s->bytes;
     s->imported = true;
+    s->mapped_async = false;
     memcpy(s->frames, frames, n * sizeof(*frames));
     int rc = c->be->ops->reserve(c->be, s->reserved, &s->va);
     if (rc == 0 && (rc = stitch_map(c->be, s, 0, n, 0)) != 0)
@@ -171,11 +174,8 @@ int stitch_grow(mb_client *c, struct stitched **sp, size_t new_bytes)
 
 int stitch_free(mb_client *c, struct stitched *s, void *stream)
 {
-    /* Work that may still use the range must finish before it is unmapped. */
-    int rc = c->be->ops->stream_sync(c->be, stream);
-    if (rc != 0)
-        mb_log(MB_LOG_ERR, "failed to wait for work on a range being freed: %s", mb_strerror(rc));
-    rc = c->be->ops->unmap(c->be, s->va, s->bytes);
+    (void)stream;   /* the caller knows no work uses the range any more */
+    int rc = c->be->ops->unmap(c->be, s->va, s->bytes);
     if (rc != 0)
         return rc;   /* still mapped: keep everything as it is */
     c->be->ops->free_va(c->be, s->va, s->reserved);

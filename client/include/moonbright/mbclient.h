@@ -90,6 +90,11 @@ typedef struct mb_client_stats {
     size_t stitch_live;              /* slow tier (whole stitched ranges) */
     uint64_t daemon_requests;        /* round trips made */
     uint64_t frames_imported;        /* handles received over the channel */
+    size_t bytes_idle;               /* mapped, free, kept for reuse (slab, heap, idle ranges) */
+    uint64_t heap_hits;              /* heap allocations served from mapped memory */
+    uint64_t heap_grants;            /* backing ranges obtained (grant and map) */
+    uint64_t unmaps;                 /* ranges unmapped (trim, reclaim, idle policy, frees of ranges of their own) */
+    uint64_t device_syncs;           /* background device syncs that settled frees on streams */
 } mb_client_stats;
 int mb_stats(mb_client *c, mb_client_stats *out);
 
