@@ -20,7 +20,7 @@
 #include "frame_plan.h"
 #include "log.h"
 
-/* Heap arenas grow by at least this much; larger requests get an arena of
+/* Heap arenas grow by up to this much; larger requests get an arena of
  * their own size (the frame plan's large frames). */
 #define ARENA_BYTES ((size_t)32 << 20)
 #define OWN_ARENA_ABOVE ((size_t)8 << 20)
@@ -90,10 +90,13 @@ static int backing_get(void *ctx, size_t bytes, void **base)
             if ((rc != MB_ENOMEM && rc != MB_EQUOTA) || attempt > 0)
                 break;
             /* Refused for budget or quota: give back this process's own
-             * idle memory first, then try once more. */
+             * idle memory first, then try once more if that freed any. */
+            size_t held = c->fc.bytes_held;
             pthread_mutex_unlock(&c->flock);
             maint_release(c, -1, 0);
             pthread_mutex_lock(&c->flock);
+            if (c->fc.bytes_held >= held)
+                break;
         }
         pthread_mutex_unlock(&c->flock);
         pthread_mutex_lock(&c->lock);
@@ -141,7 +144,12 @@ static int heap_grow(void *ctx, size_t min_bytes, void **base, size_t *bytes)
     mb_client *c = ctx;
     /* Above 8 MiB a request gets an arena of its own size: a fresh large
      * allocation then owns its frames (and can be exported). */
-    size_t want = backing_bytes(c, min_bytes > OWN_ARENA_ABOVE ? min_bytes : ARENA_BYTES);
+    /* Arenas grow with the heap, by a quarter of what it maps (at most
+     * ARENA_BYTES), so a small process holds little more than it uses. */
+    size_t mapped = 0, step;
+    mb_pool_stats(c->pool, NULL, &mapped);
+    step = mapped / 4 > ARENA_BYTES ? ARENA_BYTES : mapped / 4;
+    size_t want = backing_bytes(c, min_bytes > OWN_ARENA_ABOVE || min_bytes > step ? min_bytes : step);
     int rc = backing_get(ctx, want, base);
     if ((rc == MB_ENOMEM || rc == MB_EQUOTA) && want > backing_bytes(c, min_bytes)) {
         /* Near the budget or the tenant's quota: an arena just big enough
