@@ -229,6 +229,12 @@ static struct amap *amap_get(mb_client *c)
     return NULL;
 }
 
+bool amap_has_error(mb_client *c)
+{
+    struct amap *a = find(c, false);
+    return a && __atomic_load_n(&a->error, __ATOMIC_ACQUIRE) != 0;
+}
+
 int amap_take_error(mb_client *c)
 {
     struct amap *a = find(c, false);
@@ -319,7 +325,7 @@ int amap_alloc(mb_client *c, size_t size, void *stream, struct stitched **out)
             return rc;
         }
     }
-    c->st.bytes_mapped += s->bytes;
+    c->fst.bytes_mapped += s->bytes;
     *out = s;
     return 0;
 }

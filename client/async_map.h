@@ -59,6 +59,8 @@ void amap_settle(mb_client *c, struct stitched *s, bool *failed, bool *unmapped)
 /* 0, or the first mapping failure not reported yet (cleared by this call;
  * stored in c->sticky when that is 0). */
 int amap_take_error(mb_client *c);
+/* Is there a failure amap_take_error would return? (No lock.) */
+bool amap_has_error(mb_client *c);
 /* Wait for every mapping in flight, stop the mapper, free its state. */
 void amap_close(mb_client *c);
 /* Ranges being mapped now (for stats and tests). */

@@ -87,7 +87,7 @@ int mb_open(mb_client **out, const char *tenant_name)
         free(c);
         return rc;
     }
-    if ((rc = tiers_init(c)) != 0 || (rc = maint_start(c)) != 0) {
+    if ((rc = tiers_init(c)) != 0 || (rc = tc_client_init(c)) != 0 || (rc = maint_start(c)) != 0) {
         mb_log(MB_LOG_ERR, "failed to set up the allocator tiers: %s", mb_strerror(rc));
         mb_close(c);
         return rc;
@@ -102,6 +102,8 @@ void mb_close(mb_client *c)
     if (!c)
         return;
     maint_stop(c);
+    if (c->tc_reg)
+        tc_flush_every_thread(c, true);
     amap_close(c);
     /* Work that may still use this process's memory finishes first. */
     if (c->be->ops->device_sync)
@@ -126,6 +128,7 @@ void mb_close(mb_client *c)
     }
     ptrmap_destroy(&c->live);
     ptrmap_destroy(&c->backing);
+    tc_client_free(c);
     /* Handles go first; closing the channel then ends the session and the
      * daemon takes every frame back. */
     fcache_release_all(c);
@@ -181,6 +184,9 @@ static int do_malloc(mb_client *c, size_t size, void *stream, bool sync, void **
 {
     if (!c || !ptr || size == 0)
         return MB_EINVAL;
+    /* Small objects: the calling thread's cache, no shared lock. */
+    if (size <= c->slab_max && !amap_has_error(c))
+        return tc_alloc(c, size, stream, sync, ptr);
     pthread_mutex_lock(&c->lock);
     int rc = amap_take_error(c);   /* no lock of its own unless a map failed */
     if (rc == 0 && (rc = c->sticky) == 0) {
@@ -188,6 +194,9 @@ static int do_malloc(mb_client *c, size_t size, void *stream, bool sync, void **
             struct stitched *s;
             if ((rc = own_range(c, size, size, stream, &s)) == 0)
                 *ptr = s->va;
+        } else if (size <= c->slab_max) {
+            pthread_mutex_unlock(&c->lock);
+            return tc_alloc(c, size, stream, sync, ptr);
         } else {
             rc = tiers_alloc(c, size, stream, sync, ptr);
         }
@@ -204,8 +213,11 @@ static int do_free(mb_client *c, void *ptr, void *stream)
         return MB_EINVAL;
     if (!ptr)
         return 0;
+    int rc = tc_free(c, ptr, stream);
+    if (rc <= 0)
+        return rc;            /* a slab object (or a double free of one) */
     pthread_mutex_lock(&c->lock);
-    int rc = tiers_free(c, ptr, stream);
+    rc = tiers_free(c, ptr, stream);
     struct stitched *s;
     if (rc == MB_ENOENT && (s = ptrmap_del(&c->live, ptr)) != NULL) {
         c->st.stitch_live -= s->bytes;
@@ -282,6 +294,8 @@ size_t mb_usable_size(mb_client *c, const void *ptr)
 {
     if (!c || !ptr)
         return 0;
+    if (tc_is_object(c, ptr))
+        return tc_usable(c, ptr);
     pthread_mutex_lock(&c->lock);
     size_t sz = tiers_usable_size(c, ptr);
     if (sz == 0) {
@@ -296,6 +310,8 @@ int mb_trim(mb_client *c, size_t keep_bytes)
 {
     if (!c)
         return MB_EINVAL;
+    if (c->tc_reg)
+        tc_flush_every_thread(c, false);   /* thread caches hold slab objects */
     return maint_release(c, -1, keep_bytes);
 }
 
@@ -303,14 +319,20 @@ int mb_stats(mb_client *c, mb_client_stats *out)
 {
     if (!c || !out)
         return MB_EINVAL;
+    size_t cached = c->tc_reg ? tc_cached_bytes(c) : 0;
     pthread_mutex_lock(&c->lock);
     *out = c->st;
     tiers_stats(c, out);
     pthread_mutex_unlock(&c->lock);
+    /* objects in thread caches are free, though the slab counts them live */
+    cached = cached < out->slab_live ? cached : out->slab_live;
+    out->slab_live -= cached;
+    out->bytes_idle += cached;
     pthread_mutex_lock(&c->flock);
-    out->bytes_mapped = c->st.bytes_mapped;
-    out->daemon_requests = c->st.daemon_requests;
-    out->frames_imported = c->st.frames_imported;
+    out->bytes_mapped = c->fst.bytes_mapped;
+    out->daemon_requests = c->fst.daemon_requests;
+    out->frames_imported = c->fst.frames_imported;
+    out->unmaps = c->fst.unmaps;
     out->bytes_cached = c->fc.bytes_cached;
     out->bytes_granted = c->fc.bytes_held;
     pthread_mutex_unlock(&c->flock);

@@ -63,16 +63,15 @@ struct stitched {
     struct cframe *frames[];     /* frames[i] mapped right after frames[i-1] */
 };
 
-/* Slab objects freed on one stream, reusable together once the fence
- * completes: an event recorded on the stream by the free that filled the
- * batch, or (ev NULL) a device-sync ticket. */
+/* Slab objects a thread cache gave back while their stream's work may
+ * still run, reusable together once the fence completes: an event recorded
+ * on the stream, or (ev NULL) a device-sync ticket. */
 struct sdefer {
-    void *stream;
     void *ev;
-    uint64_t ticket;             /* ev == NULL: done once c->synced >= ticket (0: open) */
+    uint64_t ticket;             /* ev == NULL: done once c->synced >= ticket */
     uint32_t n;
-    void *ptrs[64];
     struct sdefer *next;
+    void *ptrs[];
 };
 
 /* A backing range a tier gave back: still mapped, reused by the next
@@ -101,6 +100,7 @@ struct ptrmap {
 
 /* Layers, top to bottom; a layer calls only the ones below it:
  *   client.c, share.c, torch.c   public API
+ *   tcache.c                     per-thread caches of slab objects
  *   tiers.c (slab.c, pool.c)     allocator tiers over mapped ranges
  *   maint.c                      the background thread: notices, idle
  *                                policy, device-sync fences, retiring ranges
@@ -154,16 +154,23 @@ struct mb_client {
     struct ptrmap backing;       /* slab chunks and heap arenas: base -> stitched */
     struct idle_range *idle;     /* backing ranges given back, still mapped */
     size_t idle_bytes;
-    struct sdefer *sd_open;      /* per stream, the batch being filled */
-    struct sdefer *sd_fenced, **sd_fenced_tail;
-    struct ptrmap deferred_set;  /* slab objects freed on a stream, not yet reusable */
-    size_t n_deferred;
+    struct sdefer *sd_fenced, **sd_fenced_tail;   /* FIFO */
+    size_t n_deferred;           /* objects in sd_fenced */
     uint64_t sync_ticket, synced;/* device-sync fences: issued, completed */
     bool want_sync;              /* an allocation missed while frees were unsettled */
     struct retiring *retiring;   /* ranges of their own waiting for their stream */
+    /* per-thread caches of slab objects (tcache.c) */
+    uint64_t cid;                /* unique per client, never reused */
+    struct tc_reg *tc_reg;       /* chunk registry */
+    struct tcache *tcaches;      /* every thread's cache for this client */
+    int slab_err;                /* why the last refill got nothing */
     int sticky;                  /* first error of work that failed after its call returned */
     struct amap *amap;           /* stream-ordered mapper (async_map.c), once started */
-    mb_client_stats st;
+    mb_client_stats st;          /* the tiers' counters (lock) */
+    struct {                     /* the frame layer's counters (flock) */
+        size_t bytes_mapped;
+        uint64_t daemon_requests, frames_imported, unmaps;
+    } fst;
 };
 
 /* rpc.c (flock held by every caller) */
@@ -227,7 +234,8 @@ int share_free_imported(mb_client *c, struct stitched *s, void *stream);
 /* tiers.c (c->lock held by every caller) */
 int tiers_init(mb_client *c);
 void tiers_destroy(mb_client *c);
-/* 0 and *ptr set, or an error. sync: the memory must be free of any
+/* The heap (sizes above slab_max; the slab is reached through tcache.c).
+ * 0 and *ptr set, or an error. sync: the memory must be free of any
  * stream's earlier work (mb_malloc). */
 int tiers_alloc(mb_client *c, size_t size, void *stream, bool sync, void **ptr);
 /* 0, or MB_ENOENT when ptr is not a live tier object. */
@@ -252,6 +260,32 @@ bool tiers_unsettled(mb_client *c);
 void tiers_stats(mb_client *c, mb_client_stats *st);
 int64_t tiers_now_ms(void);
 
+/* Refill and flush of the thread caches (c->lock held): take up to n
+ * objects of class size (0 taken: c->slab_err says why); give n back,
+ * ready ones (pending false) at once, pending ones under ev (owned from
+ * now on) or, with ev NULL, a device-sync fence. */
+size_t tiers_slab_take(mb_client *c, size_t size, size_t n, void **out);
+void tiers_slab_put(mb_client *c, void **ptrs, size_t n, void *ev, bool pending);
+
+/* tcache.c: per-thread caches in front of the slab (no lock held). */
+int tc_client_init(mb_client *c);
+void tc_client_free(mb_client *c);
+/* 0 and *ptr, MB_ENOENT when this thread has no cache (take the shared
+ * path), or an error. size <= c->slab_max. */
+int tc_alloc(mb_client *c, size_t size, void *stream, bool sync, void **ptr);
+/* 0, MB_ENOENT for a slab object that is not live (a double free), 1 when
+ * ptr is no slab object. */
+int tc_free(mb_client *c, void *ptr, void *stream);
+size_t tc_usable(mb_client *c, const void *ptr);
+bool tc_is_object(mb_client *c, const void *ptr);
+/* Flush every thread's cache into the shared slab (detach: the client is
+ * closing). c->lock not held. */
+void tc_flush_every_thread(mb_client *c, bool detach);
+size_t tc_cached_bytes(mb_client *c);
+/* The chunk registry (c->lock held). */
+int tc_chunk_add(mb_client *c, void *base, unsigned cls, size_t size, size_t chunk_bytes);
+void tc_chunk_del(mb_client *c, void *base);
+
 /* maint.c: the background thread and the ranges of their own. */
 int maint_start(mb_client *c);
 void maint_stop(mb_client *c);
@@ -260,7 +294,8 @@ void maint_stop(mb_client *c);
 int maint_retire(mb_client *c, struct stitched *s, void *stream, bool unmapped);
 /* Give back idle memory: settle frees on streams (device sync), trim the
  * tiers, unmap idle ranges (idle_ms >= 0: idle that long), return cached
- * frames above keep_bytes. Takes the locks itself. */
+ * frames above keep_bytes. Takes the locks itself; leaves thread caches
+ * alone (tc_flush_every_thread first, where the caller holds none). */
 int maint_release(mb_client *c, int64_t idle_ms, size_t keep_bytes);
 /* Unmap and drop retiring ranges whose work is done (all, with wait). */
 void maint_reap_retiring(mb_client *c, bool wait);

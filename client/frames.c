@@ -134,7 +134,7 @@ static int receive_frames(mb_client *c, const Mb__Frame *const *fr, size_t n, st
                 continue;
             }
             c->fc.n_in_use++;
-            c->st.frames_imported++;
+            c->fst.frames_imported++;
             out[got++] = f;
         }
     }

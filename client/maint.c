@@ -58,7 +58,7 @@ static void drop_range(mb_client *c, struct stitched *s, bool unmapped)
         c->be->ops->free_va(c->be, s->va, s->reserved);
         for (size_t i = 0; i < s->n; i++)
             fcache_put(c, s->frames[i]);
-        c->st.bytes_mapped -= s->bytes;
+        c->fst.bytes_mapped -= s->bytes;
         free(s);
     } else if (stitch_free(c, s, NULL) != 0) {
         mb_log(MB_LOG_ERR, "failed to unmap a range at %p: it stays mapped", s->va);
@@ -89,7 +89,7 @@ void maint_reap_retiring(mb_client *c, bool wait)
         if (r->ev)
             c->be->ops->event_destroy(c->be, r->ev);
         drop_range(c, r->s, r->unmapped);
-        c->st.unmaps++;
+        c->fst.unmaps++;
         free(r);
     }
     pthread_mutex_unlock(&c->flock);
@@ -129,12 +129,11 @@ int maint_release(mb_client *c, int64_t idle_ms, size_t keep_bytes)
     tiers_trim(c, idle_ms);
     struct stitched **v;
     size_t n = tiers_take_idle(c, idle_ms, t0, &v);
-    c->st.unmaps += n;
-    c->tier_idle = 0;
     mb_client_stats st = { 0 };
     tiers_stats(c, &st);
     pthread_mutex_unlock(&c->lock);
     pthread_mutex_lock(&c->flock);
+    c->fst.unmaps += n;
     for (size_t i = 0; i < n; i++)
         if (stitch_free(c, v[i], NULL) != 0)
             mb_log(MB_LOG_ERR, "failed to unmap an idle range at %p: it stays mapped", v[i]->va);
@@ -158,6 +157,8 @@ static void answer_reclaim(mb_client *c, uint64_t want)
     size_t cached = c->fc.bytes_cached;
     pthread_mutex_unlock(&c->flock);
     size_t keep = want == 0 || want >= cached ? 0 : cached - want;
+    if (c->tc_reg)
+        tc_flush_every_thread(c, false);   /* thread caches hold slab objects */
     maint_release(c, -1, keep);
     pthread_mutex_lock(&c->flock);
     c->cache_reported = (uint64_t)-1;   /* always answer with a report */

@@ -226,7 +226,7 @@ int rpc_call(mb_client *c, Mb__Request *req, Mb__Reply **out)
     int rc = mb_wire_send_request(c->dealer, req);
     if (rc == 0)
         rc = mb_wire_recv_reply(c->dealer, req->id, c->timeout_ms, out, on_notice, c);
-    c->st.daemon_requests++;
+    c->fst.daemon_requests++;
     if (rc == MB_EUNAVAIL) {
         mb_log(MB_LOG_WARN, "moonbrightd did not answer within %d ms", c->timeout_ms);
         return rc;

@@ -128,7 +128,7 @@ int share_free_imported(mb_client *c, struct stitched *s, void *stream)
     if ((rc = c->be->ops->unmap(c->be, s->va, s->bytes)) != 0)
         return rc;
     c->be->ops->free_va(c->be, s->va, s->reserved);
-    c->st.bytes_mapped -= s->bytes;
+    c->fst.bytes_mapped -= s->bytes;
     uint32_t *ids = malloc(s->n * sizeof(*ids));
     for (size_t i = 0; i < s->n; i++) {
         if (ids)

@@ -79,7 +79,7 @@ int stitch_alloc_large(mb_client *c, size_t bytes, struct stitched **out)
         free(s);
         return rc;
     }
-    c->st.bytes_mapped += s->bytes;
+    c->fst.bytes_mapped += s->bytes;
     *out = s;
     return 0;
 }
@@ -114,7 +114,7 @@ int stitch_alloc(mb_client *c, size_t bytes, size_t reserve_bytes, struct stitch
         free(s);
         return rc;
     }
-    c->st.bytes_mapped += s->bytes;
+    c->fst.bytes_mapped += s->bytes;
     *out = s;
     return 0;
 }
@@ -144,7 +144,7 @@ int stitch_adopt(mb_client *c, struct cframe **frames, size_t n, struct stitched
         free(s);
         return rc;
     }
-    c->st.bytes_mapped += s->bytes;
+    c->fst.bytes_mapped += s->bytes;
     *out = s;
     return 0;
 }
@@ -166,7 +166,7 @@ int stitch_grow(mb_client *c, struct stitched **sp, size_t new_bytes)
             fcache_put(c, s->frames[i]);
         return rc;
     }
-    c->st.bytes_mapped += (n - s->n) * fb;
+    c->fst.bytes_mapped += (n - s->n) * fb;
     s->n = n;
     s->bytes = n * fb;
     return 0;
@@ -197,7 +197,7 @@ int stitch_free(mb_client *c, struct stitched *s, void *stream)
     if (n_shared)
         rc = fcache_return_ids(c, ids, n_shared);
     free(ids);
-    c->st.bytes_mapped -= s->bytes;
+    c->fst.bytes_mapped -= s->bytes;
     free(s);
     return rc;
 }

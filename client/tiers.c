@@ -1,7 +1,7 @@
 /* tiers.c: the allocator tiers over mapped memory: the slab (small objects)
  * and the heap (mb_pool: best fit with coalescing and stream-ordered reuse,
- * every size above the slab's), their backing ranges, the slab's
- * stream-ordered frees (batched under one event per stream), the idle
+ * every size above the slab's), their backing ranges, the slab objects
+ * thread caches flushed while their stream's work may still run, the idle
  * ranges kept mapped for reuse, and the device-sync fences that settle frees
  * on streams the application may have destroyed.
  *
@@ -24,8 +24,6 @@
  * their own size (the frame plan's large frames). */
 #define ARENA_BYTES ((size_t)32 << 20)
 #define OWN_ARENA_ABOVE ((size_t)8 << 20)
-/* Slab objects freed on a stream: one event per this many. */
-#define SD_BATCH 64
 
 int64_t tiers_now_ms(void)
 {
@@ -139,6 +137,14 @@ static size_t backing_bytes(const mb_client *c, size_t bytes)
     return (size_t)covered;
 }
 
+/* A slab chunk goes back: it leaves the chunk registry first. */
+static void slab_chunk_put(void *ctx, void *base, size_t bytes)
+{
+    mb_client *c = ctx;
+    tc_chunk_del(c, base);
+    backing_put(ctx, base, bytes);
+}
+
 static int heap_grow(void *ctx, size_t min_bytes, void **base, size_t *bytes)
 {
     mb_client *c = ctx;
@@ -194,7 +200,7 @@ int tiers_init(mb_client *c)
 {
     size_t fb = c->frame_bytes;
     if ((fb & (fb - 1)) == 0 && fb >= MB_SLAB_MIN_CHUNK && fb <= MB_SLAB_MAX_CHUNK) {
-        int rc = mb_slab_new(&c->slab, fb, backing_get, backing_put, c);
+        int rc = mb_slab_new(&c->slab, fb, backing_get, slab_chunk_put, c);
         if (rc != 0)
             return rc;
         c->slab_max = mb_slab_max_size(c->slab);
@@ -204,7 +210,7 @@ int tiers_init(mb_client *c)
     return mb_pool_new(&c->pool, host_backend(c) ? &heap_ops_host : &heap_ops_streams, c, 256, fb);
 }
 
-/* ---- the slab's stream-ordered frees ---- */
+/* ---- slab objects waiting for their stream's work ---- */
 
 static bool sd_done(mb_client *c, const struct sdefer *d)
 {
@@ -213,35 +219,12 @@ static bool sd_done(mb_client *c, const struct sdefer *d)
 
 static void sd_release(mb_client *c, struct sdefer *d)
 {
-    for (uint32_t i = 0; i < d->n; i++) {
-        ptrmap_del(&c->deferred_set, d->ptrs[i]);
+    for (uint32_t i = 0; i < d->n; i++)
         mb_slab_release(c->slab, d->ptrs[i]);
-    }
     c->n_deferred -= d->n;
     if (d->ev)
         c->be->ops->event_destroy(c->be, d->ev);
     free(d);
-}
-
-/* Close d (an open batch of d->stream) with an event recorded now, or with
- * a device-sync ticket; it joins the fenced list. */
-static int sd_fence(mb_client *c, struct sdefer *d, uint64_t ticket)
-{
-    if (!ticket) {
-        int rc = ev_record(c, d->stream, &d->ev);
-        if (rc != 0)
-            return rc;
-    }
-    d->ticket = ticket;
-    for (struct sdefer **pp = &c->sd_open; *pp; pp = &(*pp)->next)
-        if (*pp == d) {
-            *pp = d->next;
-            break;
-        }
-    d->next = NULL;
-    *c->sd_fenced_tail = d;
-    c->sd_fenced_tail = &d->next;
-    return 0;
 }
 
 /* Release the slab objects of every fenced batch known complete. */
@@ -260,41 +243,58 @@ static void sd_reap(mb_client *c)
     }
 }
 
-static int sd_free(mb_client *c, void *ptr, void *stream)
+size_t tiers_slab_take(mb_client *c, size_t size, size_t n, void **out)
 {
-    if (ptrmap_get(&c->deferred_set, ptr))
-        return MB_ENOENT;                   /* already freed on a stream */
-    struct sdefer *d = c->sd_open;
-    while (d && d->stream != stream)
-        d = d->next;
-    if (!d) {
-        if (!(d = calloc(1, sizeof(*d))))
-            return MB_ENOMEM;
-        d->stream = stream;
-        d->next = c->sd_open;
-        c->sd_open = d;
+    if (c->n_deferred)
+        sd_reap(c);
+    size_t k = 0;
+    c->slab_err = 0;
+    for (; k < n; k++) {
+        int rc = mb_slab_alloc(c->slab, size, &out[k]);
+        if (rc == 0) {
+            uintptr_t base = (uintptr_t)out[k] & ~(uintptr_t)(c->frame_bytes - 1);
+            rc = tc_chunk_add(c, (void *)base, mb_slab_class_of(c->slab, size), size, c->frame_bytes);
+            if (rc != 0)
+                mb_slab_release(c->slab, out[k]);
+        }
+        if (rc != 0) {
+            c->slab_err = rc;
+            break;
+        }
     }
-    int rc = ptrmap_put(&c->deferred_set, ptr, d);
-    if (rc != 0)
-        return rc;
-    d->ptrs[d->n++] = ptr;
-    c->n_deferred++;
-    /* A full batch gets its event now, while this call vouches for the
-     * stream; a failure leaves it to a device-sync fence. */
-    if (d->n == SD_BATCH && sd_fence(c, d, 0) != 0)
-        c->want_sync = true;
-    return 0;
+    return k;
+}
+
+void tiers_slab_put(mb_client *c, void **ptrs, size_t n, void *ev, bool pending)
+{
+    if (!pending || n == 0) {
+        for (size_t i = 0; i < n; i++)
+            mb_slab_release(c->slab, ptrs[i]);
+        if (ev)
+            c->be->ops->event_destroy(c->be, ev);
+        return;
+    }
+    struct sdefer *d = calloc(1, sizeof(*d) + n * sizeof(void *));
+    if (!d) {
+        /* No memory to keep them apart: they stay out of use. */
+        mb_log(MB_LOG_ERR, "failed to defer %zu freed objects: out of memory", n);
+        if (ev)
+            c->be->ops->event_destroy(c->be, ev);
+        return;
+    }
+    memcpy(d->ptrs, ptrs, n * sizeof(void *));
+    d->n = (uint32_t)n;
+    d->ev = ev;
+    d->ticket = ev ? 0 : ++c->sync_ticket;   /* settled by the next device sync */
+    *c->sd_fenced_tail = d;
+    c->sd_fenced_tail = &d->next;
+    c->n_deferred += n;
 }
 
 /* ---- allocation and free ---- */
 
 int tiers_alloc(mb_client *c, size_t size, void *stream, bool sync, void **ptr)
 {
-    if (c->slab && size <= c->slab_max) {
-        if (c->n_deferred >= SD_BATCH)
-            sd_reap(c);
-        return mb_slab_alloc(c->slab, size, ptr);
-    }
     uint64_t misses = mb_pool_misses(c->pool);
     int rc = mb_pool_alloc(c->pool, size, sync ? MB_POOL_SYNC : stream, ptr);
     if (mb_pool_misses(c->pool) == misses)
@@ -306,26 +306,13 @@ int tiers_alloc(mb_client *c, size_t size, void *stream, bool sync, void **ptr)
 
 int tiers_free(mb_client *c, void *ptr, void *stream)
 {
-    size_t sz;
-    if (c->slab && mb_slab_usable_size(c->slab, ptr, &sz) == 0) {
-        if (host_backend(c)) {
-            if (ptrmap_get(&c->deferred_set, ptr))
-                return MB_ENOENT;
-            return mb_slab_release(c->slab, ptr);
-        }
-        return sd_free(c, ptr, stream);
-    }
     return mb_pool_release(c->pool, ptr, stream);
 }
 
 size_t tiers_usable_size(mb_client *c, const void *ptr)
 {
     size_t sz = 0;
-    if (c->slab && mb_slab_usable_size(c->slab, ptr, &sz) == 0)
-        return ptrmap_get(&c->deferred_set, ptr) ? 0 : sz;
-    if (mb_pool_usable_size(c->pool, ptr, &sz) == 0)
-        return sz;
-    return 0;
+    return mb_pool_usable_size(c->pool, ptr, &sz) == 0 ? sz : 0;
 }
 
 int tiers_adopt(mb_client *c, struct stitched *s, void *stream)
@@ -351,9 +338,7 @@ int tiers_detach(mb_client *c, void *ptr, struct stitched **out)
 
 uint64_t tiers_sync_begin(mb_client *c, uint64_t *pool_ticket)
 {
-    uint64_t ticket = ++c->sync_ticket;
-    while (c->sd_open)
-        sd_fence(c, c->sd_open, ticket);
+    uint64_t ticket = ++c->sync_ticket;   /* covers every ticket issued before it */
     *pool_ticket = mb_pool_sync_begin(c->pool);
     c->want_sync = false;
     return ticket;
@@ -371,7 +356,7 @@ bool tiers_unsettled(mb_client *c)
 {
     bool unfenced = false;
     mb_pool_pending(c->pool, &unfenced);
-    return unfenced || c->sd_open != NULL;
+    return unfenced || c->sync_ticket > c->synced;
 }
 
 void tiers_trim(mb_client *c, int64_t idle_ms)
@@ -423,13 +408,10 @@ void tiers_stats(mb_client *c, mb_client_stats *st)
 
 void tiers_destroy(mb_client *c)
 {
-    while (c->sd_open)
-        sd_fence(c, c->sd_open, ++c->sync_ticket);
     c->synced = c->sync_ticket;   /* the caller synchronised the device */
     sd_reap(c);
     mb_slab_free(c->slab);
     mb_pool_free(c->pool);
     c->slab = NULL;
     c->pool = NULL;
-    ptrmap_destroy(&c->deferred_set);
 }

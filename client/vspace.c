@@ -262,7 +262,7 @@ static int pool_grow(struct vs_pool *p, size_t pages)
     x->next = p->extents;
     p->extents = x;
     p->n_total += np;
-    c->st.bytes_mapped += n * fb;
+    c->fst.bytes_mapped += n * fb;
     return 0;
 }
 
@@ -352,7 +352,7 @@ static void pool_trim(struct vs_pool *p, size_t keep)
             fcache_put(c, x->frames[f]);
             x->frames[f] = NULL;
             x->live--;
-            c->st.bytes_mapped -= fb;
+            c->fst.bytes_mapped -= fb;
         }
         free(cnt);
         if (x->live == 0) {
