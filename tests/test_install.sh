@@ -28,6 +28,18 @@ lib=$(find "$dest" -name 'libmbclient.so*' | head -n 1)
 [ -n "$lib" ] || fail "no libmbclient.so installed"
 conf=$(find "$dest" -name moonbrightd.conf | head -n 1)
 [ -n "$conf" ] || fail "no moonbrightd.conf installed"
+# A system prefix puts the config in /etc, where the daemon looks by default.
+case $prefix in
+/usr|/usr/local)
+    [ "$conf" = "$dest/etc/moonbright/moonbrightd.conf" ] || fail "config installed at $conf, not /etc/moonbright"
+    "$root/bin/moonbrightd" --help | grep -q "default /etc/moonbright/moonbrightd.conf" \
+        || fail "the installed moonbrightd does not default to /etc/moonbright/moonbrightd.conf"
+    ;;
+esac
+# A reinstall keeps an edited config.
+echo "# edited" >> "$conf"
+DESTDIR=$dest cmake --install "$build" >/dev/null || fail "second cmake --install failed"
+grep -q "^# edited" "$conf" || fail "a reinstall overwrote the edited $conf"
 
 cat > "$dest/app.c" <<'APP'
 #include <stdio.h>
@@ -61,7 +73,7 @@ if ldd "$lib" | grep -q libubsan; then san="$san -fsanitize=undefined"; fi
 
 mkdir -p "$rt"
 "$root/bin/moonbrightd" --foreground --config "$conf" --backend host --runtime-dir "$rt" \
-    --budget 64M --log-level warn &
+    --budget 64M --log-level info 2>"$dest/daemon.log" &
 pid=$!
 i=0
 until "$root/bin/mbctl" --runtime-dir "$rt" status >/dev/null 2>&1; do
@@ -76,4 +88,6 @@ out=$(LD_LIBRARY_PATH=$(dirname "$lib") MOONBRIGHT_RUNTIME_DIR=$rt ASAN_OPTIONS=
 kill "$pid"
 wait "$pid" || fail "moonbrightd exited with $?"
 pid=
+grep -q "serving device 0 .*config $conf\$" "$dest/daemon.log" \
+    || fail "the start-up line does not name $conf: $(cat "$dest/daemon.log")"
 echo "test_install: installed library, header, pkg-config file and daemon work"
