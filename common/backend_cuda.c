@@ -12,7 +12,7 @@
 
 #include <cuda.h>
 
-#include <moonbright/mbclient.h>
+#include <moonbright/status.h>
 
 #include "log.h"
 

@@ -12,7 +12,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include <moonbright/mbclient.h>
+#include <moonbright/status.h>
 
 #include "log.h"
 #include "size.h"

@@ -11,7 +11,7 @@
 #include <unistd.h>
 #include <string.h>
 
-#include <moonbright/mbclient.h>
+#include <moonbright/status.h>
 
 #include "daemon.h"
 #include "log.h"

@@ -9,7 +9,7 @@
 
 #include <cuda_runtime.h>
 
-#include <moonbright/mbclient.h>
+#include <moonbright/status.h>
 
 #include "mb_vspace.cuh"
 
