@@ -41,6 +41,34 @@ echo "# edited" >> "$conf"
 DESTDIR=$dest cmake --install "$build" >/dev/null || fail "second cmake --install failed"
 grep -q "^# edited" "$conf" || fail "a reinstall overwrote the edited $conf"
 
+# moonbright_torch: installed as a package that python3 finds (a .pth in its
+# site-packages names the package's directory), importable without torch,
+# and it finds the libmbclient installed with it.
+if command -v python3 >/dev/null 2>&1; then
+    pydir=$(find "$dest" -type d -name moonbright_torch | head -n 1)
+    [ -n "$pydir" ] || fail "moonbright_torch is not installed"
+    pth=$(find "$dest" -name moonbright.pth | head -n 1)
+    [ -n "$pth" ] || fail "no moonbright.pth installed"
+    [ "$dest$(cat "$pth")" = "$(dirname "$pydir")" ] || fail "moonbright.pth names $(cat "$pth"), not $(dirname "$pydir")"
+    purelib=$(python3 -c "import sysconfig; print(sysconfig.get_path('purelib'))")
+    [ "$(dirname "$pth")" = "$dest$purelib" ] || fail "moonbright.pth is in $(dirname "$pth"), not python3's $purelib"
+    got=$(cd / && env -u MOONBRIGHT_LIB PYTHONPATH="$(dirname "$pydir")" python3 -c '
+import sys
+sys.modules["torch"] = None          # as if PyTorch were not installed
+import moonbright_torch
+print(moonbright_torch.library_path())
+try:
+    moonbright_torch.enable()
+except RuntimeError as e:
+    print("enable:", e)
+') || fail "import moonbright_torch failed: $got"
+    want=$(readlink -f "$lib")
+    [ "$(readlink -f "$(echo "$got" | head -n 1)")" = "$want" ] \
+        || fail "moonbright_torch.library_path() gave '$got', not the installed $want"
+    echo "$got" | grep -q "enable: moonbright_torch.enable() needs PyTorch" \
+        || fail "enable() without torch did not say it needs PyTorch: $got"
+fi
+
 cat > "$dest/app.c" <<'APP'
 #include <stdio.h>
 #include <string.h>
