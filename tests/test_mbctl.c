@@ -297,8 +297,9 @@ static void stale_runtime_dir(void **state)
         clock_gettime(CLOCK_MONOTONIC, &t1);
         if (!strstr(buf, want))
             fail_msg("mbctl %s said '%s', not '%s'", runs[i][0], buf, want);
-        /* Sanity only: far below the default 3 s reply timeout. */
-        assert_true(t1.tv_sec - t0.tv_sec < 2);
+        /* Sanity only: an answer at all proves the hour-long timeout was
+         * not waited out; this bound is far from any machine's speed. */
+        assert_true(t1.tv_sec - t0.tv_sec < 60);
     }
     assert_int_equal(mbt_daemon_wait(&d, 5000), 128 + SIGKILL);
 }
