@@ -100,8 +100,9 @@ static void prom_label(const char *s)
 
 /* A daemon killed with SIGKILL leaves its sockets behind, and ZeroMQ would
  * wait the whole timeout for an answer: the lock file names the daemon's
- * pid, so a pid that is gone (or is another program now) means "not
- * running" at once. 0 when a daemon may be running. */
+ * pid, so a pid that is gone (or is another program now), with a handle
+ * channel that refuses connections, means "not running" at once. 0 when a
+ * daemon may be running. */
 static int check_lock_pid(const struct ctl *ctl)
 {
     char path[300], buf[32] = "";
@@ -135,6 +136,20 @@ static int check_lock_pid(const struct ctl *ctl)
     }
     if (!gone)
         return 0;
+    /* A daemon in another pid namespace has a pid we cannot see: its
+     * handle channel still accepts, a dead daemon's refuses at once. */
+    char chan[256];
+    if (mb_chan_path(chan, sizeof(chan), ctl->runtime_dir, ctl->device) == 0) {
+        struct sockaddr_un sa;
+        mb_chan_sockaddr(&sa, chan);
+        int s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+        bool refused = s >= 0 && connect(s, (struct sockaddr *)&sa, sizeof(sa)) != 0 &&
+                       errno == ECONNREFUSED;
+        if (s >= 0)
+            close(s);
+        if (!refused)
+            return 0;
+    }
     fprintf(stderr, "mbctl: moonbrightd (pid %ld) is not running for device %d (stale sockets in %s)\n",
             pid, ctl->device, ctl->runtime_dir);
     return EXIT_NODAEMON;
