@@ -9,6 +9,7 @@
 #include "client.h"
 #include "frame_plan.h"
 #include "log.h"
+#include "protocol.h"
 
 #ifdef MB_DEBUG
 #define FC_CHECK(fc) do { if (!fcache_is_valid(fc)) abort(); } while (0)
@@ -41,11 +42,11 @@ static int hold(struct frame_cache *fc, struct cframe *f)
 static int return_ids(mb_client *c, uint32_t *ids, size_t n)
 {
     int rc = 0;
-    for (size_t off = 0; off < n; off += 4096) {
+    for (size_t off = 0; off < n; off += MB_RETURN_MAX_IDS) {
         Mb__Request req = MB__REQUEST__INIT;
         Mb__Return r = MB__RETURN__INIT;
         r.ids = ids + off;
-        r.n_ids = n - off < 4096 ? n - off : 4096;
+        r.n_ids = n - off < MB_RETURN_MAX_IDS ? n - off : MB_RETURN_MAX_IDS;
         req.body_case = MB__REQUEST__BODY_RET;
         req.ret = &r;
         Mb__Reply *rep;
@@ -252,7 +253,7 @@ int fcache_take(mb_client *c, size_t n, struct cframe **out)
         out[i] = take_cached(fc, c->frame_bytes, c->frame_bytes);
     int rc = 0;
     while (rc == 0 && i < n) {
-        size_t chunk = n - i < 256 ? n - i : 256;
+        size_t chunk = n - i < MB_GRANT_MAX_FRAMES ? n - i : MB_GRANT_MAX_FRAMES;
         rc = grant(c, (uint64_t)chunk * c->frame_bytes, false, chunk, NULL, out + i);
         if (rc == 0)
             i += chunk;

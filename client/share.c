@@ -14,6 +14,10 @@
 
 #include "client.h"
 #include "log.h"
+#include "protocol.h"
+
+_Static_assert(sizeof(((mb_share_token *)0)->bytes) == MB_SHARE_TOKEN_BYTES,
+               "mb_share_token carries the protocol's share token");
 
 static int export(mb_client *c, void *ptr, bool restrict_uid, uint32_t uid, mb_share_token *out)
 {

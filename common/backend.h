@@ -95,6 +95,7 @@ struct mb_backend {
     const char *name;                  /* "cuda" or "host" */
     int device;                        /* ordinal this backend serves */
     size_t granularity;                /* smallest mem size, a power of two */
+    uint64_t total_bytes;              /* device memory (host: physical memory); 0 unknown */
     const struct mb_backend_ops *ops;
     void *priv;
 };

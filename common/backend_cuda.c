@@ -12,7 +12,7 @@
 
 #include <cuda.h>
 
-#include <moonbright/mbclient.h>
+#include <moonbright/status.h>
 
 #include "log.h"
 
@@ -31,7 +31,8 @@
     X(cuMemAddressFree) X(cuMemMap) X(cuMemUnmap) X(cuMemSetAccess) X(cuMemsetD8Async)             \
     X(cuStreamCreate) X(cuStreamDestroy) X(cuStreamSynchronize) X(cuCtxSynchronize) X(cuEventCreate)                   \
     X(cuEventDestroy) X(cuEventRecord) X(cuEventQuery) X(cuMemHostAlloc) X(cuMemFreeHost)         \
-    X(cuMemHostGetDevicePointer) X(cuStreamWaitValue32) X(cuStreamWriteValue32)
+    X(cuMemHostGetDevicePointer) X(cuStreamWaitValue32) X(cuStreamWriteValue32)                 \
+    X(cuDeviceTotalMem)
 
 static struct {
 #define X(name) __typeof__(&name) p_##name;
@@ -814,6 +815,9 @@ int mb_backend_cuda_open(int device, mb_backend **out)
         return rc;
     }
     b->granularity = gran;
+    size_t total = 0;
+    if (CU(cuDeviceTotalMem)(&total, p->dev) == CUDA_SUCCESS)
+        b->total_bytes = total;
     mb_log(MB_LOG_INFO,
            "cuda backend: device %d (%s), frame granularity %zu KiB (recommended %zu KiB)", device,
            name, gran >> 10, recommended >> 10);

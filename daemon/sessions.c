@@ -12,7 +12,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include <moonbright/mbclient.h>
+#include <moonbright/status.h>
 
 #include "daemon.h"
 #include "log.h"

@@ -7,13 +7,13 @@
 #include <string.h>
 #include <sys/random.h>
 
-#include <moonbright/mbclient.h>
+#include <moonbright/status.h>
 
 #include "daemon.h"
 #include "log.h"
 
-#define SHARE_TOKEN_BYTES 32
-#define SHARE_MAX_FRAMES 65536u
+#define SHARE_TOKEN_BYTES MB_SHARE_TOKEN_BYTES
+#define SHARE_MAX_FRAMES MB_SHARE_MAX_FRAMES
 
 struct share {
     uint8_t token[SHARE_TOKEN_BYTES];

@@ -269,6 +269,7 @@ int main(void)
     CHECK(mbk_stream_create(&g_s));
     CHECK(mbk_event_create(&g_e0));
     CHECK(mbk_event_create(&g_e1));
+    CHECK(mbk_test_warm());
     CHECK(mbk_spin(0, g_s));
     CHECK(mbk_stream_sync(g_s));
     printf("# bench_vspace (frame %zu KiB)\n", g_c->frame_bytes >> 10);

@@ -164,7 +164,8 @@ int main(void)
     void *p;
     unsigned long long bad;
     if (mb_malloc(g_c, 1 << 20, &p) != 0 || mbk_fill_pattern(p, 1 << 20, 1, g_s) != 0 ||
-        mbk_check_pattern(p, 1 << 20, 0, 1, g_s, &bad, NULL) != 0 || mbk_spin(0, g_s) != 0 ||
+        mbk_check_pattern(p, 1 << 20, 0, 1, g_s, &bad, NULL) != 0 || mbk_test_warm() != 0 ||
+        mbk_spin(0, g_s) != 0 ||
         mbk_stream_sync(g_s) != 0 || mb_free(g_c, p) != 0)
         return 1;
     const struct CMUnitTest tests[] = {
