@@ -9,7 +9,7 @@
 #   env:   OUT (default ./gpu-bench-out), TRACE (default ../shared/data/azure_llm_conv_2023.csv,
 #          else tests/data/azure_llm_conv_head.csv), BUDGET (daemon budget, default 100G),
 #          DEVICE (default 0), BACKEND (default cuda; host for a dry run), QUICK=1 (smoke sizes), STEPS="grant replay torch-replay latency
-#          torch-latency rpc tenants" (which to run, in this order)
+#          torch-latency rpc tenants" (which to run, in this order; also: threads)
 set -u
 cd "$(dirname "$0")/.."
 B=${1:?usage: tools/gpu_bench.sh BUILD_DIR [RUNTIME_DIR]}
@@ -67,7 +67,9 @@ for step in $STEPS; do
   torch-replay) run torch-replay 150 python3 tools/bench_torch.py --json $Q --mb-lib "$B/client/libmbclient.so" \
                   replay "$TRACE" ;;
   grant) run grant 90 "$MB" grant --json $Q ;;
-  latency) run latency 60 "$MB" latency --json $Q --pairs "${LAT_PAIRS:-2000}" ;;
+  latency) run latency 60 "$MB" latency --json $Q --pairs "${LAT_PAIRS:-2000}" \
+             --sizes "${LAT_SIZES:-256,4K,64K,1M,64M,1G}" ;;
+  threads) run threads 90 "$MB" threads --json $Q --pairs "${THREAD_PAIRS:-100000}" ;;
   torch-latency) run torch-latency 40 python3 tools/bench_torch.py --json $Q --mb-lib "$B/client/libmbclient.so" \
                    latency ;;
   rpc) run rpc 90 "$MB" rpc --json $Q --cycles "${RPC_CYCLES:-300}" ;;
@@ -114,6 +116,16 @@ for n in ("latency", "torch-latency"):
     for r in (d or {}).get("rows", []):
         p = r["pair_ns"]
         print("%-10d %-22s %-7s %9.2f %9.2f" % (r["size"], r["allocator"], r.get("tier", ""), p["p50"] / 1e3, p["p99"] / 1e3))
+d = load("threads")
+if d:
+    print("== threads (%d pairs per thread; M pairs/s in total) ==" % d["pairs_per_thread"])
+    for r in d["rows"]:
+        print("%3d threads  %-32s %8.2f %s" % (r["threads"], r["calls"], r["pairs_per_s"] / 1e6,
+              "" if r["ok"] else "failed: %s" % r.get("error")))
+    sd = d["stream_destruction"]
+    print("stream destruction: %d rounds x %d threads: %s, %d bytes live after, %d device syncs" % (
+        sd["rounds"], sd["threads"], "ok" if sd["ok"] else sd.get("error"), sd["bytes_live_after"],
+        sd["device_syncs"]))
 d = load("rpc")
 if d:
     print("== rpc (%s, call of %s bytes) ==" % (d["op"], d["rows"][0].get("call_bytes") if d["rows"] else "?"))
