@@ -20,11 +20,11 @@ token; each token that crosses a block boundary allocates the larger buffer
 and then frees the old one; finished requests free at the end of the step.
 Tensors are torch.empty (uint8): memory is never touched.
 
-The training run: a GPT-style decoder (6 layers, d_model 512, 8 heads,
-feed-forward 2048, vocabulary 8192, pre-norm, causal attention), batch 16,
-a sequence length drawn per step from [32, 256] (one seeded sequence, the
-same in every child), AdamW, next-token cross entropy on random tokens;
-weights and tokens come from fixed seeds. TF32 is off and attention runs on
+The training run (defaults; each has a flag): a GPT-style decoder (6 layers,
+d_model 512, 8 heads, feed-forward 4 x d_model, vocabulary 8192, pre-norm,
+causal attention), batch 16, a sequence length drawn per step from [32, 256]
+(one seeded sequence, the same in every child), AdamW, next-token cross
+entropy on random tokens; weights and tokens come from fixed seeds. TF32 is off and attention runs on
 the math kernel (the fused kernels may sum gradients in a varying order), so
 every allocator must produce the same losses. After the warm-up steps, each
 step is timed between two torch.cuda.synchronize() calls; after every step
@@ -347,7 +347,6 @@ def child_train(args, name):
     torch.backends.cudnn.allow_tf32 = False
     torch.backends.cudnn.deterministic = True
     torch.backends.cudnn.benchmark = False
-    torch.set_float32_matmul_precision("highest")
     for kernel in ("enable_flash_sdp", "enable_mem_efficient_sdp", "enable_cudnn_sdp"):
         if hasattr(torch.backends.cuda, kernel):
             getattr(torch.backends.cuda, kernel)(False)
