@@ -24,15 +24,18 @@ The training run (defaults; each has a flag): a GPT-style decoder (6 layers,
 d_model 512, 8 heads, feed-forward 4 x d_model, vocabulary 8192, pre-norm,
 causal attention), batch 16, a sequence length drawn per step from [32, 256]
 (one seeded sequence, the same in every child), AdamW, next-token cross
-entropy on random tokens; weights and tokens come from fixed seeds. TF32 is off and attention runs on
-the math kernel (the fused kernels may sum gradients in a varying order), so
-every allocator must produce the same losses. After the warm-up steps, each
-step is timed between two torch.cuda.synchronize() calls; after every step
-the device memory in use is read with torch.cuda.mem_get_info() (total -
-free: every process on the device counts, moonbrightd's frames included, so
-with --configs in the default order the daemon's frames sit behind the last
-row only). torch.cuda.max_memory_reserved() is reported where the allocator
-keeps PyTorch's statistics (not for torch-moonbright).
+entropy on random tokens; weights and tokens come from fixed seeds. TF32 is
+off and attention runs on the math kernel (the fused kernels may sum
+gradients in a varying order), so every allocator must produce the same
+losses. After the warm-up steps, each step is timed between two
+torch.cuda.synchronize() calls; after every step the device memory in use is
+read with torch.cuda.mem_get_info() (total - free: every process on the
+device counts, so a running moonbrightd's context is in every row and the
+frames it holds are in the torch-moonbright row, and in the rows after it
+while the daemon keeps them: torch-moonbright runs last in the default
+--configs). The idle figure, read before the model is built, is in the JSON
+as device_used_idle_bytes. torch.cuda.max_memory_reserved() is reported
+where the allocator keeps PyTorch's statistics (not for torch-moonbright).
 """
 import argparse
 import csv
