@@ -15,8 +15,11 @@
 #define DEFAULT_CACHE_BYTES ((size_t)1 << 30)
 #define DEFAULT_TIMEOUT_MS 5000
 #define DEFAULT_IDLE_MS 2000
-/* Stream requests above this that the heap cannot serve are mapped behind
- * a gate on the stream (async_map.c) instead of on the caller's thread. */
+/* With $MOONBRIGHT_ASYNC_MAP=1, stream requests above this that the heap
+ * cannot serve are mapped behind a gate on the stream (async_map.c) instead
+ * of on the caller's thread. Off by default: until the mapping is done the
+ * range is not valid for the runtime's own checks (cudaMemsetAsync and
+ * cudaMemcpyAsync refuse it with "invalid argument"), only for kernels. */
 #define ASYNC_MAP_ABOVE ((size_t)8 << 20)
 
 static long env_long(const char *name, long dflt, long lo, long hi)
@@ -54,6 +57,7 @@ int mb_open(mb_client **out, const char *tenant_name)
     c->idle_ms = env_long("MOONBRIGHT_IDLE_MS", DEFAULT_IDLE_MS, 1, 86400000);
     c->fc.keep_bytes = DEFAULT_CACHE_BYTES;
     c->large_frames = env_long("MOONBRIGHT_LARGE_FRAMES", 1, 0, 1) != 0;
+    c->async_map = env_long("MOONBRIGHT_ASYNC_MAP", 0, 0, 1) != 0;
     const char *cache = getenv("MOONBRIGHT_CACHE");
     uint64_t v;
     if (cache && *cache) {
@@ -176,7 +180,7 @@ static int own_range(mb_client *c, size_t size, size_t reserve, void *stream, st
  * heap miss that would otherwise map on the caller's thread? */
 static bool wants_async_map(mb_client *c, size_t size, void *stream)
 {
-    return stream && size > ASYNC_MAP_ABOVE && c->be->ops->stream_wait_value32 &&
+    return c->async_map && stream && size > ASYNC_MAP_ABOVE && c->be->ops->stream_wait_value32 &&
            mb_pool_would_miss(c->pool, size, stream);
 }
 

@@ -69,6 +69,7 @@ struct stitched {
 struct sdefer {
     void *ev;
     uint64_t ticket;             /* ev == NULL: done once c->synced >= ticket */
+    size_t bytes;                /* the objects' class sizes */
     uint32_t n;
     struct sdefer *next;
     void *ptrs[];
@@ -132,6 +133,7 @@ struct mb_client {
     bool lost;                   /* the daemon went away (its channel closed) */
     bool large_frames;           /* plain allocations ask for large frames
                                   * (MOONBRIGHT_LARGE_FRAMES=0 turns it off) */
+    bool async_map;              /* $MOONBRIGHT_ASYNC_MAP: heap misses on a stream map behind a gate */
     int64_t next_reconnect_ms;   /* back-off: earliest next attempt */
     int reconnect_wait_ms;       /* current back-off step */
     char tenant[64];
@@ -156,6 +158,7 @@ struct mb_client {
     size_t idle_bytes;
     struct sdefer *sd_fenced, **sd_fenced_tail;   /* FIFO */
     size_t n_deferred;           /* objects in sd_fenced */
+    size_t deferred_bytes;       /* their class sizes */
     uint64_t sync_ticket, synced;/* device-sync fences: issued, completed */
     bool want_sync;              /* an allocation missed while frees were unsettled */
     struct retiring *retiring;   /* ranges of their own waiting for their stream */

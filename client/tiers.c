@@ -222,6 +222,7 @@ static void sd_release(mb_client *c, struct sdefer *d)
     for (uint32_t i = 0; i < d->n; i++)
         mb_slab_release(c->slab, d->ptrs[i]);
     c->n_deferred -= d->n;
+    c->deferred_bytes -= d->bytes;
     if (d->ev)
         c->be->ops->event_destroy(c->be, d->ev);
     free(d);
@@ -284,6 +285,11 @@ void tiers_slab_put(mb_client *c, void **ptrs, size_t n, void *ev, bool pending)
     }
     memcpy(d->ptrs, ptrs, n * sizeof(void *));
     d->n = (uint32_t)n;
+    size_t sz;
+    for (size_t i = 0; i < n; i++)
+        if (mb_slab_usable_size(c->slab, ptrs[i], &sz) == 0)
+            d->bytes += sz;
+    c->deferred_bytes += d->bytes;
     d->ev = ev;
     d->ticket = ev ? 0 : ++c->sync_ticket;   /* settled by the next device sync */
     *c->sd_fenced_tail = d;
@@ -399,8 +405,10 @@ size_t tiers_take_idle(mb_client *c, int64_t idle_ms, int64_t since_ms, struct s
 
 void tiers_stats(mb_client *c, mb_client_stats *st)
 {
-    if (c->slab)
+    if (c->slab) {
         mb_slab_stats(c->slab, &st->slab_live, &st->slab_mapped);
+        st->slab_live -= c->deferred_bytes;   /* freed, waiting for their stream */
+    }
     mb_pool_stats(c->pool, &st->pool_live, &st->pool_mapped);
     st->bytes_idle = (st->slab_mapped - st->slab_live) + (st->pool_mapped - st->pool_live) +
                      c->idle_bytes;
