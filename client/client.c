@@ -12,7 +12,7 @@
 #include "size.h"
 
 /* Cached frames kept after frees unless $MOONBRIGHT_CACHE says otherwise. */
-#define DEFAULT_CACHE_BYTES ((size_t)1 << 30)
+#define DEFAULT_CACHE_BYTES ((size_t)256 << 20)
 #define DEFAULT_TIMEOUT_MS 5000
 #define DEFAULT_IDLE_MS 2000
 /* With $MOONBRIGHT_ASYNC_MAP=1, stream requests above this that the heap

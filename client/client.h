@@ -199,6 +199,10 @@ int fcache_take(mb_client *c, size_t n, struct cframe **out);
  * the planned orders, the rest granted as large frames (falling back to
  * order-0 frames when that fails for memory or quota). *out is malloc'd. */
 int fcache_take_plan(mb_client *c, size_t bytes, struct cframe ***out, size_t *n);
+/* At least `bytes` in frames of any size the cache holds (fragmentation
+ * repair: frames of ranges given back, whatever plan made them), the rest
+ * by fcache_take_plan. *out is malloc'd. */
+int fcache_take_any(mb_client *c, size_t bytes, struct cframe ***out, size_t *n);
 void fcache_put(mb_client *c, struct cframe *f);
 int fcache_trim(mb_client *c, size_t keep_bytes);
 void fcache_release_all(mb_client *c);
@@ -224,6 +228,9 @@ int stitch_map(mb_backend *be, struct stitched *s, size_t from, size_t to, size_
 /* Take the frame plan's frames for bytes (largest first) into a new range
  * that is neither reserved nor mapped yet (va NULL). */
 int stitch_take_large(mb_client *c, size_t bytes, struct stitched **out);
+/* Map at least bytes now from whatever frames the cache holds (largest
+ * first), the rest by the frame plan; s->bytes may exceed bytes. */
+int stitch_alloc_any(mb_client *c, size_t bytes, struct stitched **out);
 /* Map more frames at the end of s, up to its reservation; *s may move. */
 int stitch_grow(mb_client *c, struct stitched **s, size_t new_bytes);
 int stitch_free(mb_client *c, struct stitched *s, void *stream);

@@ -32,13 +32,13 @@ static int by_size_desc(const void *a, const void *b)
     return x < y ? 1 : x > y ? -1 : 0;
 }
 
-int stitch_take_large(mb_client *c, size_t bytes, struct stitched **out)
+static int take_frames(mb_client *c, size_t bytes, bool any, struct stitched **out)
 {
     if (bytes == 0 || bytes > SIZE_MAX / 2)
         return MB_EINVAL;
     struct cframe **fr;
     size_t n;
-    int rc = fcache_take_plan(c, bytes, &fr, &n);
+    int rc = any ? fcache_take_any(c, bytes, &fr, &n) : fcache_take_plan(c, bytes, &fr, &n);
     if (rc != 0)
         return rc;
     /* Largest first: every frame then lies at a multiple of its size. */
@@ -64,10 +64,15 @@ int stitch_take_large(mb_client *c, size_t bytes, struct stitched **out)
     return 0;
 }
 
-int stitch_alloc_large(mb_client *c, size_t bytes, struct stitched **out)
+int stitch_take_large(mb_client *c, size_t bytes, struct stitched **out)
+{
+    return take_frames(c, bytes, false, out);
+}
+
+static int alloc_frames(mb_client *c, size_t bytes, bool any, struct stitched **out)
 {
     struct stitched *s;
-    int rc = stitch_take_large(c, bytes, &s);
+    int rc = take_frames(c, bytes, any, &s);
     if (rc != 0)
         return rc;
     rc = c->be->ops->reserve(c->be, s->reserved, &s->va);
@@ -82,6 +87,16 @@ int stitch_alloc_large(mb_client *c, size_t bytes, struct stitched **out)
     c->fst.bytes_mapped += s->bytes;
     *out = s;
     return 0;
+}
+
+int stitch_alloc_large(mb_client *c, size_t bytes, struct stitched **out)
+{
+    return alloc_frames(c, bytes, false, out);
+}
+
+int stitch_alloc_any(mb_client *c, size_t bytes, struct stitched **out)
+{
+    return alloc_frames(c, bytes, true, out);
 }
 
 int stitch_alloc(mb_client *c, size_t bytes, size_t reserve_bytes, struct stitched **out)

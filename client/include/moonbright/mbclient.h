@@ -82,6 +82,7 @@ typedef struct mb_client_stats {
     size_t bytes_idle;               /* mapped, free, kept for reuse (slab, heap, idle ranges) */
     uint64_t heap_hits;              /* heap allocations served from mapped memory */
     uint64_t heap_grants;            /* backing ranges obtained (grant and map) */
+    uint64_t stitches;               /* of them, stitched from idle ranges' frames (repairs) */
     uint64_t unmaps;                 /* ranges unmapped (trim, reclaim, idle policy, frees of ranges of their own) */
     uint64_t device_syncs;           /* background device syncs that settled frees on streams */
 } mb_client_stats;
