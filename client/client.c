@@ -7,7 +7,9 @@
 
 #include "async_map.h"
 #include "client.h"
+#include "grow.h"
 #include "log.h"
+#include "refill.h"
 #include "size.h"
 
 /* Cached frames kept after frees unless $MOONBRIGHT_CACHE says otherwise. */
@@ -91,6 +93,7 @@ void mb_close(mb_client *c)
     if (!c)
         return;
     rpc_stop_notice_thread(c);
+    refill_close(c);
     pthread_mutex_lock(&c->lock);
     amap_close(c);
     c->be->ops->stream_sync(c->be, NULL);
@@ -179,6 +182,9 @@ static int do_free(mb_client *c, void *ptr, void *stream)
         return MB_EINVAL;
     if (!ptr)
         return 0;
+    int grc = grow_free(c, ptr, stream);
+    if (grc != MB_ENOENT)
+        return grc;
     pthread_mutex_lock(&c->lock);
     amap_take_error(c);   /* reported by the next allocation */
     int rc = tiers_free(c, ptr, stream);
@@ -213,16 +219,16 @@ int mb_malloc_growable(mb_client *c, size_t size, size_t max_size, void **ptr)
 {
     if (!c || !ptr || size == 0 || max_size < size)
         return MB_EINVAL;
-    pthread_mutex_lock(&c->lock);
-    int rc = alloc_stitched(c, size, max_size, ptr);
-    pthread_mutex_unlock(&c->lock);
-    return rc;
+    return grow_alloc(c, size, max_size, ptr);
 }
 
 int mb_grow(mb_client *c, void *ptr, size_t new_size)
 {
     if (!c || !ptr)
         return MB_EINVAL;
+    int grc = grow_extend(c, ptr, new_size);
+    if (grc != MB_ENOENT)
+        return grc;
     pthread_mutex_lock(&c->lock);
     struct stitched *s = ptrmap_get(&c->live, ptr);
     int rc = MB_ENOENT;
@@ -240,6 +246,9 @@ size_t mb_usable_size(mb_client *c, const void *ptr)
 {
     if (!c || !ptr)
         return 0;
+    size_t gsz = grow_usable(c, ptr);
+    if (gsz)
+        return gsz;
     pthread_mutex_lock(&c->lock);
     size_t sz = tiers_usable_size(c, ptr);
     if (sz == 0) {
@@ -256,6 +265,7 @@ int mb_trim(mb_client *c, size_t keep_bytes)
         return MB_EINVAL;
     pthread_mutex_lock(&c->lock);
     tiers_trim(c);
+    refill_trim_held(c);
     int rc = fcache_trim(c, keep_bytes);
     pthread_mutex_unlock(&c->lock);
     return rc;
@@ -268,6 +278,7 @@ int mb_stats(mb_client *c, mb_client_stats *out)
     pthread_mutex_lock(&c->lock);
     *out = c->st;
     tiers_stats(c, out);
+    refill_stats(c, out);
     out->bytes_live = out->slab_live + out->pool_live + out->stitch_live;
     out->bytes_cached = c->fc.bytes_cached;
     out->bytes_granted = c->fc.bytes_held;

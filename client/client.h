@@ -113,6 +113,8 @@ struct mb_client {
     size_t n_deferred;
     int sticky;                  /* first error of work that failed after its call returned */
     struct amap *amap;           /* stream-ordered mapper (async_map.c), once started */
+    struct refill *refill;       /* vspace page pools, growable ranges and their
+                                  * background thread (refill.h), once used */
     mb_client_stats st;
 };
 

@@ -14,6 +14,7 @@
 
 #include "client.h"
 #include "log.h"
+#include "refill.h"
 #include "wire.h"
 
 int rpc_connect(mb_client *c, const char *tenant)
@@ -201,6 +202,7 @@ static void answer_reclaim(mb_client *c)
     size_t cached = c->fc.bytes_cached;
     if (c->reclaim_bytes == 0 || c->reclaim_bytes > cached) {
         tiers_trim(c);
+        refill_trim_held(c);
         cached = c->fc.bytes_cached;
     }
     size_t keep = c->reclaim_bytes == 0 || c->reclaim_bytes >= cached ? 0 : cached - c->reclaim_bytes;

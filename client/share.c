@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "client.h"
+#include "grow.h"
 #include "log.h"
 
 static int export(mb_client *c, void *ptr, bool restrict_uid, uint32_t uid, mb_share_token *out)
@@ -20,6 +21,8 @@ static int export(mb_client *c, void *ptr, bool restrict_uid, uint32_t uid, mb_s
         return MB_EINVAL;
     pthread_mutex_lock(&c->lock);
     struct stitched *s = ptrmap_get(&c->live, ptr);
+    if (!s)
+        s = grow_find_held(c, ptr);
     int rc = !s ? MB_ENOENT : s->imported ? MB_EINVAL : 0;
     uint32_t *ids = rc == 0 ? malloc(s->n * sizeof(*ids)) : NULL;
     if (rc == 0 && !ids)

@@ -3,15 +3,22 @@
  * after every step against a reference model by walking the table memory
  * with the layout vspace.h documents (and with mb_vspace_read_entries);
  * new directory levels; pages reused by another vspace never reached
- * through the first one's table; argument errors; the host path of the
+ * through the first one's table; argument errors and empty maps; the page
+ * pools (pagepool.c): pages carved from few extents, the refill thread
+ * filling a pool in the background, pools emptied by mb_trim, by the idle
+ * policy and by mb_close with the daemon's books balanced and the thread
+ * gone; growable ranges (grow.c): grows inside the mapped tail make no
+ * daemon request and no mapping, data survives grows; the host path of the
  * stream-ordered slow path (async_map.c). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <dirent.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <cmocka.h>
 
@@ -21,6 +28,7 @@
 #include "async_map.h"
 #include "client.h"
 #include "harness.h"
+#include "refill.h"
 
 static struct mbt_daemon g_d;
 static mb_client *g_c;
@@ -233,7 +241,15 @@ static void test_errors(void **state)
     assert_int_equal(mb_vspace_create(g_c, 10 << 20, 64 << 10, &v), 0);
     assert_int_equal(mb_vspace_map_async(v, 160, 1, NULL), MB_EINVAL);
     assert_int_equal(mb_vspace_map_async(v, 150, 11, NULL), MB_EINVAL);
-    assert_int_equal(mb_vspace_map_async(v, 0, 0, NULL), MB_EINVAL);
+    /* Zero pages is nothing to do, anywhere up to the end (a block boundary
+     * inside a page maps no new page). */
+    assert_int_equal(mb_vspace_map_async(v, 0, 0, NULL), 0);
+    assert_int_equal(mb_vspace_map_async(v, 115, 0, NULL), 0);
+    assert_int_equal(mb_vspace_map_async(v, 160, 0, NULL), 0);
+    assert_int_equal(mb_vspace_unmap_async(v, 160, 0, NULL), 0);
+    assert_int_equal(mb_vspace_mapped_pages(v), 0);
+    assert_int_equal(mb_vspace_map_async(v, 161, 0, NULL), MB_EINVAL);
+    assert_int_equal(mb_vspace_map_async(NULL, 0, 0, NULL), MB_EINVAL);
     assert_int_equal(mb_vspace_unmap_async(v, 159, 2, NULL), MB_EINVAL);
     assert_int_equal(mb_vspace_map_async(v, 0, 160, NULL), 0);
     assert_int_equal(mb_vspace_unmap_async(v, 0, 160, NULL), 0);
@@ -244,20 +260,243 @@ static void test_errors(void **state)
     assert_null(mb_vspace_device(NULL));
 }
 
-/* Every frame the pools took goes back when the last vspace is destroyed. */
-static void test_frames_return(void **state)
+static void sleep_ms(int ms)
+{
+    struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
+    nanosleep(&ts, NULL);
+}
+
+static mb_client_stats stats_of(mb_client *c)
+{
+    mb_client_stats st;
+    assert_int_equal(mb_stats(c, &st), 0);
+    return st;
+}
+
+static double status_num(const char *key)
+{
+    struct json *j = mbt_status(&g_d);
+    assert_non_null(j);
+    double v = json_num(j, key);
+    json_free(j);
+    return v;
+}
+
+/* Threads of this process now. */
+static int n_threads(void)
+{
+    DIR *d = opendir("/proc/self/task");
+    assert_non_null(d);
+    int n = 0;
+    for (struct dirent *e; (e = readdir(d)) != NULL;)
+        n += e->d_name[0] != '.';
+    closedir(d);
+    return n;
+}
+
+/* Pages are offsets into few extents: 1000 pages of 64 KiB come from one
+ * mapped range, not 1000 frames; they stay in the pool after the vspace is
+ * destroyed (reused without a daemon request) and go back on mb_trim. */
+static void test_pool_extents_and_trim(void **state)
 {
     (void)state;
-    mb_client_stats before, after;
-    assert_int_equal(mb_stats(g_c, &before), 0);
+    assert_int_equal(mb_trim(g_c, 0), 0);
+    mb_client_stats before = stats_of(g_c), after;
+    assert_int_equal(before.vspace_pool_bytes, 0);
+    assert_int_equal(before.vspace_extents, 0);
     mb_vspace *v;
     assert_int_equal(mb_vspace_create(g_c, (size_t)1 << 30, 64 << 10, &v), 0);
     assert_int_equal(mb_vspace_map_async(v, 0, 1000, NULL), 0);
-    assert_int_equal(mb_stats(g_c, &after), 0);
-    assert_true(after.bytes_mapped >= before.bytes_mapped + 1000 * (64 << 10));
+    after = stats_of(g_c);
+    assert_true(after.vspace_pool_bytes >= (size_t)1000 * (64 << 10));
+    assert_true(after.vspace_extents >= 1 && after.vspace_extents <= 2);
+    assert_true(after.bytes_mapped >= before.bytes_mapped + after.vspace_pool_bytes);
+    assert_true(after.vspace_refill_waits >= before.vspace_refill_waits + 1);
+    /* Every page distinct, inside the pool, aligned. */
+    uint64_t *e = malloc(1000 * sizeof(*e));
+    assert_int_equal(mb_vspace_read_entries(v, 0, 1000, NULL, e), 0);
+    for (size_t i = 0; i < 1000; i++) {
+        assert_true(e[i] != MB_VSPACE_INVALID && e[i] % (64 << 10) == 0);
+        memset((void *)(uintptr_t)e[i], (int)(i & 0xff), 64 << 10);
+        if (i)
+            assert_true(e[i] != e[i - 1]);
+    }
+    free(e);
     mb_vspace_destroy(v);
-    assert_int_equal(mb_stats(g_c, &after), 0);
-    assert_true(after.bytes_mapped == before.bytes_mapped);
+    after = stats_of(g_c);
+    assert_true(after.vspace_pool_bytes >= (size_t)1000 * (64 << 10));   /* kept, mapped */
+    assert_true(after.vspace_free_bytes == after.vspace_pool_bytes);
+    /* A new vspace takes them again: no new extent, no wait. */
+    mb_client_stats kept = after;
+    assert_int_equal(mb_vspace_create(g_c, (size_t)1 << 30, 64 << 10, &v), 0);
+    assert_int_equal(mb_vspace_map_async(v, 0, 1000, NULL), 0);
+    after = stats_of(g_c);
+    assert_int_equal(after.vspace_refill_waits, kept.vspace_refill_waits);
+    assert_true(after.vspace_extents >= 1 && after.vspace_extents <= 2);
+    mb_vspace_destroy(v);
+    /* Trim empties the pool and unmaps its extents. */
+    assert_int_equal(mb_trim(g_c, 0), 0);
+    after = stats_of(g_c);
+    assert_int_equal(after.vspace_pool_bytes, 0);
+    assert_int_equal(after.vspace_free_bytes, 0);
+    assert_int_equal(after.vspace_extents, 0);
+    assert_true(after.bytes_mapped <= before.bytes_mapped);
+}
+
+/* Demand raises the watermark; the refill thread maps ahead of it, so the
+ * next maps of the same size find their pages ready (no wait). */
+static void test_refill_background(void **state)
+{
+    (void)state;
+    assert_int_equal(mb_trim(g_c, 0), 0);
+    assert_true(refill_running(g_c));
+    const size_t page = 64 << 10, n = 600;
+    mb_vspace *v;
+    assert_int_equal(mb_vspace_create(g_c, (size_t)1 << 31, page, &v), 0);
+    mb_client_stats st = stats_of(g_c);
+    uint64_t waits0 = st.vspace_refill_waits;
+    assert_int_equal(mb_vspace_map_async(v, 0, n, NULL), 0);
+    st = stats_of(g_c);
+    assert_int_equal(st.vspace_refill_waits, waits0 + 1);   /* the pool was empty */
+    /* The watermark is now twice that demand: the thread maps up to it
+     * while this thread waits for it (no call here). */
+    for (int i = 0; i < 200 && st.vspace_free_bytes < 2 * n * page; i++) {
+        sleep_ms(25);
+        st = stats_of(g_c);
+    }
+    assert_true(st.vspace_free_bytes >= 2 * n * page);
+    uint64_t waits1 = st.vspace_refill_waits;
+    assert_int_equal(mb_vspace_map_async(v, n, n, NULL), 0);
+    st = stats_of(g_c);
+    assert_int_equal(st.vspace_refill_waits, waits1);   /* served from pages mapped ahead */
+    assert_int_equal(mb_vspace_mapped_pages(v), 2 * n);
+    mb_vspace_destroy(v);
+    assert_int_equal(mb_trim(g_c, 0), 0);
+    st = stats_of(g_c);
+    assert_int_equal(st.vspace_pool_bytes, 0);
+}
+
+/* Pools and growable tails left unused for $MOONBRIGHT_IDLE_MS go back by
+ * themselves; mb_close stops the thread and returns everything, and the
+ * daemon's books balance. */
+static void test_idle_and_close(void **state)
+{
+    (void)state;
+    assert_int_equal(mb_trim(g_c, 0), 0);
+    int threads0 = n_threads();
+    double granted0 = status_num("frames_granted");
+    setenv("MOONBRIGHT_IDLE_MS", "200", 1);
+    mb_client *c;
+    assert_int_equal(mb_open(&c, "vspace-idle"), 0);
+    unsetenv("MOONBRIGHT_IDLE_MS");
+    mb_vspace *v;
+    assert_int_equal(mb_vspace_create(c, (size_t)1 << 30, 2 << 20, &v), 0);
+    assert_int_equal(mb_vspace_map_async(v, 0, 40, NULL), 0);
+    void *g;
+    assert_int_equal(mb_malloc_growable(c, 8 << 20, 64 << 20, &g), 0);
+    assert_true(refill_running(c));
+    assert_true(status_num("frames_granted") > granted0);
+    mb_vspace_destroy(v);
+    /* Nothing uses the pool or the growable tail now: both go back. */
+    mb_client_stats st = stats_of(c);
+    for (int i = 0; i < 200 && (st.vspace_pool_bytes || st.grow_mapped_ahead); i++) {
+        sleep_ms(25);
+        st = stats_of(c);
+    }
+    assert_int_equal(st.vspace_pool_bytes, 0);
+    assert_int_equal(st.vspace_extents, 0);
+    assert_int_equal(st.grow_mapped_ahead, 0);
+    assert_int_equal(mb_usable_size(c, g), 8 << 20);
+    memset(g, 0x3C, 8 << 20);
+    /* The pool fills again on use; close with a vspace mapped and a growable
+     * range live: the thread stops, everything goes back. */
+    assert_int_equal(mb_vspace_create(c, (size_t)1 << 30, 2 << 20, &v), 0);
+    assert_int_equal(mb_vspace_map_async(v, 0, 40, NULL), 0);
+    mb_vspace_destroy(v);
+    assert_true(n_threads() > threads0);
+    mb_close(c);
+    assert_int_equal(n_threads(), threads0);
+    for (int i = 0; i < 200 && status_num("frames_granted") != granted0; i++)
+        sleep_ms(25);
+    assert_true(status_num("frames_granted") == granted0);
+}
+
+/* Grow in place: the tail is mapped ahead in the background; a grow inside
+ * it makes no daemon request and maps nothing; data survives every grow;
+ * a grow past the tail maps at once (a wait); past the reservation fails. */
+static void test_grow_tail(void **state)
+{
+    (void)state;
+    const size_t mib = 1 << 20;
+    void *p;
+    /* 4 MiB used of 6 MiB reserved: the thread maps the rest ahead (the
+     * tail's target is one unit here). */
+    assert_int_equal(mb_malloc_growable(g_c, 4 * mib, 6 * mib, &p), 0);
+    assert_int_equal(mb_usable_size(g_c, p), 4 * mib);
+    memset(p, 0x11, 4 * mib);
+    mb_client_stats st = stats_of(g_c);
+    for (int i = 0; i < 200 && st.grow_mapped_ahead < 2 * mib; i++) {
+        sleep_ms(10);
+        st = stats_of(g_c);
+    }
+    assert_int_equal(st.grow_mapped_ahead, 2 * mib);   /* mapped up to the reservation */
+    mb_client_stats before = st;
+    assert_int_equal(mb_grow(g_c, p, 5 * mib), 0);
+    memset((char *)p + 4 * mib, 0x22, mib);
+    assert_int_equal(mb_grow(g_c, p, 6 * mib), 0);
+    memset((char *)p + 5 * mib, 0x33, mib);
+    st = stats_of(g_c);
+    assert_int_equal(st.daemon_requests, before.daemon_requests);
+    assert_int_equal(st.bytes_mapped, before.bytes_mapped);
+    assert_int_equal(st.frames_imported, before.frames_imported);
+    assert_int_equal(st.grow_waits, before.grow_waits);
+    assert_int_equal(st.grow_mapped_ahead, 0);
+    assert_int_equal(mb_usable_size(g_c, p), 6 * mib);
+    assert_int_equal(mb_grow(g_c, p, 6 * mib + 1), MB_EINVAL);
+    assert_int_equal(mb_grow(g_c, p, 2 * mib), 0);   /* shrinking is not done: no-op */
+    assert_int_equal(mb_usable_size(g_c, p), 6 * mib);
+    for (size_t i = 0; i < 6 * mib; i += 4096) {
+        unsigned char want = i < 4 * mib ? 0x11 : i < 5 * mib ? 0x22 : 0x33;
+        assert_int_equal(((unsigned char *)p)[i], want);
+    }
+    assert_int_equal(mb_free(g_c, p), 0);
+    assert_int_equal(mb_usable_size(g_c, p), 0);
+    assert_int_equal(mb_grow(g_c, p, 6 * mib), MB_ENOENT);
+
+    /* Many grows by one block: data kept, tails ahead, waits counted only
+     * past the tail; trim returns the tails. */
+    const size_t block = 2 * mib, max = 256 * mib;
+    assert_int_equal(mb_malloc_growable(g_c, block, max, &p), 0);
+    memset(p, 1, block);
+    uint64_t waits0 = stats_of(g_c).grow_waits;
+    size_t used = block;
+    for (int k = 2; used + block <= max; k++) {
+        assert_int_equal(mb_grow(g_c, p, used + block), 0);
+        memset((char *)p + used, k & 0xff, block);
+        used += block;
+    }
+    for (size_t off = 0, k = 1; off < used; off += block, k++)
+        assert_int_equal(((unsigned char *)p)[off + block - 1], (unsigned char)(k & 0xff));
+    st = stats_of(g_c);
+    assert_true(st.grow_waits >= waits0);
+    assert_true(st.grow_waits - waits0 < used / block);   /* some grows were bookkeeping */
+    assert_int_equal(mb_usable_size(g_c, p), max);
+    assert_int_equal(mb_free(g_c, p), 0);
+
+    assert_int_equal(mb_malloc_growable(g_c, 32 * mib, max, &p), 0);
+    st = stats_of(g_c);
+    for (int i = 0; i < 200 && st.grow_mapped_ahead == 0; i++) {
+        sleep_ms(25);
+        st = stats_of(g_c);
+    }
+    assert_true(st.grow_mapped_ahead > 0);
+    size_t mapped = st.bytes_mapped;
+    assert_int_equal(mb_trim(g_c, 0), 0);
+    st = stats_of(g_c);
+    assert_true(st.grow_mapped_ahead < st.frame_bytes);
+    assert_true(st.bytes_mapped < mapped);
+    memset(p, 7, 32 * mib);   /* the used part stays mapped */
+    assert_int_equal(mb_free(g_c, p), 0);
 }
 
 /* On the host backend the slow path maps before it returns. */
@@ -296,7 +535,10 @@ int main(void)
         cmocka_unit_test(test_levels),
         cmocka_unit_test(test_reuse_by_other),
         cmocka_unit_test(test_random),
-        cmocka_unit_test(test_frames_return),
+        cmocka_unit_test(test_pool_extents_and_trim),
+        cmocka_unit_test(test_refill_background),
+        cmocka_unit_test(test_grow_tail),
+        cmocka_unit_test(test_idle_and_close),
         cmocka_unit_test(test_amap_host),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
