@@ -239,7 +239,10 @@ int grow_alloc(mb_client *c, size_t size, size_t max, void **ptr)
         free(x);
         return rc;
     }
+    pthread_mutex_lock(&g->lock);
+    g->waits++;   /* the first bytes were mapped on this call */
     GROW_CHECK(c, x);
+    pthread_mutex_unlock(&g->lock);
     *ptr = s->va;
     if (target_of(c, x) / 2 > s->bytes - x->used && s->bytes < s->reserved)
         refill_kick(c->refill);

@@ -7,8 +7,8 @@
  *            it ahead of demand (about used/32, and at least twice the last
  *            growth step), in the frame plan's large frames, up to the
  *            reservation; mb_grow inside it is bookkeeping, no driver call.
- *   wait     an mb_grow past the mapped tail: it maps before returning
- *            (counted in mb_stats as grow_waits).
+ *   wait     an mb_grow past the mapped tail, or an mb_malloc_growable:
+ *            it maps before returning (counted in mb_stats as grow_waits).
  * Tails left unused for $MOONBRIGHT_IDLE_MS, and every tail on mb_trim or
  * a reclaim notice, go back (whole frames past used).
  *

@@ -19,6 +19,8 @@
  * default 2 MiB unit, one descriptor each; a request larger than that maps
  * its own plan. */
 #define EXTENT_MIN_ORDER 5
+/* The watermark is at most the pages in use / LOW_SHARE (about 1.6 %). */
+#define LOW_SHARE 64
 
 #ifdef MB_DEBUG
 #define PP_CHECK(p) do { if (!pagepool_is_valid(p)) abort(); } while (0)
@@ -251,7 +253,15 @@ static void reclaim(struct pagepool *p, bool wait, int64_t now)
 }
 
 /* Demand: pages taken per 100 ms window over the last second; the
- * watermark is twice the busiest window. Pool lock held. */
+ * watermark is twice the busiest window, but never more than 1/LOW_SHARE
+ * of the pages in use (free pages are memory held for nobody: a burst that
+ * outruns the thread waits rather than doubling the pool). Pool lock held. */
+static size_t low_of(const struct pagepool *p, size_t peak)
+{
+    size_t cap = p->n_used / LOW_SHARE;
+    return 2 * peak < cap ? 2 * peak : cap;
+}
+
 static void note_demand(struct pagepool *p, size_t n, int64_t now)
 {
     int64_t w = now / PP_WINDOW_MS;
@@ -264,14 +274,12 @@ static void note_demand(struct pagepool *p, size_t n, int64_t now)
             p->win[p->win_i] = 0;
         }
         p->win_ms = w;
-        size_t peak = 0;
-        for (int i = 0; i < PP_WINDOWS; i++)
-            peak = p->win[i] > peak ? p->win[i] : peak;
-        p->low = 2 * peak;
     }
     p->win[p->win_i] += n;
-    if (2 * p->win[p->win_i] > p->low)
-        p->low = 2 * p->win[p->win_i];
+    size_t peak = 0;
+    for (int i = 0; i < PP_WINDOWS; i++)
+        peak = p->win[i] > peak ? p->win[i] : peak;
+    p->low = low_of(p, peak);
 }
 
 /* Map an extent holding at least need pages (and, room allowing, the

@@ -7,7 +7,8 @@
  *            a page is an offset into it: no descriptor, no driver call.
  *   low      the low watermark: free pages the background thread keeps
  *            ready, sized from recent demand (twice the most pages taken in
- *            one 100 ms window of the last second).
+ *            one 100 ms window of the last second), at most 1/64 of the
+ *            pages in use.
  *   pending  pages unmapped on a stream, free once an event recorded after
  *            the invalidation completed.
  *   wait     a take that found fewer free pages than it needed and mapped an

@@ -343,33 +343,42 @@ static void test_pool_extents_and_trim(void **state)
     assert_true(after.bytes_mapped <= before.bytes_mapped);
 }
 
-/* Demand raises the watermark; the refill thread maps ahead of it, so the
- * next maps of the same size find their pages ready (no wait). */
+/* Demand raises the watermark; a map that leaves the pool under it wakes
+ * the refill thread, which maps an extent ahead, so the next maps find
+ * their pages ready (no wait). */
 static void test_refill_background(void **state)
 {
     (void)state;
     assert_int_equal(mb_trim(g_c, 0), 0);
     assert_true(refill_running(g_c));
-    const size_t page = 64 << 10, n = 600;
+    const size_t page = 64 << 10, n1 = 6400;
     mb_vspace *v;
     assert_int_equal(mb_vspace_create(g_c, (size_t)1 << 31, page, &v), 0);
     mb_client_stats st = stats_of(g_c);
     uint64_t waits0 = st.vspace_refill_waits;
-    assert_int_equal(mb_vspace_map_async(v, 0, n, NULL), 0);
+    assert_int_equal(mb_vspace_map_async(v, 0, n1, NULL), 0);
     st = stats_of(g_c);
     assert_int_equal(st.vspace_refill_waits, waits0 + 1);   /* the pool was empty */
-    /* The watermark is now twice that demand: the thread maps up to it
-     * while this thread waits for it (no call here). */
-    for (int i = 0; i < 200 && st.vspace_free_bytes < 2 * n * page; i++) {
+    assert_int_equal(st.vspace_extents, 1);
+    /* Take all but 10 free pages: no wait, and the pool is now under its
+     * watermark (at least (n1 + ...) / 64 pages), so the thread refills. */
+    size_t left = st.vspace_free_bytes / page;
+    assert_true(left > 10);
+    assert_int_equal(mb_vspace_map_async(v, n1, left - 10, NULL), 0);
+    st = stats_of(g_c);
+    assert_int_equal(st.vspace_refill_waits, waits0 + 1);
+    for (int i = 0; i < 200 && st.vspace_free_bytes <= 10 * page; i++) {
         sleep_ms(25);
         st = stats_of(g_c);
     }
-    assert_true(st.vspace_free_bytes >= 2 * n * page);
-    uint64_t waits1 = st.vspace_refill_waits;
-    assert_int_equal(mb_vspace_map_async(v, n, n, NULL), 0);
+    assert_true(st.vspace_free_bytes >= (n1 + left) / 64 * page);
+    assert_int_equal(st.vspace_extents, 2);
+    /* Those pages serve the next map without a wait. */
+    size_t more = st.vspace_free_bytes / page;
+    assert_int_equal(mb_vspace_map_async(v, n1 + left, more, NULL), 0);
     st = stats_of(g_c);
-    assert_int_equal(st.vspace_refill_waits, waits1);   /* served from pages mapped ahead */
-    assert_int_equal(mb_vspace_mapped_pages(v), 2 * n);
+    assert_int_equal(st.vspace_refill_waits, waits0 + 1);
+    assert_int_equal(mb_vspace_mapped_pages(v), n1 + left - 10 + more);
     mb_vspace_destroy(v);
     assert_int_equal(mb_trim(g_c, 0), 0);
     st = stats_of(g_c);

@@ -102,8 +102,9 @@ typedef struct mb_client_stats {
                                       * mapped memory before returning */
     /* growable ranges (mb_malloc_growable): tails mapped ahead of use */
     size_t grow_mapped_ahead;        /* mapped past the sizes asked for */
-    uint64_t grow_waits;             /* mb_grow calls past the mapped tail, which
-                                      * mapped before returning */
+    uint64_t grow_waits;             /* mb_malloc_growable calls, and mb_grow calls
+                                      * past the mapped tail: they mapped before
+                                      * returning */
 } mb_client_stats;
 int mb_stats(mb_client *c, mb_client_stats *out);
 

@@ -18,7 +18,7 @@
  * mapped once and carved into pages, so a page costs no descriptor and no
  * driver call. A background thread keeps each pool's free pages above a low
  * watermark sized from recent demand (twice the most pages taken in 100 ms
- * over the last second); a map that finds too few free pages maps an
+ * over the last second, at most 1/64 of the pages in use); a map that finds too few free pages maps an
  * extent itself before returning, and mb_stats counts it
  * (vspace_refill_waits). Free pages are shared by all vspaces of the client
  * with the same page size and stay mapped after mb_vspace_destroy; extents
