@@ -57,12 +57,18 @@ static bool growable_is_valid(const mb_client *c, const struct growable *x)
 
 static size_t round_unit(size_t b, size_t unit) { return (b + unit - 1) / unit * unit; }
 
+/* The tail a range of `used` bytes growing by `step` keeps ahead. */
+static size_t target_for(size_t used, size_t step, size_t unit)
+{
+    size_t t = used >> AHEAD_SHIFT;
+    if (t < 2 * step)
+        t = 2 * step;
+    return round_unit(t ? t : 1, unit);
+}
+
 static size_t target_of(const mb_client *c, const struct growable *x)
 {
-    size_t t = x->used >> AHEAD_SHIFT;
-    if (t < 2 * x->step)
-        t = 2 * x->step;
-    return round_unit(t ? t : 1, c->frame_bytes);
+    return target_for(x->used, x->step, c->frame_bytes);
 }
 
 /* ---- the frame layer: every call grow.c makes into it ---- */
@@ -211,8 +217,12 @@ int grow_alloc(mb_client *c, size_t size, size_t max, void **ptr)
     s->imported = false;
     x->s = s;
     x->last_ms = mb_now_ms();
+    /* The first bytes and a tail ahead of them, in one mapping. */
+    size_t first = size + target_for(size, 0, unit);
+    if (first > reserved)
+        first = reserved;
     rc = c->be->ops->reserve(c->be, reserved, &s->va);
-    if (rc == 0 && (rc = map_tail(c, g, x, size)) != 0)
+    if (rc == 0 && (rc = map_tail(c, g, x, first)) != 0)
         c->be->ops->free_va(c->be, s->va, reserved);
     if (rc == 0) {
         pthread_mutex_lock(&g->lock);
@@ -270,8 +280,12 @@ int grow_extend(mb_client *c, void *ptr, size_t new_size)
                 pthread_cond_wait(&g->idle, &g->lock);
             g->waits++;
             if (new_size > x->s->bytes) {
+                /* What is missing and the tail ahead of it, in one mapping. */
+                size_t more = new_size - x->s->bytes +
+                              target_for(new_size, new_size - x->used, c->frame_bytes);
+                if (more > x->s->reserved - x->s->bytes)
+                    more = x->s->reserved - x->s->bytes;
                 x->busy = true;
-                size_t more = new_size - x->s->bytes;
                 pthread_mutex_unlock(&g->lock);
                 rc = map_tail(c, g, x, more);
                 pthread_mutex_lock(&g->lock);

@@ -438,8 +438,8 @@ static void test_grow_tail(void **state)
     (void)state;
     const size_t mib = 1 << 20;
     void *p;
-    /* 4 MiB used of 6 MiB reserved: the thread maps the rest ahead (the
-     * tail's target is one unit here). */
+    /* 4 MiB used of 6 MiB reserved: the rest is mapped ahead (the tail's
+     * target is one unit here). */
     assert_int_equal(mb_malloc_growable(g_c, 4 * mib, 6 * mib, &p), 0);
     assert_int_equal(mb_usable_size(g_c, p), 4 * mib);
     memset(p, 0x11, 4 * mib);
@@ -471,6 +471,26 @@ static void test_grow_tail(void **state)
     assert_int_equal(mb_free(g_c, p), 0);
     assert_int_equal(mb_usable_size(g_c, p), 0);
     assert_int_equal(mb_grow(g_c, p, 6 * mib), MB_ENOENT);
+
+    /* The thread refills a tail a grow used up: 2 MiB mapped ahead of
+     * 4 MiB; growing to 6 MiB (a 2 MiB step) empties it, and the thread
+     * maps twice the step ahead; growing into that makes no wait. */
+    assert_int_equal(mb_malloc_growable(g_c, 4 * mib, 64 * mib, &p), 0);
+    st = stats_of(g_c);
+    assert_int_equal(st.grow_mapped_ahead, 2 * mib);
+    assert_int_equal(mb_grow(g_c, p, 6 * mib), 0);
+    st = stats_of(g_c);
+    for (int i = 0; i < 200 && st.grow_mapped_ahead < 4 * mib; i++) {
+        sleep_ms(10);
+        st = stats_of(g_c);
+    }
+    assert_true(st.grow_mapped_ahead >= 4 * mib);
+    before = st;
+    assert_int_equal(mb_grow(g_c, p, 10 * mib), 0);
+    memset(p, 0x44, 10 * mib);
+    st = stats_of(g_c);
+    assert_int_equal(st.grow_waits, before.grow_waits);
+    assert_int_equal(mb_free(g_c, p), 0);
 
     /* Many grows by one block: data kept, tails ahead, waits counted only
      * past the tail; trim returns the tails. */
