@@ -265,9 +265,9 @@ static size_t low_of(const struct pagepool *p, size_t peak)
 static void note_demand(struct pagepool *p, size_t n, int64_t now)
 {
     int64_t w = now / PP_WINDOW_MS;
-    if (w != p->win_ms) {
+    if (w > p->win_ms) {   /* (a caller's older clock reading counts in the current window) */
         int64_t steps = w - p->win_ms;
-        if (steps < 0 || steps > PP_WINDOWS)
+        if (steps > PP_WINDOWS)
             steps = PP_WINDOWS;
         for (int64_t k = 0; k < steps; k++) {
             p->win_i = (p->win_i + 1) % PP_WINDOWS;
@@ -308,14 +308,18 @@ static int map_extent(struct pagepool *p, size_t need, size_t low, struct stitch
 }
 
 /* Grow by one extent for need pages with the pool lock held on entry and
- * exit (dropped around the frame layer). */
-static int grow_locked(struct pagepool *p, size_t need)
+ * exit (dropped around the frame layer); delay_us: the refill test hook. */
+static int grow_locked(struct pagepool *p, size_t need, unsigned delay_us)
 {
     size_t low = p->low;
     p->growers++;
     pthread_mutex_unlock(&p->lock);
     struct stitched *s;
     int rc = map_extent(p, need, low, &s);
+    if (delay_us) {
+        struct timespec ts = { delay_us / 1000000u, (long)(delay_us % 1000000u) * 1000L };
+        nanosleep(&ts, NULL);
+    }
     pthread_mutex_lock(&p->lock);
     p->growers--;
     if (rc == 0 && (rc = add_extent(p, s, mb_now_ms())) != 0) {
@@ -339,7 +343,7 @@ int pagepool_take(struct pagepool *p, size_t n, uint64_t *out)
     int rc = 0;
     while (rc == 0 && p->n_free < n) {
         waited = true;
-        rc = grow_locked(p, n - p->n_free);
+        rc = grow_locked(p, n - p->n_free, 0);
     }
     if (waited)
         p->waits++;
@@ -449,7 +453,7 @@ bool pagepool_needs_refill(struct pagepool *p)
     return due;
 }
 
-void pagepool_work(struct pagepool *p, int64_t now, int idle_ms)
+void pagepool_work(struct pagepool *p, int64_t now, int idle_ms, unsigned delay_us)
 {
     pthread_mutex_lock(&p->lock);
     note_demand(p, 0, now);
@@ -458,7 +462,7 @@ void pagepool_work(struct pagepool *p, int64_t now, int idle_ms)
     /* Refill: one extent per step, up to half again the watermark. */
     if (p->n_free < p->low && p->growers == 0) {
         size_t need = p->low + p->low / 2 - p->n_free;
-        if (grow_locked(p, need) != 0)
+        if (grow_locked(p, need, delay_us) != 0)
             p->low = p->n_free;   /* out of memory: stop asking until demand is seen again */
     }
     struct stitched **gone = NULL;

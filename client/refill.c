@@ -36,7 +36,7 @@ static void *refill_main(void *arg)
         int64_t now = mb_now_ms();
         for (int k = 0; k < REFILL_PAGE_SIZES; k++)
             if (pools[k])
-                pagepool_work(pools[k], now, r->idle_ms);
+                pagepool_work(pools[k], now, r->idle_ms, r->test_delay_us);
         grow_work(r->c, r->grow, now, r->idle_ms);
         pthread_mutex_lock(&r->lock);
     }
@@ -78,6 +78,8 @@ int refill_get(mb_client *c, struct refill **out)
         } else {
             r->c = c;
             r->idle_ms = idle_ms_from_env();
+            const char *d = getenv("MOONBRIGHT_TEST_REFILL_DELAY_US");
+            r->test_delay_us = d && *d ? (unsigned)strtoul(d, NULL, 10) : 0;
             pthread_mutex_init(&r->lock, NULL);
             pthread_cond_init(&r->wake, NULL);
             if (pthread_create(&r->thread, NULL, refill_main, r) != 0) {

@@ -4,6 +4,11 @@
  * growable ranges ahead of their use, and returns memory left idle for
  * $MOONBRIGHT_IDLE_MS (default 2000 ms). It stops in mb_close.
  *
+ * Test hook (any build): $MOONBRIGHT_TEST_REFILL_DELAY_US, read when the
+ * thread starts, makes each of its pool refills sleep that long after the
+ * extent is mapped and before its pages join the pool, so a test can issue
+ * maps while a refill is in flight.
+ *
  * Locks: c->lock before refill->lock; refill->lock is held only to create
  * pools and to sleep or wake the thread. */
 #ifndef MB_CLIENT_REFILL_H
@@ -29,6 +34,7 @@ struct refill {
     pthread_t thread;
     bool thread_on, stop, kicked;
     int idle_ms;
+    unsigned test_delay_us;      /* $MOONBRIGHT_TEST_REFILL_DELAY_US */
     uint64_t passes;             /* background steps run (tests) */
     struct pagepool *pools[REFILL_PAGE_SIZES];   /* by log2(page_bytes) - 16 */
     struct growset *grow;                        /* growable ranges (grow.c) */

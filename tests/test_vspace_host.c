@@ -28,6 +28,7 @@
 #include "async_map.h"
 #include "client.h"
 #include "harness.h"
+#include "pagepool.h"
 #include "refill.h"
 
 static struct mbt_daemon g_d;
@@ -385,6 +386,101 @@ static void test_refill_background(void **state)
     assert_int_equal(st.vspace_pool_bytes, 0);
 }
 
+/* Refills in flight in c's pool of page_bytes pages (the thread's or a
+ * waiting map's). */
+static int growers(mb_client *c, size_t page_bytes)
+{
+    struct pagepool *p;
+    assert_int_equal(pagepool_get(c, page_bytes, &p), 0);
+    pthread_mutex_lock(&p->lock);
+    int n = p->growers;
+    pthread_mutex_unlock(&p->lock);
+    return n;
+}
+
+/* Every mapped page of the live vspaces v[0..n) (their first npages),
+ * each owned by one vspace only, each holding its vspace's tag. */
+static void check_owners(mb_vspace **v, const uint32_t *tag, int n, size_t npages)
+{
+    uint64_t *all = malloc(n * npages * sizeof(*all)), *e = malloc(npages * sizeof(*e));
+    size_t k = 0;
+    for (int i = 0; i < n; i++) {
+        assert_int_equal(mb_vspace_read_entries(v[i], 0, npages, NULL, e), 0);
+        for (size_t q = 0; q < npages; q++) {
+            if (e[q] == MB_VSPACE_INVALID)
+                continue;
+            assert_true(*(uint64_t *)(uintptr_t)e[q] == (((uint64_t)tag[i] << 32) | q));
+            all[k++] = e[q];
+        }
+    }
+    for (size_t a = 0; a < k; a++)   /* no page shared by two live vspaces (or twice) */
+        for (size_t b = a + 1; b < k; b++)
+            assert_true(all[a] != all[b]);
+    free(all);
+    free(e);
+}
+
+static void tag_pages(mb_vspace *v, uint32_t tag, size_t first, size_t n)
+{
+    const struct mb_vspace_dev *t = mb_vspace_device(v);
+    for (size_t q = first; q < first + n; q++)
+        *(uint64_t *)(uintptr_t)walk(t, q) = ((uint64_t)tag << 32) | q;
+}
+
+/* Maps issued while the refill thread grows the pool (held in flight by
+ * the test hook): one served from the free pages, one that maps an extent
+ * itself; then maps from the refilled pages. Every page keeps its data and
+ * no page belongs to two live vspaces. */
+static void test_map_during_refill(void **state)
+{
+    (void)state;
+    const size_t page = 64 << 10, vpages = 16384;
+    setenv("MOONBRIGHT_TEST_REFILL_DELAY_US", "400000", 1);
+    mb_client *c;
+    assert_int_equal(mb_open(&c, "vspace-refill"), 0);
+    mb_vspace *v[2];
+    const uint32_t tag[2] = { 0xA1, 0xB2 };
+    assert_int_equal(mb_vspace_create(c, vpages * page, page, &v[0]), 0);
+    unsetenv("MOONBRIGHT_TEST_REFILL_DELAY_US");   /* read when the thread started */
+    assert_int_equal(mb_vspace_create(c, vpages * page, page, &v[1]), 0);
+    assert_int_equal(mb_vspace_map_async(v[0], 0, 6400, NULL), 0);
+    mb_client_stats st = stats_of(c);
+    assert_int_equal(st.vspace_extents, 1);
+    size_t left = st.vspace_free_bytes / page, a_pages = 6400 + left - 10;
+    assert_int_equal(mb_vspace_map_async(v[0], 6400, left - 10, NULL), 0);
+    tag_pages(v[0], tag[0], 0, a_pages);
+    /* Under the watermark now: the thread's refill starts and is held. */
+    for (int i = 0; i < 400 && growers(c, page) == 0; i++)
+        sleep_ms(5);
+    assert_int_equal(growers(c, page), 1);
+    uint64_t waits = stats_of(c).vspace_refill_waits;
+    assert_int_equal(mb_vspace_map_async(v[1], 0, 8, NULL), 0);      /* from the 10 free */
+    assert_int_equal(mb_vspace_map_async(v[1], 8, 500, NULL), 0);    /* maps an extent itself */
+    st = stats_of(c);
+    assert_int_equal(st.vspace_refill_waits, waits + 1);
+    assert_int_equal(st.vspace_extents, 2);   /* the thread's refill is still in flight */
+    assert_int_equal(growers(c, page), 1);
+    tag_pages(v[1], tag[1], 0, 508);
+    check_owners(v, tag, 2, vpages);
+    /* The refill lands; maps use its pages without a wait. */
+    for (int i = 0; i < 400 && stats_of(c).vspace_extents < 3; i++)
+        sleep_ms(5);
+    st = stats_of(c);
+    assert_int_equal(st.vspace_extents, 3);
+    size_t more = st.vspace_free_bytes / page;
+    assert_true(more > 0);
+    more = more < 2000 ? more : 2000;
+    assert_int_equal(mb_vspace_map_async(v[1], 508, more, NULL), 0);
+    assert_int_equal(stats_of(c).vspace_refill_waits, waits + 1);
+    tag_pages(v[1], tag[1], 508, more);
+    check_owners(v, tag, 2, vpages);
+    assert_int_equal(mb_vspace_mapped_pages(v[0]), a_pages);
+    assert_int_equal(mb_vspace_mapped_pages(v[1]), 508 + more);
+    mb_vspace_destroy(v[0]);
+    mb_vspace_destroy(v[1]);
+    mb_close(c);
+}
+
 /* Pools and growable tails left unused for $MOONBRIGHT_IDLE_MS go back by
  * themselves; mb_close stops the thread and returns everything, and the
  * daemon's books balance. */
@@ -397,9 +493,9 @@ static void test_idle_and_close(void **state)
     setenv("MOONBRIGHT_IDLE_MS", "200", 1);
     mb_client *c;
     assert_int_equal(mb_open(&c, "vspace-idle"), 0);
-    unsetenv("MOONBRIGHT_IDLE_MS");
     mb_vspace *v;
     assert_int_equal(mb_vspace_create(c, (size_t)1 << 30, 2 << 20, &v), 0);
+    unsetenv("MOONBRIGHT_IDLE_MS");   /* read when the thread started */
     assert_int_equal(mb_vspace_map_async(v, 0, 40, NULL), 0);
     void *g;
     assert_int_equal(mb_malloc_growable(c, 8 << 20, 64 << 20, &g), 0);
@@ -566,6 +662,7 @@ int main(void)
         cmocka_unit_test(test_random),
         cmocka_unit_test(test_pool_extents_and_trim),
         cmocka_unit_test(test_refill_background),
+        cmocka_unit_test(test_map_during_refill),
         cmocka_unit_test(test_grow_tail),
         cmocka_unit_test(test_idle_and_close),
         cmocka_unit_test(test_amap_host),
