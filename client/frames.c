@@ -9,6 +9,7 @@
 #include "client.h"
 #include "frame_plan.h"
 #include "log.h"
+#include "refill.h"
 
 #ifdef MB_DEBUG
 #define FC_CHECK(fc) do { if (!fcache_is_valid(fc)) abort(); } while (0)
@@ -59,8 +60,8 @@ static int return_ids(mb_client *c, uint32_t *ids, size_t n)
 }
 
 /* What this process could hand back: cached frames, plus the free space of
- * its slab and pool (what a trim would release; an upper bound, since a
- * partly used arena stays). */
+ * its slab and pool, free vspace pages and growable tails (what a trim would
+ * release; an upper bound, since a partly used arena stays). */
 void fcache_report(mb_client *c)
 {
     uint64_t now = c->fc.bytes_cached;
@@ -69,6 +70,7 @@ void fcache_report(mb_client *c)
         tiers_stats(c, &st);
         now += (st.pool_mapped - st.pool_live) + (st.slab_mapped - st.slab_live);
     }
+    now += refill_reclaimable(c);   /* free vspace pages, growable tails */
     if (now == c->cache_reported || c->broken)
         return;
     Mb__Request req = MB__REQUEST__INIT;

@@ -167,3 +167,10 @@ bool refill_running(mb_client *c)
     struct refill *r = __atomic_load_n(&c->refill, __ATOMIC_ACQUIRE);
     return r && r->thread_on;
 }
+
+uint64_t refill_reclaimable(mb_client *c)
+{
+    mb_client_stats st = { 0 };
+    refill_stats(c, &st);
+    return (uint64_t)st.vspace_free_bytes + st.grow_mapped_ahead;
+}

@@ -481,6 +481,40 @@ static void test_map_during_refill(void **state)
     mb_close(c);
 }
 
+/* A reclaim notice (mbctl reclaim TENANT) empties the pools and returns
+ * the growable tails, without any call from this process. */
+static void test_reclaim(void **state)
+{
+    (void)state;
+    mb_client *c;
+    setenv("MOONBRIGHT_IDLE_MS", "600000", 1);   /* the idle policy stays out of it */
+    assert_int_equal(mb_open(&c, "vspace-reclaim"), 0);
+    mb_vspace *v;
+    assert_int_equal(mb_vspace_create(c, (size_t)1 << 30, 64 << 10, &v), 0);
+    unsetenv("MOONBRIGHT_IDLE_MS");
+    assert_int_equal(mb_vspace_map_async(v, 0, 3000, NULL), 0);
+    mb_vspace_destroy(v);
+    void *g;
+    assert_int_equal(mb_malloc_growable(c, 64 << 20, 1 << 30, &g), 0);
+    mb_client_stats st = stats_of(c);
+    assert_true(st.vspace_pool_bytes >= (size_t)3000 * (64 << 10));
+    assert_true(st.grow_mapped_ahead > 0);
+    const char *args[] = { "reclaim", "vspace-reclaim", NULL };
+    int rc = -1;
+    struct json *j = mbt_ctl_json(&g_d, &rc, args);
+    json_free(j);
+    assert_int_equal(rc, 0);
+    for (int i = 0; i < 200 && (st.vspace_pool_bytes || st.grow_mapped_ahead >= st.frame_bytes); i++) {
+        sleep_ms(25);
+        st = stats_of(c);
+    }
+    assert_int_equal(st.vspace_pool_bytes, 0);
+    assert_true(st.grow_mapped_ahead < st.frame_bytes);
+    memset(g, 9, 64 << 20);   /* the used part stays */
+    assert_int_equal(mb_free(c, g), 0);
+    mb_close(c);
+}
+
 /* Pools and growable tails left unused for $MOONBRIGHT_IDLE_MS go back by
  * themselves; mb_close stops the thread and returns everything, and the
  * daemon's books balance. */
@@ -664,6 +698,7 @@ int main(void)
         cmocka_unit_test(test_refill_background),
         cmocka_unit_test(test_map_during_refill),
         cmocka_unit_test(test_grow_tail),
+        cmocka_unit_test(test_reclaim),
         cmocka_unit_test(test_idle_and_close),
         cmocka_unit_test(test_amap_host),
     };
