@@ -156,6 +156,9 @@ static void unmap_tail_held(mb_client *c, struct growset *g, struct growable *x)
         off += s->frames[k++]->mem.bytes;
     if (k == s->n)
         return;   /* nothing wholly past used */
+    for (size_t i = k; i < s->n; i++)
+        if (s->frames[i]->exported)
+            return;   /* shared with another process: never cached here */
     size_t gone = s->bytes - off;
     if (c->be->ops->unmap(c->be, (char *)s->va + off, gone) != 0)
         return;   /* still mapped: keep it */
@@ -399,7 +402,10 @@ void grow_work(mb_client *c, struct growset *g, int64_t now, int idle_ms)
             x->last_ms = now - idle_ms;   /* out of memory: leave it until it grows again */
         i = (size_t)-1;
     }
+    bool tails = g->ahead > 0;
     pthread_mutex_unlock(&g->lock);
+    if (!tails)
+        return;
     /* Tails idle for idle_ms go back. */
     pthread_mutex_lock(&c->lock);
     pthread_mutex_lock(&g->lock);

@@ -459,11 +459,12 @@ void pagepool_work(struct pagepool *p, int64_t now, int idle_ms, unsigned delay_
     note_demand(p, 0, now);
     if (p->pending)
         reclaim(p, false, now);
-    /* Refill: one extent per step, up to half again the watermark. */
-    if (p->n_free < p->low && p->growers == 0) {
+    /* Refill: one extent per step, up to half again the watermark; after a
+     * failure (memory, quota) not again for a second. */
+    if (p->n_free < p->low && p->growers == 0 && now >= p->retry_ms) {
         size_t need = p->low + p->low / 2 - p->n_free;
         if (grow_locked(p, need, delay_us) != 0)
-            p->low = p->n_free;   /* out of memory: stop asking until demand is seen again */
+            p->retry_ms = now + 1000;
     }
     struct stitched **gone = NULL;
     size_t n_gone = 0;

@@ -61,7 +61,8 @@ replay)
     $s.peak_daemon_granted_bytes $s.daemon_over_live $s.alloc_ns.mean $s.alloc_ns.p50 \
     $s.alloc_ns.p99 $s.total_s $s.series.step $s.series.live_bytes $s.series.reserved_bytes \
     $s.series.daemon_bytes strategies.1.strategy strategies.2.strategy $s.alloc_ns.max \
-    $s.driver_waits $s.driver_waits_what $s.daemon_requests strategies.2.vspace_page_bytes
+    $s.driver_waits $s.driver_waits_what $s.daemon_requests $s.peak_daemon_frames \
+    strategies.2.vspace_page_bytes
   # Mooncake-style JSON lines (timestamps in ms)
   printf '{"timestamp": %d, "input_length": %d, "output_length": %d, "hash_ids": [1, 2]}\n' \
     0 700 40  100 1500 20  250 90 64  400 3000 10  900 33 100 >"$dir/trace.jsonl"

@@ -329,6 +329,7 @@ struct strat_result {
     char note[200];
     uint32_t failed_step;
     uint64_t peak_live, peak_reserved, peak_daemon, peak_daemon_total;
+    uint32_t peak_daemon_frames; /* frames (handles, descriptors) granted, step-end samples */
     uint64_t n_alloc, n_free;
     bool waits_known;           /* driver_waits means something for this strategy */
     uint64_t driver_waits;      /* allocations and resizes that waited on the driver */
@@ -559,6 +560,8 @@ static int run_strategy(struct replay_ctx *x, const struct replay_cfg *cfg, stru
             if (x->d && step % cfg->daemon_every == 0 && bench_daemon_status(x->d, &ds) == 0) {
                 /* Sampled after the step's frees; the client-side peak is exact. */
                 step_daemon = ds.bytes_granted > step_daemon ? ds.bytes_granted : step_daemon;
+                if (ds.frames_granted > r->peak_daemon_frames)
+                    r->peak_daemon_frames = ds.frames_granted;
                 uint64_t total = (uint64_t)ds.frames_total * ds.frame_bytes;
                 r->peak_daemon_total = total > r->peak_daemon_total ? total : r->peak_daemon_total;
             }
@@ -768,7 +771,9 @@ static void print_json(const char *trace, const char *format, size_t nreq, doubl
             jw_u64(&w, "peak_daemon_granted_bytes", r->peak_daemon);
             jw_dbl(&w, "daemon_over_live", r->peak_live ? (double)r->peak_daemon / r->peak_live : 0);
             jw_u64(&w, "peak_daemon_created_bytes", r->peak_daemon_total);
+            jw_u64(&w, "peak_daemon_frames", r->peak_daemon_frames);
         } else {
+            jw_null(&w, "peak_daemon_frames");
             jw_null(&w, "peak_daemon_granted_bytes");
             jw_null(&w, "daemon_over_live");
             jw_null(&w, "peak_daemon_created_bytes");
@@ -947,13 +952,13 @@ int bench_replay(int argc, char **argv)
                trace, n, format, p.steps, step_ms, comp, step_s, bench_fmt_size(bpt, a, sizeof(a)), block,
                backend);
         printf("%llu allocations on arrival, %llu block-boundary resizes; vspace pages of %s; latency in us;\n"
-               "WAITS: allocations and resizes that waited on the driver (see --json for each "
-               "strategy's definition)\n",
+               "FRAMES: most frames (handles) granted at a step end; WAITS: allocations and resizes that\n"
+               "waited on the driver (see --json for each strategy's definition)\n",
                (unsigned long long)p.allocs, (unsigned long long)p.resizes,
                bench_fmt_size(g_vpage, a, sizeof(a)));
-        printf("%-16s %11s %13s %6s %13s %6s %9s %8s %8s %9s %8s %8s %8s\n", "STRATEGY", "PEAK LIVE",
-               "PEAK RESERVED", "RATIO", "DAEMON PEAK", "RATIO", "ALLOC avg", "p50", "p99", "max", "WAITS",
-               "FREE avg", "TOTAL s");
+        printf("%-16s %11s %13s %6s %13s %6s %7s %9s %8s %8s %9s %8s %8s %8s\n", "STRATEGY", "PEAK LIVE",
+               "PEAK RESERVED", "RATIO", "DAEMON PEAK", "RATIO", "FRAMES", "ALLOC avg", "p50", "p99", "max",
+               "WAITS", "FREE avg", "TOTAL s");
         for (int i = 0; i < nres; i++) {
             const struct strat_result *r = &res[i];
             if (!r->ran) {
@@ -964,14 +969,16 @@ int bench_replay(int argc, char **argv)
             char dr[16] = "-";
             if (mb && r->peak_live)
                 snprintf(dr, sizeof(dr), "%.3f", (double)r->peak_daemon / r->peak_live);
-            char wt[24] = "-";
+            char wt[24] = "-", fr[16] = "-";
+            if (mb)
+                snprintf(fr, sizeof(fr), "%u", r->peak_daemon_frames);
             if (r->waits_known)
                 snprintf(wt, sizeof(wt), "%llu", (unsigned long long)r->driver_waits);
-            printf("%-16s %11s %13s %6.3f %13s %6s %9.2f %8.2f %8.2f %9.1f %8s %8.2f %8.2f%s%s\n",
+            printf("%-16s %11s %13s %6.3f %13s %6s %7s %9.2f %8.2f %8.2f %9.1f %8s %8.2f %8.2f%s%s\n",
                    strat_name[r->kind], bench_fmt_size(r->peak_live, a, sizeof(a)),
                    bench_fmt_size(r->peak_reserved, b, sizeof(b)),
                    r->peak_live ? (double)r->peak_reserved / r->peak_live : 0,
-                   mb ? bench_fmt_size(r->peak_daemon, e, sizeof(e)) : "-", dr, r->alloc.mean / 1e3,
+                   mb ? bench_fmt_size(r->peak_daemon, e, sizeof(e)) : "-", dr, fr, r->alloc.mean / 1e3,
                    r->alloc.p50 / 1e3, r->alloc.p99 / 1e3, r->alloc.max / 1e3, wt, r->free.mean / 1e3,
                    r->wall_s, r->err ? "  " : "", r->err ? r->note : "");
         }
