@@ -16,8 +16,9 @@
 #include "wire.h"
 
 /* Extents are the frame plan's frames of order 5..9: 64 MiB .. 1 GiB at the
- * default 2 MiB unit, one descriptor each; a request larger than that maps
- * its own plan. */
+ * default 2 MiB unit (no more than 1/LOW_SHARE of the pool's used bytes
+ * above 64 MiB), one descriptor each; a request larger than that maps its
+ * own plan. */
 #define EXTENT_MIN_ORDER 5
 /* The watermark is at most the pages in use / LOW_SHARE (about 1.6 %). */
 #define LOW_SHARE 64
@@ -284,15 +285,18 @@ static void note_demand(struct pagepool *p, size_t n, int64_t now)
 
 /* Map an extent holding at least need pages (and, room allowing, the
  * watermark's worth); no lock held. Sizes: order 5..9 frames of the unit,
- * the smallest that covers need + low; exactly need when that fails for
- * memory or quota. */
-static int map_extent(struct pagepool *p, size_t need, size_t low, struct stitched **out)
+ * the smallest that covers need + low but none above 1/LOW_SHARE of the
+ * pages in use (so a pool's free pages stay a few percent of its used
+ * ones); exactly need when that fails for memory or quota. */
+static int map_extent(struct pagepool *p, size_t need, size_t low, size_t used, struct stitched **out)
 {
     mb_client *c = p->c;
     size_t unit = c->frame_bytes, pb = p->page_bytes;
     size_t exact = (need * pb + unit - 1) / unit * unit;
     size_t want = (need + low) * pb;
     size_t lo = unit << EXTENT_MIN_ORDER, hi = unit << MB_MAX_ORDER;
+    while (hi > lo && hi > used / LOW_SHARE * pb)
+        hi >>= 1;
     size_t bytes = lo;
     while (bytes < want && bytes < hi)
         bytes <<= 1;
@@ -311,11 +315,11 @@ static int map_extent(struct pagepool *p, size_t need, size_t low, struct stitch
  * exit (dropped around the frame layer); delay_us: the refill test hook. */
 static int grow_locked(struct pagepool *p, size_t need, unsigned delay_us)
 {
-    size_t low = p->low;
+    size_t low = p->low, used = p->n_used;
     p->growers++;
     pthread_mutex_unlock(&p->lock);
     struct stitched *s;
-    int rc = map_extent(p, need, low, &s);
+    int rc = map_extent(p, need, low, used, &s);
     if (delay_us) {
         struct timespec ts = { delay_us / 1000000u, (long)(delay_us % 1000000u) * 1000L };
         nanosleep(&ts, NULL);

@@ -3,7 +3,8 @@
  *
  * Glossary
  *   extent   a stitched range of the frame plan's large frames (64 MiB to
- *            1 GiB at the default unit), mapped once and carved into pages;
+ *            1 GiB at the default unit, at most 1/64 of the pages in use
+ *            above 64 MiB), mapped once and carved into pages;
  *            a page is an offset into it: no descriptor, no driver call.
  *   low      the low watermark: free pages the background thread keeps
  *            ready, sized from recent demand (twice the most pages taken in
