@@ -80,7 +80,7 @@ static int fl_take(mb_client *c, size_t bytes, size_t room, struct stitched **ou
     size_t unit = c->frame_bytes;
     uint64_t covered = 0;
     mb_frame_plan(bytes, unit, NULL, 0, &covered);
-    pthread_mutex_lock(&c->lock);
+    fl_lock(c);
     int rc;
     if (c->large_frames && covered <= room) {
         rc = stitch_take_large(c, bytes, out);
@@ -98,17 +98,17 @@ static int fl_take(mb_client *c, size_t bytes, size_t room, struct stitched **ou
             free(t);
         }
     }
-    pthread_mutex_unlock(&c->lock);
+    fl_unlock(c);
     return rc;
 }
 
 /* Frames taken but not mapped go back. */
 static void fl_put(mb_client *c, struct cframe **f, size_t n)
 {
-    pthread_mutex_lock(&c->lock);
+    fl_lock(c);
     for (size_t i = 0; i < n; i++)
         fcache_put(c, f[i]);
-    pthread_mutex_unlock(&c->lock);
+    fl_unlock(c);
 }
 
 /* Map at least `bytes` more (at most the room left) at the end of x's
@@ -135,14 +135,14 @@ static int map_tail(mb_client *c, struct growset *g, struct growable *x, size_t 
         free(t);
         return rc;
     }
-    pthread_mutex_lock(&c->lock);
+    fl_lock(c);
     pthread_mutex_lock(&g->lock);
     s->n += t->n;
     s->bytes += t->bytes;
     g->ahead += t->bytes;
     pthread_mutex_unlock(&g->lock);
     c->st.bytes_mapped += t->bytes;
-    pthread_mutex_unlock(&c->lock);
+    fl_unlock(c);
     free(t);
     return 0;
 }
@@ -240,9 +240,9 @@ int grow_alloc(mb_client *c, size_t size, size_t max, void **ptr)
         }
         pthread_mutex_unlock(&g->lock);
         if (rc) {
-            pthread_mutex_lock(&c->lock);
+            fl_lock(c);
             stitch_free(c, s, NULL);
-            pthread_mutex_unlock(&c->lock);
+            fl_unlock(c);
             free(x);
             return rc;
         }
@@ -335,12 +335,12 @@ int grow_free(mb_client *c, void *ptr, void *stream)
     pthread_mutex_unlock(&g->lock);
     if (!x)
         return MB_ENOENT;
-    pthread_mutex_lock(&c->lock);
+    fl_lock(c);
     int rc = stitch_free(c, x->s, stream);
     fcache_report(c);
     if (rc == 0 && c->fc.bytes_cached > c->fc.keep_bytes)
         fcache_trim(c, c->fc.keep_bytes);
-    pthread_mutex_unlock(&c->lock);
+    fl_unlock(c);
     if (rc)
         mb_log(MB_LOG_ERR, "failed to free a growable range: %s; its frames stay mapped",
                mb_strerror(rc));
@@ -407,7 +407,7 @@ void grow_work(mb_client *c, struct growset *g, int64_t now, int idle_ms)
     if (!tails)
         return;
     /* Tails idle for idle_ms go back. */
-    pthread_mutex_lock(&c->lock);
+    fl_lock(c);
     pthread_mutex_lock(&g->lock);
     for (size_t i = 0; i < g->map.cap; i++) {
         struct ptrmap_slot *sl = &g->map.slots[i];
@@ -416,7 +416,7 @@ void grow_work(mb_client *c, struct growset *g, int64_t now, int idle_ms)
             unmap_tail_held(c, g, x);
     }
     pthread_mutex_unlock(&g->lock);
-    pthread_mutex_unlock(&c->lock);
+    fl_unlock(c);
 }
 
 void grow_trim_held(mb_client *c, struct growset *g)
@@ -437,7 +437,7 @@ void growset_free(mb_client *c, struct growset *g)
 {
     if (!g)
         return;
-    pthread_mutex_lock(&c->lock);
+    fl_lock(c);
     for (size_t i = 0; i < g->map.cap; i++) {
         struct ptrmap_slot *sl = &g->map.slots[i];
         if (sl->key <= 1)
@@ -447,7 +447,7 @@ void growset_free(mb_client *c, struct growset *g)
             mb_log(MB_LOG_ERR, "failed to unmap a growable range at close");
         free(x);
     }
-    pthread_mutex_unlock(&c->lock);
+    fl_unlock(c);
     ptrmap_destroy(&g->map);
     pthread_cond_destroy(&g->idle);
     pthread_mutex_destroy(&g->lock);

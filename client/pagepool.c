@@ -34,9 +34,9 @@
 /* A stitched range of the frame plan's frames for bytes, mapped. */
 static int fl_map(mb_client *c, size_t bytes, struct stitched **out)
 {
-    pthread_mutex_lock(&c->lock);
+    fl_lock(c);
     int rc = stitch_alloc_large(c, bytes, out);
-    pthread_mutex_unlock(&c->lock);
+    fl_unlock(c);
     return rc;
 }
 
@@ -55,9 +55,9 @@ static void fl_unmap(mb_client *c, struct stitched **s, size_t n)
 {
     if (n == 0)
         return;
-    pthread_mutex_lock(&c->lock);
+    fl_lock(c);
     fl_unmap_held(c, s, n);
-    pthread_mutex_unlock(&c->lock);
+    fl_unlock(c);
 }
 
 /* ---- extents ---- */

@@ -66,7 +66,7 @@ int refill_get(mb_client *c, struct refill **out)
         return 0;
     }
     int rc = 0;
-    pthread_mutex_lock(&c->lock);
+    fl_lock(c);
     if (!(r = c->refill)) {
         r = calloc(1, sizeof(*r));
         if (r && !(r->grow = growset_new())) {
@@ -91,7 +91,7 @@ int refill_get(mb_client *c, struct refill **out)
             __atomic_store_n(&c->refill, r, __ATOMIC_RELEASE);
         }
     }
-    pthread_mutex_unlock(&c->lock);
+    fl_unlock(c);
     if (rc == 0)
         *out = r;
     return rc;

@@ -9,7 +9,7 @@
  * extent is mapped and before its pages join the pool, so a test can issue
  * maps while a refill is in flight.
  *
- * Locks: c->lock before refill->lock; refill->lock is held only to create
+ * Locks: c->lock (fl_lock) before refill->lock; refill->lock is held only to create
  * pools and to sleep or wake the thread. */
 #ifndef MB_CLIENT_REFILL_H
 #define MB_CLIENT_REFILL_H
@@ -26,6 +26,13 @@
 
 struct pagepool;
 struct growset;
+
+/* The frame layer's lock (today the client's mutex), taken around every
+ * call pagepool.c, grow.c and refill.c make into the frame and mapping
+ * layer (frames.c, stitch.c) and around the client fields they touch
+ * (c->refill, c->st); held by callers of the _held functions. */
+static inline void fl_lock(mb_client *c) { pthread_mutex_lock(&c->lock); }
+static inline void fl_unlock(mb_client *c) { pthread_mutex_unlock(&c->lock); }
 
 struct refill {
     mb_client *c;
