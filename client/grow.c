@@ -16,12 +16,14 @@
  * it falls under half of it. */
 #define AHEAD_SHIFT 5
 
-/* Invariants (growable_is_valid): used <= s->bytes <= s->reserved; s->bytes
+/* Invariants (growable_is_valid): used <= max <= s->reserved, used <= s->bytes
+ * <= s->reserved; s->bytes
  * is the sum of s->frames[0..s->n), each a multiple of the unit; busy while
  * one thread maps frames past s->bytes (s->frames[s->n..] are its own). */
 struct growable {
     struct stitched *s;
     size_t used;
+    size_t max;                  /* the largest size mb_grow accepts (max, in whole units) */
     size_t step;                 /* the last growth (bytes) */
     int64_t last_ms;             /* last allocation or growth */
     bool busy;
@@ -46,7 +48,8 @@ static bool growable_is_valid(const mb_client *c, const struct growable *x)
             return false;
         sum += s->frames[i]->mem.bytes;
     }
-    return sum == s->bytes && x->used <= s->bytes && s->bytes <= s->reserved && s->n <= s->cap;
+    return sum == s->bytes && x->used <= s->bytes && s->bytes <= s->reserved && s->n <= s->cap &&
+           x->used <= x->max && x->max <= s->reserved;
 }
 
 #ifdef MB_DEBUG
@@ -73,19 +76,28 @@ static size_t target_of(const mb_client *c, const struct growable *x)
 
 /* ---- the frame layer: every call grow.c makes into it ---- */
 
-/* Frames for at least `bytes` and at most `room` (plan frames when they
- * fit and large frames are on, else order-0 ones) into t->frames[0..t->n). */
-static int fl_take(mb_client *c, size_t bytes, size_t room, struct stitched **out)
+/* The bytes the frame plan's frames for `bytes` hold. */
+static size_t plan_bytes(size_t bytes, size_t unit)
 {
-    size_t unit = c->frame_bytes;
     uint64_t covered = 0;
     mb_frame_plan(bytes, unit, NULL, 0, &covered);
+    return (size_t)covered;
+}
+
+/* Frames for `want` bytes (at least `need`), holding at most `room`: the
+ * frame plan's for want, or else for need, when they fit and large frames
+ * are on; else order-0 frames for need. Into (*out)->frames[0..n). */
+static int fl_take(mb_client *c, size_t need, size_t want, size_t room, struct stitched **out)
+{
+    size_t unit = c->frame_bytes, bytes = 0;   /* plan frames for bytes, when they fit */
+    if (c->large_frames)
+        bytes = plan_bytes(want, unit) <= room ? want : plan_bytes(need, unit) <= room ? need : 0;
     fl_lock(c);
     int rc;
-    if (c->large_frames && covered <= room) {
+    if (bytes) {
         rc = stitch_take_large(c, bytes, out);
     } else {
-        size_t n = round_unit(bytes, unit) / unit;
+        size_t n = round_unit(need, unit) / unit;
         struct stitched *t = n * unit <= room ? malloc(sizeof(*t) + n * sizeof(t->frames[0])) : NULL;
         rc = n * unit > room ? MB_EINVAL : t ? fcache_take(c, n, t->frames) : MB_ENOMEM;
         if (rc == 0) {
@@ -111,14 +123,14 @@ static void fl_put(mb_client *c, struct cframe **f, size_t n)
     fl_unlock(c);
 }
 
-/* Map at least `bytes` more (at most the room left) at the end of x's
- * range; x is busy (this thread alone maps it). The range's new frames are
- * published under c->lock and g->lock. */
-static int map_tail(mb_client *c, struct growset *g, struct growable *x, size_t bytes)
+/* Map `want` bytes more (at least `need`, at most the room left) at the
+ * end of x's range; x is busy (this thread alone maps it). The range's new
+ * frames are published under c->lock and g->lock. */
+static int map_tail(mb_client *c, struct growset *g, struct growable *x, size_t need, size_t want)
 {
     struct stitched *s = x->s, *t;
     size_t room = s->reserved - s->bytes;
-    int rc = fl_take(c, bytes, room, &t);
+    int rc = fl_take(c, need, want, room, &t);
     if (rc)
         return rc;
     /* Largest first would break the order of a range already mapped;
@@ -206,7 +218,10 @@ int grow_alloc(mb_client *c, size_t size, size_t max, void **ptr)
     int rc = set_of(c, true, &g);
     if (rc)
         return rc;
-    size_t reserved = round_unit(max, unit);
+    /* Room for max, and for the plan of size (which may round up). */
+    size_t reserved = round_unit(max, unit), planned = plan_bytes(size, unit);
+    if (reserved < planned)
+        reserved = planned;
     struct growable *x = calloc(1, sizeof(*x));
     struct stitched *s = x ? malloc(sizeof(*s) + reserved / unit * sizeof(s->frames[0])) : NULL;
     if (!s) {
@@ -219,13 +234,14 @@ int grow_alloc(mb_client *c, size_t size, size_t max, void **ptr)
     s->reserved = reserved;
     s->imported = false;
     x->s = s;
+    x->max = round_unit(max, unit);
     x->last_ms = mb_now_ms();
     /* The first bytes and a tail ahead of them, in one mapping. */
     size_t first = size + target_for(size, 0, unit);
     if (first > reserved)
         first = reserved;
     rc = c->be->ops->reserve(c->be, reserved, &s->va);
-    if (rc == 0 && (rc = map_tail(c, g, x, first)) != 0)
+    if (rc == 0 && (rc = map_tail(c, g, x, size, first)) != 0)
         c->be->ops->free_va(c->be, s->va, reserved);
     if (rc == 0) {
         pthread_mutex_lock(&g->lock);
@@ -274,7 +290,7 @@ int grow_extend(mb_client *c, void *ptr, size_t new_size)
         return MB_ENOENT;
     }
     int rc = 0;
-    if (new_size > x->s->reserved) {
+    if (new_size > x->max) {
         rc = MB_EINVAL;
     } else if (new_size > x->used) {
         if (new_size > x->s->bytes) {
@@ -290,7 +306,7 @@ int grow_extend(mb_client *c, void *ptr, size_t new_size)
                     more = x->s->reserved - x->s->bytes;
                 x->busy = true;
                 pthread_mutex_unlock(&g->lock);
-                rc = map_tail(c, g, x, more);
+                rc = map_tail(c, g, x, new_size - x->s->bytes, more);
                 pthread_mutex_lock(&g->lock);
                 x->busy = false;
                 pthread_cond_broadcast(&g->idle);
@@ -392,7 +408,8 @@ void grow_work(mb_client *c, struct growset *g, int64_t now, int idle_ms)
         size_t room = s->reserved - s->bytes;
         x->busy = true;
         pthread_mutex_unlock(&g->lock);
-        int rc = map_tail(c, g, x, target < room ? target : room);
+        size_t want = target < room ? target : room;
+        int rc = map_tail(c, g, x, want, want);
         pthread_mutex_lock(&g->lock);
         x->busy = false;
         pthread_cond_broadcast(&g->idle);
