@@ -16,6 +16,8 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <dirent.h>
+#include <pthread.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -525,6 +527,103 @@ static void test_reclaim(void **state)
     mb_close(c);
 }
 
+/* Threads mapping, unmapping, destroying and re-creating their own
+ * vspaces on one client while the refill thread refills and the idle
+ * policy (50 ms) returns extents: every page keeps its owner's tag and no
+ * page is mapped by two live vspaces. Failures are counted, then asserted
+ * on the main thread. */
+#define STRESS_THREADS 4
+#define STRESS_PAGES 2048
+struct stress {
+    mb_client *c;
+    mb_vspace *v;
+    uint32_t tag;
+    uint64_t seed;
+    int bad;
+    bool *mapped;
+};
+
+static uint64_t srnd(uint64_t *x)
+{
+    *x ^= *x << 13;
+    *x ^= *x >> 7;
+    *x ^= *x << 17;
+    return *x;
+}
+
+static void *stress_main(void *arg)
+{
+    struct stress *t = arg;
+    const size_t page = 64 << 10;
+    for (int it = 0; it < 300 && !t->bad; it++) {
+        uint64_t r = srnd(&t->seed);
+        if (r % 40 == 0) {   /* destroy and start over */
+            mb_vspace_destroy(t->v);
+            memset(t->mapped, 0, STRESS_PAGES);
+            t->bad += mb_vspace_create(t->c, STRESS_PAGES * page, page, &t->v) != 0;
+            continue;
+        }
+        size_t n = 1 + srnd(&t->seed) % 200, p = srnd(&t->seed) % (STRESS_PAGES - n);
+        const struct mb_vspace_dev *d = mb_vspace_device(t->v);
+        if (r % 3) {
+            t->bad += mb_vspace_map_async(t->v, p, n, NULL) != 0;
+            for (size_t q = p; q < p + n && !t->bad; q++) {
+                uint64_t e = walk(d, q);
+                t->bad += e == MB_VSPACE_INVALID;
+                if (!t->mapped[q] && e != MB_VSPACE_INVALID)
+                    *(uint64_t *)(uintptr_t)e = ((uint64_t)t->tag << 32) | q;
+                t->mapped[q] = true;
+            }
+        } else {
+            t->bad += mb_vspace_unmap_async(t->v, p, n, NULL) != 0;
+            memset(t->mapped + p, 0, n);
+        }
+        for (size_t q = 0; q < STRESS_PAGES && !t->bad; q++) {
+            uint64_t e = walk(d, q);
+            if (t->mapped[q] != (e != MB_VSPACE_INVALID) ||
+                (e != MB_VSPACE_INVALID && *(uint64_t *)(uintptr_t)e != (((uint64_t)t->tag << 32) | q)))
+                t->bad++;
+        }
+    }
+    return NULL;
+}
+
+static void test_threads_stress(void **state)
+{
+    (void)state;
+    setenv("MOONBRIGHT_IDLE_MS", "50", 1);
+    mb_client *c;
+    assert_int_equal(mb_open(&c, "vspace-stress"), 0);
+    struct stress t[STRESS_THREADS];
+    pthread_t th[STRESS_THREADS];
+    for (int i = 0; i < STRESS_THREADS; i++) {
+        t[i] = (struct stress){ .c = c, .tag = 0x100u + (uint32_t)i, .seed = 0x9E37ull * (uint64_t)(i + 1) };
+        t[i].mapped = calloc(STRESS_PAGES, 1);
+        assert_int_equal(mb_vspace_create(c, STRESS_PAGES * (64 << 10), 64 << 10, &t[i].v), 0);
+    }
+    unsetenv("MOONBRIGHT_IDLE_MS");   /* read when the thread started */
+    for (int i = 0; i < STRESS_THREADS; i++)
+        assert_int_equal(pthread_create(&th[i], NULL, stress_main, &t[i]), 0);
+    for (int i = 0; i < STRESS_THREADS; i++)
+        pthread_join(th[i], NULL);
+    mb_vspace *v[STRESS_THREADS];
+    uint32_t tags[STRESS_THREADS];
+    for (int i = 0; i < STRESS_THREADS; i++) {
+        assert_int_equal(t[i].bad, 0);
+        v[i] = t[i].v;
+        tags[i] = t[i].tag;
+    }
+    check_owners(v, tags, STRESS_THREADS, STRESS_PAGES);
+    for (int i = 0; i < STRESS_THREADS; i++) {
+        mb_vspace_destroy(t[i].v);
+        free(t[i].mapped);
+    }
+    assert_int_equal(mb_trim(c, 0), 0);
+    mb_client_stats st = stats_of(c);
+    assert_int_equal(st.vspace_pool_bytes, 0);
+    mb_close(c);
+}
+
 /* Pools and growable tails left unused for $MOONBRIGHT_IDLE_MS go back by
  * themselves; mb_close stops the thread and returns everything, and the
  * daemon's books balance. */
@@ -709,6 +808,7 @@ int main(void)
         cmocka_unit_test(test_map_during_refill),
         cmocka_unit_test(test_grow_tail),
         cmocka_unit_test(test_reclaim),
+        cmocka_unit_test(test_threads_stress),
         cmocka_unit_test(test_idle_and_close),
         cmocka_unit_test(test_amap_host),
     };
