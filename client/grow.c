@@ -402,9 +402,10 @@ void grow_work(mb_client *c, struct growset *g, int64_t now, int idle_ms)
         if (x->busy || s->bytes == s->reserved || ahead >= target / 2 ||
             now - x->last_ms >= idle_ms)
             continue;
-        /* Map one target's worth; the range may be freed or grown
-         * meanwhile: busy holds both off, and the map may change (look
-         * again from the start of the slots afterwards). */
+        /* Map one target's worth; busy holds off frees and grows of this
+         * range meanwhile. The map may be rehashed by then: the scan goes
+         * on from the same slot of the new table (a range skipped waits
+         * for the next pass). */
         size_t room = s->reserved - s->bytes;
         x->busy = true;
         pthread_mutex_unlock(&g->lock);
@@ -417,7 +418,6 @@ void grow_work(mb_client *c, struct growset *g, int64_t now, int idle_ms)
             g->maps_ahead++;
         else
             x->last_ms = now - idle_ms;   /* out of memory: leave it until it grows again */
-        i = (size_t)-1;
     }
     bool tails = g->ahead > 0;
     pthread_mutex_unlock(&g->lock);
