@@ -729,6 +729,12 @@ static void test_grow_tail(void **state)
     memset(p, 0x44, 10 * mib);
     st = stats_of(g_c);
     assert_int_equal(st.grow_waits, before.grow_waits);
+    /* A growable range can be shared; trimming keeps its shared frames. */
+    mb_share_token tok;
+    assert_int_equal(mb_export(g_c, p, &tok), 0);
+    assert_int_equal(mb_trim(g_c, 0), 0);
+    assert_int_equal(mb_usable_size(g_c, p), 10 * mib);
+    memset(p, 0x45, 10 * mib);
     assert_int_equal(mb_free(g_c, p), 0);
 
     /* Many grows by one block: data kept, tails ahead, waits counted only
