@@ -174,6 +174,8 @@ struct mb_client {
         size_t bytes_mapped;
         uint64_t daemon_requests, frames_imported, unmaps;
     } fst;
+    struct refill *refill;       /* vspace page pools, growable ranges and their
+                                  * background thread (refill.h), once used */
 };
 
 /* rpc.c (flock held by every caller) */
@@ -231,8 +233,6 @@ int stitch_take_large(mb_client *c, size_t bytes, struct stitched **out);
 /* Map at least bytes now from whatever frames the cache holds (largest
  * first), the rest by the frame plan; s->bytes may exceed bytes. */
 int stitch_alloc_any(mb_client *c, size_t bytes, struct stitched **out);
-/* Map more frames at the end of s, up to its reservation; *s may move. */
-int stitch_grow(mb_client *c, struct stitched **s, size_t new_bytes);
 int stitch_free(mb_client *c, struct stitched *s, void *stream);
 bool stitch_is_valid(const mb_client *c, const struct stitched *s);
 /* Map frames this process already holds (an import) into a new range. */

@@ -10,6 +10,7 @@
 #include "frame_plan.h"
 #include "log.h"
 #include "protocol.h"
+#include "refill.h"
 
 #ifdef MB_DEBUG
 #define FC_CHECK(fc) do { if (!fcache_is_valid(fc)) abort(); } while (0)
@@ -65,6 +66,7 @@ static int return_ids(mb_client *c, uint32_t *ids, size_t n)
 void fcache_report(mb_client *c, uint64_t tier_idle)
 {
     uint64_t now = c->fc.bytes_cached + tier_idle;
+    now += refill_reclaimable(c);   /* free vspace pages, growable tails */
     if (now == c->cache_reported || c->broken)
         return;
     Mb__Request req = MB__REQUEST__INIT;

@@ -164,29 +164,6 @@ int stitch_adopt(mb_client *c, struct cframe **frames, size_t n, struct stitched
     return 0;
 }
 
-int stitch_grow(mb_client *c, struct stitched **sp, size_t new_bytes)
-{
-    struct stitched *s = *sp;
-    size_t fb = c->frame_bytes;
-    if (new_bytes <= s->bytes)
-        return 0;
-    if (new_bytes > s->reserved)
-        return MB_EINVAL;
-    size_t n = (new_bytes + fb - 1) / fb;
-    int rc = fcache_take(c, n - s->n, s->frames + s->n);
-    if (rc != 0)
-        return rc;
-    if ((rc = stitch_map(c->be, s, s->n, n, s->n * fb)) != 0) {
-        for (size_t i = s->n; i < n; i++)
-            fcache_put(c, s->frames[i]);
-        return rc;
-    }
-    c->fst.bytes_mapped += (n - s->n) * fb;
-    s->n = n;
-    s->bytes = n * fb;
-    return 0;
-}
-
 int stitch_free(mb_client *c, struct stitched *s, void *stream)
 {
     (void)stream;   /* the caller knows no work uses the range any more */
