@@ -206,6 +206,10 @@ int fcache_take_plan(mb_client *c, size_t bytes, struct cframe ***out, size_t *n
  * by fcache_take_plan. *out is malloc'd. */
 int fcache_take_any(mb_client *c, size_t bytes, struct cframe ***out, size_t *n);
 void fcache_put(mb_client *c, struct cframe *f);
+/* Descriptors waiting on the handle channel while no grant or import is
+ * being received belong to calls that gave up (their answers came late):
+ * close them and hand their frames back by id. */
+void fcache_drop_strays(mb_client *c);
 int fcache_trim(mb_client *c, size_t keep_bytes);
 void fcache_release_all(mb_client *c);
 /* Redeem a share token: the frames arrive imported and in use. */

@@ -78,6 +78,38 @@ void fcache_report(mb_client *c, uint64_t tier_idle)
         c->cache_reported = now;
 }
 
+/* Hand frames back by id without waiting for the answer. */
+static void post_return(mb_client *c, const uint32_t *ids, size_t n)
+{
+    Mb__Request req = MB__REQUEST__INIT;
+    Mb__Return r = MB__RETURN__INIT;
+    r.ids = (uint32_t *)ids;
+    r.n_ids = n;
+    req.body_case = MB__REQUEST__BODY_RET;
+    req.ret = &r;
+    rpc_post(c, &req);
+}
+
+/* A channel message that belongs to no call in progress: its frames were
+ * granted to a call that gave up before the answer came. */
+static void drop_stray(mb_client *c, const struct mb_chan_msg *m, const int *fds)
+{
+    for (uint32_t i = 0; i < m->count; i++)
+        close(fds[i]);
+    if (m->type == MB_CHAN_FRAMES && m->count) {
+        mb_log(MB_LOG_WARN, "handing back %u frames granted to a call that gave up", m->count);
+        post_return(c, m->ids, m->count);
+    }
+}
+
+void fcache_drop_strays(mb_client *c)
+{
+    struct mb_chan_msg m;
+    int fds[MB_CHAN_MAX_FDS];
+    while (c->chan >= 0 && !c->lost && mb_chan_recv(c->chan, &m, fds, 0) == 0)
+        drop_stray(c, &m, fds);
+}
+
 /* Frames a reply named but this process will not keep: close whatever of
  * their handles arrived on the handle channel and hand them back. */
 static void reject_frames(mb_client *c, uint32_t *ids, size_t n)
@@ -112,6 +144,10 @@ static int receive_frames(mb_client *c, const Mb__Frame *const *fr, size_t n, st
         rc = mb_chan_recv(c->chan, &m, fds, c->timeout_ms);
         if (rc != 0)
             break;
+        if (m.type == MB_CHAN_FRAMES && m.count && m.ids[0] != ids[got]) {
+            drop_stray(c, &m, fds);   /* an earlier call's, which gave up */
+            continue;
+        }
         if (m.type != MB_CHAN_FRAMES || got + m.count > n) {
             for (uint32_t i = 0; i < m.count; i++)
                 close(fds[i]);

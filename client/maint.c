@@ -196,6 +196,7 @@ static void *maint_main(void *arg)
             rpc_ensure_connected(c);
             continue;
         }
+        fcache_drop_strays(c);   /* no grant is being received now */
         bool reclaim = c->reclaim_due;
         uint64_t want = c->reclaim_bytes;
         c->reclaim_due = false;

@@ -165,11 +165,13 @@ void rpc_disconnect(mb_client *c)
     c->chan = -1;
 }
 
-/* Record a notice; the work it asks for happens once no call is waiting. */
+/* Record a notice; the work it asks for happens once no call is waiting.
+ * (Late answers to calls that gave up are dropped: a late grant's frames
+ * are handed back by the descriptors that came for them, frames.c.) */
 static void on_notice(void *ctx, const Mb__Reply *r)
 {
     mb_client *c = ctx;
-    if (r->body_case != MB__REPLY__BODY_NOTICE)
+    if (r->id != 0 || r->body_case != MB__REPLY__BODY_NOTICE)
         return;
     const Mb__Notice *n = r->notice;
     switch (n->kind) {

@@ -109,7 +109,7 @@ int mb_wire_recv_reply(void *dealer, uint64_t id, int timeout_ms, Mb__Reply **ou
             *out = r;
             return 0;
         }
-        if (r->id == 0 && on_notice)
+        if (on_notice)
             on_notice(ctx, r);
         mb__reply__free_unpacked(r, NULL);
     }

@@ -19,10 +19,12 @@
 int mb_wire_send_request(void *dealer, const Mb__Request *req);
 int mb_wire_send_reply(void *router, const void *ident, size_t ident_len, const Mb__Reply *rep);
 
-/* Receive one reply on a DEALER, waiting at most timeout_ms. Replies to
- * other requests (late answers to requests that timed out) are dropped;
- * unsolicited notices (id 0) go to on_notice when given. *out is freed with
- * mb__reply__free_unpacked(*out, NULL). MB_EUNAVAIL on timeout. */
+/* Receive one reply on a DEALER, waiting at most timeout_ms. Every other
+ * message goes to on_notice when given, then is dropped: unsolicited
+ * notices (id 0) and replies to other requests (late answers to requests
+ * that timed out).
+ * *out is freed with mb__reply__free_unpacked(*out, NULL). MB_EUNAVAIL on
+ * timeout. */
 int mb_wire_recv_reply(void *dealer, uint64_t id, int timeout_ms, Mb__Reply **out,
                        void (*on_notice)(void *ctx, const Mb__Reply *r), void *ctx);
 
