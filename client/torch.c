@@ -6,6 +6,7 @@
 
 #include <moonbright/mbclient.h>
 
+#include "client.h"
 #include "log.h"
 
 static pthread_mutex_t hook_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -31,12 +32,21 @@ static mb_client *hook(void)
     return hook_client;
 }
 
-/* The device is the one the daemon serves ($MOONBRIGHT_DEVICE): the pluggable
- * allocator is per process and MoonBright serves one GPU per daemon. */
+/* The device must be the one the client's daemon serves ($MOONBRIGHT_DEVICE):
+ * the pluggable allocator is per process and one daemon serves one GPU, so a
+ * request for another device is refused (NULL: the framework reports out of
+ * memory) rather than served with the wrong device's memory. */
 void *mb_torch_malloc(ssize_t size, int device, void *stream)
 {
     mb_client *c = size > 0 ? hook() : NULL;
     void *p = NULL;
+    if (c && device != c->device) {
+        static int warned;
+        if (!__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED))
+            mb_log(MB_LOG_ERR, "refused an allocation on device %d: this process's moonbrightd "
+                   "serves device %d ($MOONBRIGHT_DEVICE)", device, c->device);
+        return NULL;
+    }
     if (c && mb_malloc_async(c, (size_t)size, stream, &p) != 0)
         p = NULL;
     return p;
@@ -44,7 +54,7 @@ void *mb_torch_malloc(ssize_t size, int device, void *stream)
 
 void mb_torch_free(void *ptr, ssize_t size, int device, void *stream)
 {
-    mb_client *c = hook_client;
+    mb_client *c = __atomic_load_n(&hook_client, __ATOMIC_ACQUIRE);
     if (c && ptr) {
         int rc = mb_free_async(c, ptr, stream);
         if (rc)

@@ -150,8 +150,43 @@ static void shared_client(void **state)
     assert_int_equal(mbt_daemon_stop(&d), 0);
 }
 
+/* Frees of a small object: a second free, on a stream or not, is refused
+ * with MB_ENOENT and changes nothing; so is an interior pointer. The
+ * framework hook refuses a device its daemon does not serve. */
+static void double_free_and_hook(void **state)
+{
+    (void)state;
+    struct mbt_daemon d;
+    assert_int_equal(mbt_daemon_start(&d, NULL), 0);
+    setenv("MOONBRIGHT_RUNTIME_DIR", d.dir, 1);
+    setenv("MOONBRIGHT_DEVICE", "0", 1);
+    mb_client *c;
+    assert_int_equal(mb_open(&c, "frees"), 0);
+    void *stream = (void *)(uintptr_t)0x1234;
+    void *p, *q;
+    assert_int_equal(mb_malloc_async(c, 1000, stream, &p), 0);
+    assert_int_equal(mb_free_async(c, (char *)p + 256, stream), MB_ENOENT);   /* interior */
+    assert_int_equal(mb_free_async(c, p, stream), 0);
+    assert_int_equal(mb_free_async(c, p, stream), MB_ENOENT);   /* double, on a stream */
+    assert_int_equal(mb_free(c, p), MB_ENOENT);                  /* and synchronously */
+    assert_int_equal(mb_malloc(c, 1000, &q), 0);
+    assert_int_equal(mb_free(c, q), 0);
+    assert_int_equal(mb_free(c, q), MB_ENOENT);
+    mb_client_stats st;
+    assert_int_equal(mb_stats(c, &st), 0);
+    assert_int_equal(st.bytes_live, 0);
+    mb_close(c);
+    void *t = mb_torch_malloc(4096, 1, NULL);
+    assert_null(t);                           /* device 1 is not this daemon's */
+    t = mb_torch_malloc(4096, 0, NULL);
+    assert_non_null(t);
+    mb_torch_free(t, 4096, 0, NULL);
+    assert_int_equal(mbt_daemon_stop(&d), 0);
+}
+
 int main(void)
 {
-    const struct CMUnitTest tests[] = { cmocka_unit_test(shared_client) };
+    const struct CMUnitTest tests[] = { cmocka_unit_test(shared_client),
+                                        cmocka_unit_test(double_free_and_hook) };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
