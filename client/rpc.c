@@ -18,7 +18,8 @@
 
 int rpc_connect(mb_client *c, const char *tenant)
 {
-    snprintf(c->tenant, sizeof(c->tenant), "%s", tenant);
+    if (tenant != c->tenant)   /* a reconnect passes c->tenant itself */
+        snprintf(c->tenant, sizeof(c->tenant), "%s", tenant);
     const char *dir = mb_default_runtime_dir();
     struct mb_chan_msg w;
     int rc = mb_chan_open(dir, c->device, c->timeout_ms, &c->chan, &w);

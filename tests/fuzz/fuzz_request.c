@@ -33,10 +33,10 @@ static struct session *fake_session(struct daemon *d, const char *tenant, uid_t 
         return NULL;
     }
     s->uid = uid;   /* SO_PEERCRED says us; the state says who */
-    s->tenant = tenant_get(d, tenant);
     memcpy(s->ident, ident, len);
     s->ident_len = len;
     s->bound = true;
+    s->tenant = tenant_attach(d, s, tenant);
     *peer = sv[1];
     return s;
 }
@@ -69,7 +69,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         return 0;
     struct daemon d;
     memset(&d, 0, sizeof(d));
-    d.chan_listen = d.sigfd = d.lock_fd = -1;
+    d.chan_listen = d.ctl_listen = d.spare_fd = d.sigfd = d.lock_fd = -1;
     d.reclaim_timeout_ms = 50;
     d.drain_timeout_ms = 1000;
     mb_config_defaults(&d.cfg);
