@@ -432,6 +432,11 @@ static int fill_status(struct daemon *d, Mb__StatusReply *sr)
     sr->scrubs = d->pool.scrubs;
     sr->reclaim_notices = d->count.reclaim_notices;
     sr->grants_waiting = d->n_pending;
+    sr->tenants_known = d->n_tenants;
+    sr->connections = d->n_ctl;
+    sr->conns_refused = d->count.conns_refused;
+    sr->hello_timeouts = d->count.hello_timeouts;
+    sr->slow_readers = d->count.slow_readers;
     size_t n = 0;
     for (struct session *s = d->sessions; s; s = s->next) {
         if (!s->bound)

@@ -311,7 +311,8 @@ static int bind_sockets(struct daemon *d)
  * the limit. */
 static void set_fd_limits(struct daemon *d, unsigned long fd_limit)
 {
-    unsigned long reserve = fd_limit >= 65536 ? 16384 : fd_limit > 2048 ? 1024 : fd_limit / 2;
+    unsigned long reserve = fd_limit >= 65536 ? 16384
+                          : fd_limit > 8192 ? fd_limit / 8 : fd_limit > 2048 ? 1024 : fd_limit / 2;
     d->pool.max_frames = (uint32_t)(fd_limit - reserve);
     unsigned long conns = reserve > 96 ? reserve - 64 : reserve / 2;
     d->conn_cap = (uint32_t)conns;
