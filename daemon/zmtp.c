@@ -32,6 +32,12 @@
 #include "daemon.h"
 #include "log.h"
 
+#ifdef MB_DEBUG
+#define CONN_CHECK(c) do { if (!ctl_conn_is_valid(c)) abort(); } while (0)
+#else
+#define CONN_CHECK(c) do { } while (0)
+#endif
+
 #define GREETING_BYTES 64
 #define READ_CHUNK (64u * 1024)
 #define COMMAND_MAX 1024           /* largest command frame accepted */
@@ -80,7 +86,8 @@ struct ctl_conn *ctl_by_ident(struct daemon *d, const uint8_t *ident, size_t len
 bool ctl_conn_is_valid(const struct ctl_conn *c)
 {
     return c->fd >= 0 && c->id != 0 && c->in_len <= c->in_cap && c->out_off <= c->out_len &&
-           c->out_len <= c->out_cap;
+           c->out_len <= c->out_cap && c->out_len - c->out_off <= CTL_OUT_HARD_BYTES &&
+           (c->state == CTL_OPEN || !c->multipart);
 }
 
 /* Append bytes to the output; false when that would pass the hard cap. */
@@ -298,8 +305,17 @@ static void process_input(struct daemon *d, struct ctl_conn *c)
             c->state = CTL_OPEN;
             continue;
         }
-        if (flags & 4)
-            continue;   /* other commands (none in ZMTP 3.0 after READY) */
+        if (flags & 4) {
+            /* PING (a ZMTP 3.1 peer with heartbeats on): PONG with its
+             * context; other commands are ignored. */
+            if (size >= 7 && body[0] == 4 && memcmp(body + 1, "PING", 4) == 0 && size <= 7 + 16) {
+                uint8_t pong[2 + 5 + 16] = { 0x04, (uint8_t)(5 + size - 7), 4, 'P', 'O', 'N', 'G' };
+                memcpy(pong + 7, body + 7, (size_t)size - 7);
+                if (!out_append(c, pong, 7 + (size_t)size - 7, NULL, 0) || flush(c) != 0)
+                    drop(d, c, "peer gone");
+            }
+            continue;
+        }
         if (flags & 1) {
             c->multipart = true;   /* drop parts until the last one */
             continue;
@@ -383,6 +399,8 @@ void ctl_reap(struct daemon *d)
         next = c->next;
         if (c->dead)
             ctl_free(d, c);
+        else
+            CONN_CHECK(c);
     }
 }
 
