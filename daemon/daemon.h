@@ -324,8 +324,9 @@ int daemon_serve(struct daemon *d);
  * reply is deferred). Bad bytes are counted and answered, never asserted. */
 void daemon_message(struct daemon *d, const uint8_t *ident, size_t ident_len,
                     const void *data, size_t size);
-/* Send a reply to an identity; without a ROUTER (the fuzz target) the reply
- * is packed and dropped. 0 or a negative mb_status. */
+/* Send a reply to the control connection named ident (zmtp.c); without a
+ * control socket (the fuzz target) the reply is packed and dropped. 0 or a
+ * negative mb_status. */
 int daemon_send(struct daemon *d, const uint8_t *ident, size_t ident_len, const Mb__Reply *rep);
 /* An unsolicited notice (Reply id 0) to a bound session. */
 int daemon_notice(struct daemon *d, const struct session *s, Mb__Notice__Kind kind,

@@ -495,7 +495,7 @@ int main(int argc, char **argv)
     mb_log(MB_LOG_INFO, "serving device %d (%s backend) in %s: %s frames, budget %s, scrub %s",
            d.device, d.be->name, d.runtime_dir, mb_format_size(cfg->frame_size, a, sizeof(a)),
            mb_format_size(d.pool.budget_bytes, b, sizeof(b)), cfg->scrub ? "on" : "off");
-    /* The ROUTER is bound: a request sent now is answered once the loop
+    /* The control socket listens: a request sent now is answered once the loop
      * turns, so READY=1 means the control socket answers. */
     snprintf(d.last_status, sizeof(d.last_status), "serving device %d (%s backend)", d.device,
              d.be->name);
