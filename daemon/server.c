@@ -48,7 +48,9 @@ int daemon_send(struct daemon *d, const uint8_t *ident, size_t ident_len, const 
     if (!buf)
         return MB_ENOMEM;
     mb__reply__pack(rep, buf);
-    /* Fault injection (debug builds): drop, duplicate or truncate. */
+    /* Fault injection (debug builds): delay, drop, duplicate or truncate. */
+    if (mb_fault(MB_FAULT_DELAY))
+        usleep((useconds_t)(rand() % 50000));
     if (mb_fault(MB_FAULT_TRUNC))
         len /= 2;
     int copies = mb_fault(MB_FAULT_DROP) ? 0 : mb_fault(MB_FAULT_DUP) ? 2 : 1;

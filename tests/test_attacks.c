@@ -183,9 +183,10 @@ static int attack_noread(const char *dir, int k, int m)
     char ep[300];
     mb_ctl_endpoint(ep, sizeof(ep), dir, 0);
     void *socks[64];
-    int sent = 0, one = 1, big = 100000, small = 4096;
+    int sent = 0, one = 1, big = 100000, small = 4096, zero = 0;
     for (int i = 0; i < k && i < 64; i++) {
         socks[i] = zmq_socket(ctx, ZMQ_DEALER);
+        zmq_setsockopt(socks[i], ZMQ_LINGER, &zero, sizeof(zero));   /* never delivered */
         zmq_setsockopt(socks[i], ZMQ_RCVHWM, &one, sizeof(one));
         zmq_setsockopt(socks[i], ZMQ_RCVBUF, &small, sizeof(small));
         zmq_setsockopt(socks[i], ZMQ_SNDHWM, &big, sizeof(big));
