@@ -3,7 +3,8 @@
  * test_tenancy): chosen ZeroMQ routing ids, connection floods, clients that
  * never read their replies, tenant names bound to other uids, thousands of
  * short-lived tenants, a runtime directory or lock file prepared by someone
- * else; and a client reconnected after a restart keeping its tenant. The
+ * else; wire-protocol violations on the control socket; and a client
+ * reconnected after a restart keeping its tenant. The
  * attacks run in this same program, started again as `test_attacks attack
  * MODE ...` under the other uid. */
 #include <errno.h>
@@ -809,6 +810,176 @@ static void symlinked_lock_refused(void **state)
     unlink(log);
 }
 
+/* ---- the control socket's wire protocol, byte by byte ------------------ */
+
+static const uint8_t dealer_greeting[64] = {
+    0xFF, 0, 0, 0, 0, 0, 0, 0, 1, 0x7F, 3, 1, 'N', 'U', 'L', 'L',
+};
+
+/* READY with Socket-Type `type` and an Identity property. */
+static size_t ready_cmd(uint8_t *buf, const char *type, const char *identity)
+{
+    size_t tl = strlen(type), il = strlen(identity), n = 2;
+    buf[n++] = 5;
+    memcpy(buf + n, "READY", 5);
+    n += 5;
+    buf[n++] = 11;
+    memcpy(buf + n, "Socket-Type", 11);
+    n += 11;
+    buf[n++] = 0, buf[n++] = 0, buf[n++] = 0, buf[n++] = (uint8_t)tl;
+    memcpy(buf + n, type, tl);
+    n += tl;
+    buf[n++] = 8;
+    memcpy(buf + n, "Identity", 8);
+    n += 8;
+    buf[n++] = 0, buf[n++] = 0, buf[n++] = 0, buf[n++] = (uint8_t)il;
+    memcpy(buf + n, identity, il);
+    n += il;
+    buf[0] = 0x04;
+    buf[1] = (uint8_t)(n - 2);
+    return n;
+}
+
+static bool read_exact(int fd, uint8_t *buf, size_t n, int timeout_ms)
+{
+    for (size_t got = 0; got < n;) {
+        struct pollfd p = { fd, POLLIN, 0 };
+        if (poll(&p, 1, timeout_ms) <= 0)
+            return false;
+        ssize_t r = recv(fd, buf + got, n - got, 0);
+        if (r <= 0)
+            return false;
+        got += (size_t)r;
+    }
+    return true;
+}
+
+/* Connect, check the daemon's greeting and READY, send `bytes`. */
+static int zmtp_open(const struct mbt_daemon *d, const void *bytes, size_t n)
+{
+    char path[200];
+    snprintf(path, sizeof(path), "%s/gpu0.ctl", d->dir);
+    int fd = connect_unix(path, SOCK_STREAM);
+    assert_true(fd >= 0);
+    int fl = fcntl(fd, F_GETFL);
+    fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+    uint8_t g[64 + 30];
+    assert_true(read_exact(fd, g, sizeof(g), 10000));
+    assert_int_equal(g[0], 0xFF);
+    assert_int_equal(g[9], 0x7F);
+    assert_int_equal(g[10], 3);
+    assert_memory_equal(g + 12, "NULL", 4);
+    assert_int_equal(g[64], 0x04);
+    assert_memory_equal(g + 64 + 3, "READY", 5);
+    assert_memory_equal(g + 64 + 24, "ROUTER", 6);
+    if (n)
+        assert_int_equal(send(fd, bytes, n, MSG_NOSIGNAL), (ssize_t)n);
+    return fd;
+}
+
+/* The daemon closes the connection (end of file) within a few seconds. */
+static bool closed_soon(int fd)
+{
+    uint8_t b[256];
+    for (;;) {
+        struct pollfd p = { fd, POLLIN, 0 };
+        if (poll(&p, 1, 6000) <= 0)
+            return false;
+        ssize_t r = recv(fd, b, sizeof(b), 0);
+        if (r <= 0)
+            return true;
+    }
+}
+
+/* One reply frame, unpacked. */
+static Mb__Reply *zmtp_reply(int fd)
+{
+    uint8_t h[2];
+    if (!read_exact(fd, h, 2, 10000) || (h[0] & ~1u))
+        return NULL;
+    static uint8_t body[256];
+    if (!read_exact(fd, body, h[1], 10000))
+        return NULL;
+    return mb__reply__unpack(NULL, h[1], body);
+}
+
+static size_t status_frame(uint8_t *buf, uint64_t id, bool more_first)
+{
+    Mb__Request req = MB__REQUEST__INIT;
+    Mb__Status st = MB__STATUS__INIT;
+    req.id = id;
+    req.body_case = MB__REQUEST__BODY_STATUS;
+    req.status = &st;
+    size_t n = 0;
+    if (more_first) {
+        buf[n++] = 1;
+        buf[n++] = 1;
+        buf[n++] = 'x';
+    }
+    size_t len = mb__request__pack(&req, buf + n + 2);
+    buf[n] = 0;
+    buf[n + 1] = (uint8_t)len;
+    return n + 2 + len;
+}
+
+/* Wire-protocol violations end the connection (and only it); a request in
+ * two parts is answered MB_EPROTO; an Identity the peer announces is
+ * ignored and it is answered all the same. */
+static void control_protocol_violations(void **state)
+{
+    struct mbt_daemon d;
+    const char *extra[] = { "--frame-size", "64K", "--budget", "64M", NULL };
+    assert_int_equal(mbt_daemon_start(&d, extra), 0);
+    uint8_t buf[512], junk[64];
+    memset(junk, 'j', sizeof(junk));
+    int fd = zmtp_open(&d, junk, sizeof(junk));   /* not a greeting */
+    assert_true(closed_soon(fd));
+    close(fd);
+    memcpy(buf, dealer_greeting, 64);
+    size_t n = 64 + ready_cmd(buf + 64, "PUB", "");
+    fd = zmtp_open(&d, buf, n);                    /* not a DEALER */
+    assert_true(closed_soon(fd));
+    close(fd);
+    n = 64 + ready_cmd(buf + 64, "DEALER", "");
+    buf[n++] = 0x08;                               /* reserved flag bit */
+    buf[n++] = 0;
+    fd = zmtp_open(&d, buf, n);
+    assert_true(closed_soon(fd));
+    close(fd);
+    n = 64 + ready_cmd(buf + 64, "DEALER", "");
+    uint8_t longf[9] = { 0x02, 0, 0, 0, 0, 0x40, 0, 0, 0 };   /* a 1 GiB frame */
+    memcpy(buf + n, longf, sizeof(longf));
+    fd = zmtp_open(&d, buf, n + sizeof(longf));
+    assert_true(closed_soon(fd));
+    close(fd);
+    /* Silent after connecting: closed after the handshake timeout. */
+    fd = zmtp_open(&d, NULL, 0);
+    assert_true(closed_soon(fd));
+    close(fd);
+    /* Two parts: MB_EPROTO; then a chosen identity, answered. */
+    n = 64 + ready_cmd(buf + 64, "DEALER", "chosen");
+    n += status_frame(buf + n, 7, true);
+    n += status_frame(buf + n, 8, false);
+    fd = zmtp_open(&d, buf, n);
+    Mb__Reply *rep = zmtp_reply(fd);
+    assert_non_null(rep);
+    assert_int_equal(rep->code, MB_EPROTO);
+    assert_non_null(strstr(rep->error, "a request is one frame"));
+    mb__reply__free_unpacked(rep, NULL);
+    rep = zmtp_reply(fd);
+    assert_non_null(rep);
+    assert_int_equal((int)rep->id, 8);
+    assert_int_equal(rep->code, 0);
+    assert_int_equal(rep->body_case, MB__REPLY__BODY_STATUS);
+    mb__reply__free_unpacked(rep, NULL);
+    close(fd);
+    assert_true(mbt_daemon_alive(&d));
+    char out[1024];
+    const char *legit[] = { MB_CLIENT_BIN, "pattern", "1048576", "3", "legit", NULL };
+    assert_int_equal(mbt_run(&d, legit, out, sizeof(out), false), 0);
+    assert_int_equal(mbt_daemon_stop(&d), 0);
+}
+
 int main(int argc, char **argv)
 {
     if (argc > 2 && strcmp(argv[1], "attack") == 0)
@@ -827,6 +998,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(reconnect_keeps_tenant),
         cmocka_unit_test(foreign_runtime_dir_refused),
         cmocka_unit_test(symlinked_lock_refused),
+        cmocka_unit_test(control_protocol_violations),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
