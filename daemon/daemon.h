@@ -243,6 +243,8 @@ struct pending {
 #define CTL_IDENT_BYTES 8
 #define CTL_OUT_SOFT_BYTES (256u * 1024)     /* above it the peer's requests wait */
 #define CTL_OUT_HARD_BYTES (2u * 1024 * 1024) /* above it the connection is dropped */
+#define CTL_UID_OUT_BYTES (32u * 1024 * 1024) /* unsent replies of one uid's connections
+                                              * above the soft cap: past it, dropped */
 #define CTL_HANDSHAKE_MS 3000                 /* greeting and READY within this */
 #define CTL_STALL_MS 10000                    /* replies above the soft cap unread this long */
 enum ctl_state { CTL_GREETING, CTL_READY, CTL_OPEN };

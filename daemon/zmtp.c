@@ -199,6 +199,17 @@ void ctl_free(struct daemon *d, struct ctl_conn *c)
     free(c);
 }
 
+/* Unsent reply bytes of a uid's connections that are past the soft cap:
+ * one uid's many slow connections together stay bounded too. */
+static size_t uid_backlog(const struct daemon *d, uid_t uid)
+{
+    size_t n = 0;
+    for (const struct ctl_conn *c = d->ctl; c; c = c->next)
+        if (!c->dead && c->uid == uid && ctl_pending_out(c) >= CTL_OUT_SOFT_BYTES)
+            n += ctl_pending_out(c);
+    return n;
+}
+
 int ctl_send(struct daemon *d, const uint8_t *ident, size_t ident_len, const void *data, size_t size)
 {
     struct ctl_conn *c = ctl_by_ident(d, ident, ident_len);
@@ -215,7 +226,8 @@ int ctl_send(struct daemon *d, const uint8_t *ident, size_t ident_len, const voi
         put_be64(hdr + 1, size);
         nh = 9;
     }
-    if (!out_append(c, hdr, nh, data, size)) {
+    if (!out_append(c, hdr, nh, data, size) ||
+        (ctl_pending_out(c) >= CTL_OUT_SOFT_BYTES && uid_backlog(d, c->uid) > CTL_UID_OUT_BYTES)) {
         d->count.slow_readers++;
         drop(d, c, "it does not read its replies");
         return MB_EUNAVAIL;
