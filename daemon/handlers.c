@@ -87,6 +87,14 @@ static void h_hello(struct request_ctx *rc, const Mb__Request *req, Mb__Reply *r
         mb_reply_error(rep, MB_EPROTO, "identity too long");
         return;
     }
+    /* The control connection's own credentials (zmtp.c): a token another
+     * uid got hold of does not make that uid this session. */
+    const struct ctl_conn *conn = ctl_by_ident(rc->d, rc->ident, rc->ident_len);
+    if (conn && conn->uid != s->uid) {
+        mb_reply_error(rep, MB_EPERM, "the token belongs to a session of uid %u; this connection "
+                       "is uid %u's", (unsigned)s->uid, (unsigned)conn->uid);
+        return;
+    }
     const struct mb_config_policy *pol = mb_config_tenant(&rc->d->cfg, name);
     if (pol && !mb_config_tenant_allows(pol, s->uid)) {
         mb_reply_error(rep, MB_EPERM, "tenant '%s' is bound to other users by the config: uid %u "

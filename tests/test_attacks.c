@@ -221,13 +221,19 @@ static int attack_noread(const char *dir, int k, int m)
     return 0;
 }
 
-/* Hello as tenant `name`; prints the reply's code and error. */
-static int attack_hello(const char *dir, const char *name)
+/* Hello as tenant `name` with the token of a handle channel of our own,
+ * or with `stolen` (hex) when given; prints the reply's code and error. */
+static int attack_hello(const char *dir, const char *name, const char *stolen)
 {
-    int chan;
+    int chan = -1;
     struct mb_chan_msg w;
-    if (mb_chan_open(dir, 0, 5000, &chan, &w) != 0)
+    if (stolen) {
+        for (int i = 0; i < MB_TOKEN_BYTES; i++)
+            if (sscanf(stolen + 2 * i, "%2hhx", &w.token[i]) != 1)
+                return 1;
+    } else if (mb_chan_open(dir, 0, 5000, &chan, &w) != 0) {
         return 1;
+    }
     void *ctx = zmq_ctx_new();
     char ep[300];
     mb_ctl_endpoint(ep, sizeof(ep), dir, 0);
@@ -243,7 +249,8 @@ static int attack_hello(const char *dir, const char *name)
     mb__reply__free_unpacked(rep, NULL);
     zmq_close(s);
     zmq_ctx_term(ctx);
-    close(chan);
+    if (chan >= 0)
+        close(chan);
     return 0;
 }
 
@@ -257,7 +264,7 @@ static int attacker_main(int argc, char **argv)
     if (strcmp(mode, "noread") == 0 && argc > 5)
         return attack_noread(dir, atoi(argv[4]), atoi(argv[5]));
     if (strcmp(mode, "hello") == 0 && argc > 4)
-        return attack_hello(dir, argv[4]);
+        return attack_hello(dir, argv[4], argc > 5 ? argv[5] : NULL);
     return 2;
 }
 
@@ -554,7 +561,8 @@ static void unread_replies_do_not_grow_daemon(void **state)
 }
 
 /* A tenant bound to uids by the config refuses other uids, with a message
- * saying why; names without a policy fall under the uid's policy. */
+ * saying why; names without a policy fall under the uid's policy; a session
+ * token passed to another uid does not let that uid in. */
 static void tenant_bound_to_uids(void **state)
 {
     if (!mbt_can_setpriv())
@@ -577,6 +585,21 @@ static void tenant_bound_to_uids(void **state)
     assert_memory_equal(line, want, strlen(want));
     assert_non_null(strstr(line, "tenant 'prod' is bound to other users"));
     assert_non_null(strstr(line, "uid 65534"));
+    /* A token of another uid's handle channel does not make its session. */
+    int chan;
+    struct mb_chan_msg w;
+    assert_int_equal(mb_chan_open(d.dir, 0, 5000, &chan, &w), 0);
+    char hex[2 * MB_TOKEN_BYTES + 1];
+    for (int i = 0; i < MB_TOKEN_BYTES; i++)
+        snprintf(hex + 2 * i, 3, "%02x", w.token[i]);
+    const char *steal[] = { "hello", d.dir, "eve-own", hex, NULL };
+    pid = start_attacker(&d, steal, &out, NULL);
+    assert_true(mbt_read_line(out, line, sizeof(line), 30000) >= 0);
+    assert_int_equal(mbt_wait(pid), 0);
+    close(out);
+    assert_memory_equal(line, want, strlen(want));
+    assert_non_null(strstr(line, "the token belongs to a session of uid 0"));
+    close(chan);
     /* Through the library: refused at open. */
     char buf[1024];
     const char *eve[] = { NOBODY, MB_CLIENT_BIN, "pattern", "1048576", "3", "prod", NULL };
