@@ -256,6 +256,8 @@ struct ctl_conn {
     enum ctl_state state;
     bool multipart;              /* inside a multipart message (refused at its end) */
     bool dead;                   /* to be freed by ctl_reap (never while handled) */
+    bool held;                   /* complete requests wait in `in` for the output to
+                                  * drop below the soft cap (ctl_resume) */
     uint8_t *in;                 /* received, not yet handled: in_len of in_cap */
     size_t in_len, in_cap;
     uint8_t *out;                /* to send: out[out_off..out_len) */
@@ -357,6 +359,9 @@ bool ctl_conn_is_valid(const struct ctl_conn *c);
 size_t ctl_pending_out(const struct ctl_conn *c);
 void ctl_readable(struct daemon *d, struct ctl_conn *c);
 void ctl_writable(struct daemon *d, struct ctl_conn *c);
+/* Handle requests held back by a full output once it has room again
+ * (however it drained); the loop calls it every turn. */
+void ctl_resume(struct daemon *d);
 /* Drop connections without a handshake in time and those whose unread
  * replies stalled; ctl_reap frees what was dropped. */
 void ctl_housekeep(struct daemon *d, int64_t now);

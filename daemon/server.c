@@ -438,6 +438,7 @@ int daemon_serve(struct daemon *d)
                 if (items[i].revents)
                     check_withdrawn(d, (int)ids[i]);
         }
+        ctl_resume(d);
         if (d->pending)
             pending_run(d);
         now = mb_now_ms();

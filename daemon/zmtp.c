@@ -275,7 +275,14 @@ static bool ready_ok(const uint8_t *b, size_t n)
 static void process_input(struct daemon *d, struct ctl_conn *c)
 {
     size_t pos = 0;
-    while (!c->dead && ctl_pending_out(c) < CTL_OUT_SOFT_BYTES) {
+    c->held = false;
+    for (;;) {
+        if (c->dead)
+            break;
+        if (ctl_pending_out(c) >= CTL_OUT_SOFT_BYTES) {
+            c->held = pos < c->in_len;
+            break;
+        }
         const uint8_t *b = c->in + pos;
         size_t avail = c->in_len - pos;
         if (c->state == CTL_GREETING) {
@@ -388,6 +395,13 @@ void ctl_writable(struct daemon *d, struct ctl_conn *c)
     }
     if (ctl_pending_out(c) < CTL_OUT_SOFT_BYTES && c->in_len)
         process_input(d, c);
+}
+
+void ctl_resume(struct daemon *d)
+{
+    for (struct ctl_conn *c = d->ctl; c; c = c->next)
+        if (c->held && !c->dead && ctl_pending_out(c) < CTL_OUT_SOFT_BYTES)
+            process_input(d, c);
 }
 
 void ctl_housekeep(struct daemon *d, int64_t now)

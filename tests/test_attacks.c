@@ -914,16 +914,26 @@ static bool closed_soon(int fd)
     }
 }
 
-/* One reply frame, unpacked. */
+/* One reply frame (short or long), unpacked. */
 static Mb__Reply *zmtp_reply(int fd)
 {
-    uint8_t h[2];
-    if (!read_exact(fd, h, 2, 10000) || (h[0] & ~1u))
+    uint8_t h[9];
+    if (!read_exact(fd, h, 2, 10000) || (h[0] & ~3u))
         return NULL;
-    static uint8_t body[256];
-    if (!read_exact(fd, body, h[1], 10000))
+    size_t size = h[1];
+    if (h[0] & 2) {
+        if (!read_exact(fd, h + 2, 7, 10000))
+            return NULL;
+        size = 0;
+        for (int i = 1; i < 9; i++)
+            size = size << 8 | h[i];
+        if (size > (1u << 20))
+            return NULL;
+    }
+    static uint8_t body[1u << 20];
+    if (!read_exact(fd, body, size, 10000))
         return NULL;
-    return mb__reply__unpack(NULL, h[1], body);
+    return mb__reply__unpack(NULL, size, body);
 }
 
 static size_t status_frame(uint8_t *buf, uint64_t id, bool more_first)
@@ -1003,6 +1013,49 @@ static void control_protocol_violations(void **state)
     assert_int_equal(mbt_daemon_stop(&d), 0);
 }
 
+/* Requests sent back to back whose replies pass the soft cap: the daemon
+ * holds the rest while the replies wait, and answers every one, in order,
+ * once the client reads. */
+static void pipelined_requests_all_answered(void **state)
+{
+    struct mbt_daemon d;
+    const char *extra[] = { "--frame-size", "64K", "--budget", "256M", NULL };
+    assert_int_equal(mbt_daemon_start(&d, extra), 0);
+    struct mbt_session s;
+    assert_int_equal(mbt_session_open(&d, "owner", &s), 0);
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(mbt_session_grant(&s, 256u * 65536u), 0);
+    static uint8_t buf[4096];
+    memcpy(buf, dealer_greeting, 64);
+    size_t n = 64 + ready_cmd(buf + 64, "DEALER", "");
+    for (uint64_t id = 1; id <= 40; id++) {
+        Mb__Request req = MB__REQUEST__INIT;
+        Mb__Frames f = MB__FRAMES__INIT;
+        f.start = 1;
+        f.limit = 1024;
+        req.id = id;
+        req.body_case = MB__REQUEST__BODY_FRAMES;
+        req.frames = &f;
+        size_t len = mb__request__pack(&req, buf + n + 2);
+        buf[n] = 0;
+        buf[n + 1] = (uint8_t)len;
+        n += 2 + len;
+    }
+    int fd = zmtp_open(&d, buf, n);
+    sleep_ms(500);   /* the daemon fills the connection and holds the rest */
+    for (uint64_t id = 1; id <= 40; id++) {
+        Mb__Reply *rep = zmtp_reply(fd);
+        assert_non_null(rep);
+        assert_int_equal((int)rep->id, (int)id);
+        assert_int_equal(rep->code, 0);
+        assert_int_equal((int)rep->frames->n_frames, 1024);
+        mb__reply__free_unpacked(rep, NULL);
+    }
+    close(fd);
+    mbt_session_close(&s);
+    assert_int_equal(mbt_daemon_stop(&d), 0);
+}
+
 int main(int argc, char **argv)
 {
     if (argc > 2 && strcmp(argv[1], "attack") == 0)
@@ -1022,6 +1075,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(foreign_runtime_dir_refused),
         cmocka_unit_test(symlinked_lock_refused),
         cmocka_unit_test(control_protocol_violations),
+        cmocka_unit_test(pipelined_requests_all_answered),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
