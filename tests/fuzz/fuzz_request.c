@@ -78,6 +78,7 @@ static void feed_stream(struct daemon *d, struct session *a, const uint8_t *data
         while (recv(sv[1], sink, sizeof(sink), MSG_DONTWAIT) > 0)
             ;
         ctl_writable(d, c);
+        ctl_resume(d);
     }
     ctl_housekeep(d, mb_now_ms() + 60000);   /* every timeout has passed */
     ctl_reap(d);
