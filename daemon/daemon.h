@@ -266,8 +266,15 @@ struct ctl_conn {
     struct ctl_conn *next;
 };
 
-/* One line per second at most for a kind of event a peer can cause in
- * bulk (refused connections); the next line says how many were left out. */
+/* One line per second at most for each kind of event a peer can cause in
+ * bulk; the next line of a kind says how many were left out. */
+enum log_kind {
+    LOG_REFUSED,                 /* connections refused by the caps */
+    LOG_NOFD,                    /* accept failed: out of descriptors, or other errors */
+    LOG_DROPPED,                 /* connections ended: no hello or handshake, protocol
+                                  * violations, unread replies */
+    LOG_KINDS
+};
 struct log_limit {
     int64_t next_ms;
     uint64_t suppressed;
@@ -292,7 +299,7 @@ struct daemon {
     uint32_t uid_ctl_cap;        /* control connections of one uid */
     uint32_t uid_pending_cap;    /* handle-channel connections of one uid without hello */
     int64_t accept_paused_until_ms;  /* out of descriptors with no spare: listeners rest */
-    struct log_limit refuse_log;
+    struct log_limit log_limits[LOG_KINDS];
     int chan_listen;
     int sigfd;
     int lock_fd;
@@ -343,9 +350,9 @@ void daemon_notify_status(struct daemon *d);
 
 /* A malformed request: counted, logged at debug, answered MB_EPROTO. */
 void daemon_malformed(struct daemon *d, const uint8_t *ident, size_t ident_len, const char *why);
-/* mb_log, at most once a second (d->refuse_log); counts what it leaves out. */
-void daemon_log_limited(struct daemon *d, int level, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
+/* mb_log, at most once a second for each kind; counts what it leaves out. */
+void daemon_log_limited(struct daemon *d, enum log_kind kind, int level, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
 
 /* zmtp.c: the control socket's connections. */
 struct ctl_conn *ctl_open(struct daemon *d, int fd, pid_t pid, uid_t uid);

@@ -62,11 +62,12 @@ int daemon_send(struct daemon *d, const uint8_t *ident, size_t ident_len, const 
     return rc;
 }
 
-void daemon_log_limited(struct daemon *d, int level, const char *fmt, ...)
+void daemon_log_limited(struct daemon *d, enum log_kind kind, int level, const char *fmt, ...)
 {
+    struct log_limit *l = &d->log_limits[kind];
     int64_t now = mb_now_ms();
-    if (now < d->refuse_log.next_ms) {
-        d->refuse_log.suppressed++;
+    if (now < l->next_ms) {
+        l->suppressed++;
         return;
     }
     char line[300];
@@ -74,13 +75,13 @@ void daemon_log_limited(struct daemon *d, int level, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(line, sizeof(line), fmt, ap);
     va_end(ap);
-    if (d->refuse_log.suppressed)
+    if (l->suppressed)
         mb_log(level, "%s (and %llu similar events in the last second)", line,
-               (unsigned long long)d->refuse_log.suppressed);
+               (unsigned long long)l->suppressed);
     else
         mb_log(level, "%s", line);
-    d->refuse_log.suppressed = 0;
-    d->refuse_log.next_ms = now + 1000;
+    l->suppressed = 0;
+    l->next_ms = now + 1000;
 }
 
 int daemon_notice(struct daemon *d, const struct session *s, Mb__Notice__Kind kind,
@@ -181,11 +182,11 @@ static int accept_one(struct daemon *d, int lfd, const char *what)
         }
         if (d->spare_fd < 0)
             d->accept_paused_until_ms = mb_now_ms() + ACCEPT_PAUSE_MS;
-        daemon_log_limited(d, MB_LOG_WARN, "refused a connection on the %s: out of descriptors (%s)",
+        daemon_log_limited(d, LOG_NOFD, MB_LOG_WARN, "refused a connection on the %s: out of descriptors (%s)",
                            what, strerror(EMFILE));
         return -2;
     }
-    daemon_log_limited(d, MB_LOG_WARN, "failed to accept on the %s: %s", what, strerror(errno));
+    daemon_log_limited(d, LOG_NOFD, MB_LOG_WARN, "failed to accept on the %s: %s", what, strerror(errno));
     return -1;
 }
 
@@ -217,7 +218,7 @@ static void accept_sessions(struct daemon *d)
             why = "too many of its connections have not said hello";
         if (why) {
             d->count.conns_refused++;
-            daemon_log_limited(d, MB_LOG_WARN, "refused a handle-channel connection of pid %d (uid %u): %s",
+            daemon_log_limited(d, LOG_REFUSED, MB_LOG_WARN, "refused a handle-channel connection of pid %d (uid %u): %s",
                                (int)pid, (unsigned)uid, why);
             close(fd);
             continue;
@@ -249,7 +250,7 @@ static void accept_ctl(struct daemon *d)
             why = "the uid has too many control connections";
         if (why) {
             d->count.conns_refused++;
-            daemon_log_limited(d, MB_LOG_WARN, "refused a control connection of pid %d (uid %u): %s",
+            daemon_log_limited(d, LOG_REFUSED, MB_LOG_WARN, "refused a control connection of pid %d (uid %u): %s",
                                (int)pid, (unsigned)uid, why);
             close(fd);
             continue;
@@ -267,7 +268,7 @@ static void expire_unbound(struct daemon *d, int64_t now)
         if (s->bound || now - s->opened_ms <= HELLO_TIMEOUT_MS)
             continue;
         d->count.hello_timeouts++;
-        daemon_log_limited(d, MB_LOG_WARN, "session %llu (pid %d, uid %u) sent no hello within %d ms; "
+        daemon_log_limited(d, LOG_DROPPED, MB_LOG_WARN, "session %llu (pid %d, uid %u) sent no hello within %d ms; "
                            "closing its handle channel", (unsigned long long)s->id, (int)s->pid,
                            (unsigned)s->uid, HELLO_TIMEOUT_MS);
         session_close(d, s);

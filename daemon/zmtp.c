@@ -152,7 +152,7 @@ static void drop(struct daemon *d, struct ctl_conn *c, const char *why)
     if (c->dead)
         return;
     c->dead = true;
-    daemon_log_limited(d, MB_LOG_WARN, "control connection of pid %d (uid %u) closed: %s",
+    daemon_log_limited(d, LOG_DROPPED, MB_LOG_WARN, "control connection of pid %d (uid %u) closed: %s",
                        (int)c->pid, (unsigned)c->uid, why);
 }
 
@@ -233,7 +233,7 @@ int ctl_send(struct daemon *d, const uint8_t *ident, size_t ident_len, const voi
         return MB_EUNAVAIL;
     }
     if (flush(c) != 0) {
-        drop(d, c, "peer gone");
+        c->dead = true;   /* the peer closed: nothing to log */
         return MB_EUNAVAIL;
     }
     return 0;
@@ -331,7 +331,7 @@ static void process_input(struct daemon *d, struct ctl_conn *c)
                 uint8_t pong[2 + 5 + 16] = { 0x04, (uint8_t)(5 + size - 7), 4, 'P', 'O', 'N', 'G' };
                 memcpy(pong + 7, body + 7, (size_t)size - 7);
                 if (!out_append(c, pong, 7 + (size_t)size - 7, NULL, 0) || flush(c) != 0)
-                    drop(d, c, "peer gone");
+                    c->dead = true;
             }
             continue;
         }

@@ -7,6 +7,8 @@
  * reconnected after a restart keeping its tenant. The
  * attacks run in this same program, started again as `test_attacks attack
  * MODE ...` under the other uid. */
+
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -18,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -512,6 +515,74 @@ static void connection_flood_is_bounded(void **state)
                 count_lines_with(log, "control connection of");
     assert_true(lines >= 1);
     assert_true(lines <= 40);
+    unlink(log);
+}
+
+/* The descriptor limit that leaves process pid exactly `room` new
+ * descriptors (new ones take the lowest free numbers below the limit). */
+static int limit_with_room(pid_t pid, int room)
+{
+    static bool used[4096];
+    memset(used, 0, sizeof(used));
+    char path[64];
+    snprintf(path, sizeof(path), "/proc/%d/fd", (int)pid);
+    DIR *dir = opendir(path);
+    for (struct dirent *e; dir && (e = readdir(dir));)
+        if (e->d_name[0] != '.' && atoi(e->d_name) < 4096)
+            used[atoi(e->d_name)] = true;
+    if (dir)
+        closedir(dir);
+    int n = 0;
+    for (int free_below = 0; free_below < room; n++)
+        free_below += !used[n];
+    return n;
+}
+
+/* The daemon out of descriptors (its limit lowered under it, below what
+ * its caps assume) while a uid floods both sockets: connections are
+ * refused cleanly (the spare descriptor accepts and closes them), the loop
+ * does not spin (the log has a line a second at most), nothing aborts, and
+ * once the flood's connections are gone a client is served. */
+static void descriptor_exhaustion_refuses_cleanly(void **state)
+{
+    if (!mbt_can_setpriv())
+        skip();
+    char log[] = "/tmp/mbtest-log.XXXXXX";
+    int lfd = mkstemp(log);
+    assert_true(lfd >= 0);
+    close(lfd);
+    struct mbt_daemon d;
+    const char *extra[] = { "--frame-size", "64K", "--budget", "64M", NULL };
+    start_logged(&d, log, extra);
+    /* Room for a client of 16 frames once the flood is over, not for it. */
+    struct rlimit low;
+    low.rlim_cur = low.rlim_max = (rlim_t)limit_with_room(d.pid, 32);
+    assert_int_equal(prlimit(d.pid, RLIMIT_NOFILE, &low, NULL), 0);
+    int out, in;
+    const char *args[] = { "flood", d.dir, "200", NULL };
+    pid_t pid = start_attacker(&d, args, &out, &in);
+    char line[128];
+    assert_true(mbt_read_line(out, line, sizeof(line), 60000) >= 0);
+    sleep_ms(2000);   /* the flood meets the limit for a while */
+    assert_true(mbt_daemon_alive(&d));
+    close(in);
+    assert_int_equal(mbt_wait(pid), 0);
+    close(out);
+    assert_true(mbt_daemon_alive(&d));
+    sleep_ms(4500);   /* the flood's connections are closed (hello timeout) */
+    char buf[1024];
+    const char *legit[] = { MB_CLIENT_BIN, "pattern", "1048576", "3", "legit", NULL };
+    assert_int_equal(mbt_run(&d, legit, buf, sizeof(buf), false), 0);
+    struct mbt_session s;
+    assert_int_equal(mbt_session_open(&d, "probe", &s), 0);
+    Mb__Reply *rep = raw_status(&s);
+    assert_true(rep->status->conns_refused > 0);
+    mb__reply__free_unpacked(rep, NULL);
+    mbt_session_close(&s);
+    assert_int_equal(mbt_daemon_stop(&d), 0);
+    assert_true(count_lines_with(log, "out of descriptors") >= 1);
+    int lines = count_lines_with(log, "refused a ") + count_lines_with(log, "failed to accept");
+    assert_true(lines <= 20);
     unlink(log);
 }
 
@@ -1068,6 +1139,7 @@ int main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(chosen_routing_ids_cannot_crash),
         cmocka_unit_test(connection_flood_is_bounded),
+        cmocka_unit_test(descriptor_exhaustion_refuses_cleanly),
         cmocka_unit_test(unread_replies_do_not_grow_daemon),
         cmocka_unit_test(tenant_bound_to_uids),
         cmocka_unit_test(short_lived_tenants_are_freed),
