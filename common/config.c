@@ -51,6 +51,8 @@ void mb_config_free(struct mb_config *cfg)
 {
     free(cfg->runtime_dir);
     free(cfg->admin_uids);
+    for (size_t i = 0; i < cfg->n_tenants; i++)
+        free(cfg->tenants[i].bound_uids);
     free(cfg->tenants);
     free(cfg->uids);
     mb_config_defaults(cfg);
@@ -300,6 +302,30 @@ static int add_admin(void *vctx, const char *word)
     return 0;
 }
 
+static int add_bound_uid(void *vctx, const char *word)
+{
+    struct list_ctx *c = vctx;
+    uid_t uid;
+    if (parse_user(word, &uid, c->why, c->whylen) != 0) {
+        size_t n = strlen(c->why);
+        snprintf(c->why + n, c->whylen - n, " in %s", c->key);
+        return MB_EINVAL;
+    }
+    for (size_t i = 0; i < c->n_uids; i++)
+        if (c->uids[i] == uid) {
+            set_err(c->why, c->whylen, "uid %u listed twice in %s", (unsigned)uid, c->key);
+            return MB_EINVAL;
+        }
+    uid_t *grown = realloc(c->uids, (c->n_uids + 1) * sizeof(*grown));
+    if (!grown) {
+        set_err(c->why, c->whylen, "out of memory");
+        return MB_ENOMEM;
+    }
+    c->uids = grown;
+    c->uids[c->n_uids++] = uid;
+    return 0;
+}
+
 static int set_admin_uids(struct mb_config *cfg, const char *key, const char *v,
                           char *why, size_t whylen)
 {
@@ -376,7 +402,7 @@ static const struct {
 };
 #define N_KEYS (sizeof(g_keys) / sizeof(g_keys[0]))
 
-static const char *g_section_keys[] = { "max", "min" };
+static const char *g_section_keys[] = { "max", "min", "uids" };
 
 static int find_key(const char *key)
 {
@@ -513,7 +539,7 @@ struct parser {
     char sec_label[96];            /* "[tenant foo]" for messages */
     size_t cur_index;              /* the section's policy in tenants[] or uids[] */
     int global_line[N_KEYS];       /* where each global key was set; 0: not */
-    int sec_line[2];               /* where max, min were set in this section */
+    int sec_line[3];               /* where max, min, uids were set in this section */
     int last_min_line;
     char *err;
     size_t errlen;
@@ -615,20 +641,47 @@ static int parse_section(struct parser *p, char *s)
     return fail(p, "unknown section [%s%s%s] (tenant or uid)", kind, *arg ? " " : "", arg);
 }
 
+/* uids = USER, ... in a [tenant NAME] section: the users bound to it. */
+static int parse_tenant_uids(struct parser *p, struct mb_config_policy *pol, const char *v)
+{
+    char why[300];
+    struct list_ctx c = { .key = "uids", .why = why, .whylen = sizeof(why) };
+    int rc = for_each_word(v, add_bound_uid, &c);
+    if (rc == 0 && c.n_uids == 0) {
+        set_err(why, sizeof(why), "empty uids (a list of users: numbers or login names)");
+        rc = MB_EINVAL;
+    }
+    if (rc != 0) {
+        free(c.uids);
+        return fail(p, "%s in %s", why, p->sec_label);
+    }
+    pol->bound_uids = c.uids;
+    pol->n_bound_uids = c.n_uids;
+    return 0;
+}
+
 static int parse_section_key(struct parser *p, const char *key, const char *v)
 {
     struct mb_config_policy *pol = p->sec == SEC_TENANT ? &p->cfg->tenants[p->cur_index]
                                                         : &p->cfg->uids[p->cur_index];
-    int k = strcmp(key, "max") == 0 ? 0 : strcmp(key, "min") == 0 ? 1 : -1;
+    int k = strcmp(key, "max") == 0 ? 0 : strcmp(key, "min") == 0 ? 1
+          : strcmp(key, "uids") == 0 ? 2 : -1;
     if (k < 0) {
         char hint[64];
         const char *extra = find_key(key) >= 0 ? " (global keys go before the first section)"
-                                               : suggest(key, g_section_keys, 2, hint, sizeof(hint));
+                                               : suggest(key, g_section_keys, 3, hint, sizeof(hint));
         return fail(p, "unknown key '%s' in %s%s", key, p->sec_label, extra);
     }
+    if (k == 2 && p->sec != SEC_TENANT)
+        return fail(p, "key 'uids' in %s: it binds a tenant to users and belongs in a "
+                    "[tenant NAME] section", p->sec_label);
     if (p->sec_line[k])
         return fail(p, "duplicate key '%s' in %s (first on line %d)", key, p->sec_label,
                     p->sec_line[k]);
+    if (k == 2) {
+        p->sec_line[k] = p->line;
+        return parse_tenant_uids(p, pol, v);
+    }
     uint64_t b;
     if (k == 0 && strcmp(v, "unlimited") == 0)
         b = MB_CONFIG_UNLIMITED;
@@ -678,6 +731,7 @@ static int parse_line(struct parser *p, char *raw)
             names[i] = g_keys[i].name;
         const char *extra = strcmp(key, "max") == 0 || strcmp(key, "min") == 0
                                 ? " (max and min belong in a [tenant NAME] or [uid USER] section)"
+                          : strcmp(key, "uids") == 0 ? " (uids belongs in a [tenant NAME] section)"
                                 : suggest(key, names, N_KEYS, hint, sizeof(hint));
         return fail(p, "unknown key '%s'%s", key, extra);
     }
@@ -786,6 +840,16 @@ const struct mb_config_policy *mb_config_uid(const struct mb_config *cfg, uid_t 
         if (cfg->uids[i].uid == uid)
             return &cfg->uids[i];
     return NULL;
+}
+
+bool mb_config_tenant_allows(const struct mb_config_policy *pol, uid_t uid)
+{
+    if (pol->n_bound_uids == 0)
+        return true;
+    for (size_t i = 0; i < pol->n_bound_uids; i++)
+        if (pol->bound_uids[i] == uid)
+            return true;
+    return false;
 }
 
 bool mb_config_is_admin(const struct mb_config *cfg, uid_t uid)

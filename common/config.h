@@ -8,6 +8,7 @@
  *   [tenant NAME]               policy for sessions that name tenant NAME
  *   max = 40G                   (keys of a section follow its header)
  *   min = 8G
+ *   uids = 1000, alice          only these users may run under NAME
  *   [uid 1001]                  policy for every session of a user (number
  *   max = 10G                    or login name)
  *
@@ -34,13 +35,18 @@
  * Section keys ([tenant NAME] and [uid USER]):
  *   max          most bytes the tenant (user) may hold, or "unlimited" [unlimited]
  *   min          bytes kept available for it (asked last in reclaim) [0]
+ * and in [tenant NAME] only:
+ *   uids         users (numbers or login names, separated by blanks or
+ *                commas) allowed to run sessions under NAME; others are
+ *                refused. Without it any user may name the tenant. [any]
  *
  * Sizes are bytes with an optional K/M/G/T suffix (powers of 1024, "2M",
  * "2MiB", "2m"; see size.h). Booleans are on/off, yes/no, true/false, 1/0.
  *
  * Rejected, each with "FILE:LINE: reason": unknown keys and sections, a key
  * given twice in one place, a tenant or uid given two sections, a section
- * without a name, bad values, min > max, a budget smaller than one frame,
+ * without a name, bad values, min > max, uids outside a [tenant] section,
+ * an empty uids list or a user listed twice in it, a budget smaller than one frame,
  * reserve > budget, and guarantees (sum of every min) above the budget.
  *
  * Every function returns 0 or a negative mb_status; on failure err holds one
@@ -68,6 +74,9 @@ struct mb_config_policy {
     uint64_t max;                       /* MB_CONFIG_UNLIMITED if not set */
     uint64_t min;                       /* 0 if not set */
     int line;                           /* line of the section header; 0 if none */
+    uid_t *bound_uids;                  /* tenant only: the users allowed to name it
+                                         * (n_bound_uids, unique); none: anyone */
+    size_t n_bound_uids;
 };
 
 struct mb_config {
@@ -127,6 +136,9 @@ void mb_config_free(struct mb_config *cfg);
 const struct mb_config_policy *mb_config_tenant(const struct mb_config *cfg,
                                                 const char *name);
 const struct mb_config_policy *mb_config_uid(const struct mb_config *cfg, uid_t uid);
+/* Whether uid may run sessions under the tenant of policy pol: true when
+ * pol binds no uids or lists uid. */
+bool mb_config_tenant_allows(const struct mb_config_policy *pol, uid_t uid);
 /* Whether uid may run admin commands: root or one of admin_uids. */
 bool mb_config_is_admin(const struct mb_config *cfg, uid_t uid);
 

@@ -1,6 +1,6 @@
-/* wire.h: protobuf messages over ZeroMQ. The daemon's ROUTER sees
- * [identity][payload]; a client's DEALER sends and receives [payload] alone.
- * Identities are opaque bytes. */
+/* wire.h: protobuf messages over ZeroMQ. The daemon (daemon/zmtp.c) sees
+ * [identity][payload] as a ROUTER would; a client's DEALER sends and
+ * receives [payload] alone. Identities are opaque bytes. */
 #ifndef MB_WIRE_H
 #define MB_WIRE_H
 
@@ -9,7 +9,7 @@
 
 #include "moonbright.pb-c.h"
 
-/* Largest control message accepted (the ROUTER's ZMQ_MAXMSGSIZE too). */
+/* Largest control message accepted (a larger frame ends its connection). */
 #include "protocol.h"
 
 #define MB_WIRE_MAX_BYTES (256 * 1024)

@@ -153,8 +153,13 @@ struct tenant {
     uint64_t max;                /* MB_CONFIG_UNLIMITED or bytes; bytes may exceed
                                   * it only after quota lowered it */
     uint64_t min;                /* kept available for it; <= max at start */
-    struct tenant *next;
+    uint32_t n_sessions;         /* bound sessions under it == length of sessions */
+    uint32_t n_withdrawn;        /* killed sessions still charged to it */
+    struct session *sessions;    /* its bound sessions, linked by t_prev/t_next */
+    struct tenant *prev, *next;  /* daemon's list, in order of appearance */
 };
+/* A tenant with no session, nothing charged, and no policy (config or
+ * quota) is freed (tenant_release): names clients pick come and go. */
 
 struct session {
     uint64_t id;
@@ -173,6 +178,7 @@ struct session {
     bool waiting;                /* has a pending grant (at most one) */
     int64_t opened_ms;
     struct session *next;
+    struct session *t_prev, *t_next;  /* the tenant's sessions, while bound */
 };
 
 struct daemon_counters {
@@ -186,6 +192,9 @@ struct daemon_counters {
     uint64_t reclaim_notices;    /* RECLAIM notices sent */
     uint64_t reclaim_bytes;      /* returned while a grant was pending */
     uint64_t reclaim_timeouts;   /* pending grants answered MB_ENOMEM at their deadline */
+    uint64_t conns_refused;      /* connections closed at accept (caps, descriptors) */
+    uint64_t hello_timeouts;     /* handle-channel connections closed without hello */
+    uint64_t slow_readers;       /* control connections dropped for unread replies */
 };
 
 /* Request latency histogram, per command. Bucket bounds in microseconds,
@@ -227,13 +236,70 @@ struct pending {
 };
 #define MB_MAX_PENDING 64
 
+/* One connection to the control socket (zmtp.c). Its identity is id, 8
+ * bytes big-endian, assigned at accept and never reused; the peer cannot
+ * choose it. Invariants (ctl_conn_is_valid): in_len <= in_cap;
+ * out_off <= out_len <= out_cap; out_len - out_off <= CTL_OUT_HARD_BYTES. */
+#define CTL_IDENT_BYTES 8
+#define CTL_OUT_SOFT_BYTES (256u * 1024)     /* above it the peer's requests wait */
+#define CTL_OUT_HARD_BYTES (2u * 1024 * 1024) /* above it the connection is dropped */
+#define CTL_UID_OUT_BYTES (32u * 1024 * 1024) /* unsent replies of one uid's connections
+                                              * above the soft cap: past it, dropped */
+#define CTL_HANDSHAKE_MS 3000                 /* greeting and READY within this */
+#define CTL_STALL_MS 10000                    /* replies above the soft cap unread this long */
+enum ctl_state { CTL_GREETING, CTL_READY, CTL_OPEN };
+struct ctl_conn {
+    int fd;
+    uint64_t id;                 /* the identity; > 0 */
+    pid_t pid;                   /* SO_PEERCRED at accept */
+    uid_t uid;
+    enum ctl_state state;
+    bool multipart;              /* inside a multipart message (refused at its end) */
+    bool dead;                   /* to be freed by ctl_reap (never while handled) */
+    bool held;                   /* complete requests wait in `in` for the output to
+                                  * drop below the soft cap (ctl_resume) */
+    uint8_t *in;                 /* received, not yet handled: in_len of in_cap */
+    size_t in_len, in_cap;
+    uint8_t *out;                /* to send: out[out_off..out_len) */
+    size_t out_off, out_len, out_cap;
+    int64_t opened_ms, last_progress_ms;
+    struct ctl_conn *next;
+};
+
+/* One line per second at most for each kind of event a peer can cause in
+ * bulk; the next line of a kind says how many were left out. */
+enum log_kind {
+    LOG_REFUSED,                 /* connections refused by the caps */
+    LOG_NOFD,                    /* accept failed: out of descriptors, or other errors */
+    LOG_DROPPED,                 /* connections ended: no hello or handshake, protocol
+                                  * violations, unread replies */
+    LOG_KINDS
+};
+struct log_limit {
+    int64_t next_ms;
+    uint64_t suppressed;
+};
+
 struct daemon {
     struct mb_config cfg;        /* file, then command line */
     int device;
     const char *runtime_dir;
     mb_backend *be;
     struct frame_pool pool;
-    void *zctx, *router;
+    int ctl_listen;              /* gpuN.ctl, ZMTP (zmtp.c) */
+    struct ctl_conn *ctl;        /* n_ctl connections */
+    uint32_t n_ctl;
+    uint64_t next_ctl_id;
+    /* Descriptor limits (server.c): connections of both channels together
+     * stay below conn_cap, a uid's below its caps, so frames and the
+     * sockets keep their descriptors; at EMFILE the spare is freed to
+     * accept and close one connection. */
+    int spare_fd;
+    uint32_t conn_cap;           /* control connections + sessions */
+    uint32_t uid_ctl_cap;        /* control connections of one uid */
+    uint32_t uid_pending_cap;    /* handle-channel connections of one uid without hello */
+    int64_t accept_paused_until_ms;  /* out of descriptors with no spare: listeners rest */
+    struct log_limit log_limits[LOG_KINDS];
     int chan_listen;
     int sigfd;
     int lock_fd;
@@ -241,8 +307,9 @@ struct daemon {
     struct session *sessions;
     uint32_t n_sessions;
     uint64_t next_session_id;
-    struct tenant *tenants;
-    uint32_t n_tenants;
+    struct tenant *tenants, *tenants_tail;
+    uint32_t n_tenants;          /* in the list */
+    uint32_t next_tenant_id;     /* ids are never reused */
     struct daemon_counters count;
     struct cmd_stats stats[MB_CMD_COUNT];
     int64_t started_ms;
@@ -268,8 +335,9 @@ int daemon_serve(struct daemon *d);
  * reply is deferred). Bad bytes are counted and answered, never asserted. */
 void daemon_message(struct daemon *d, const uint8_t *ident, size_t ident_len,
                     const void *data, size_t size);
-/* Send a reply to an identity; without a ROUTER (the fuzz target) the reply
- * is packed and dropped. 0 or a negative mb_status. */
+/* Send a reply to the control connection named ident (zmtp.c); without a
+ * control socket (the fuzz target) the reply is packed and dropped. 0 or a
+ * negative mb_status. */
 int daemon_send(struct daemon *d, const uint8_t *ident, size_t ident_len, const Mb__Reply *rep);
 /* An unsolicited notice (Reply id 0) to a bound session. */
 int daemon_notice(struct daemon *d, const struct session *s, Mb__Notice__Kind kind,
@@ -279,6 +347,33 @@ int daemon_notice(struct daemon *d, const struct session *s, Mb__Notice__Kind ki
 void daemon_drain(struct daemon *d, bool on, bool exiting);
 /* Send STATUS= when the state line changed. */
 void daemon_notify_status(struct daemon *d);
+
+/* A malformed request: counted, logged at debug, answered MB_EPROTO. */
+void daemon_malformed(struct daemon *d, const uint8_t *ident, size_t ident_len, const char *why);
+/* mb_log, at most once a second for each kind; counts what it leaves out. */
+void daemon_log_limited(struct daemon *d, enum log_kind kind, int level, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+/* zmtp.c: the control socket's connections. */
+struct ctl_conn *ctl_open(struct daemon *d, int fd, pid_t pid, uid_t uid);
+void ctl_free(struct daemon *d, struct ctl_conn *c);
+/* Queue one reply frame to the connection named ident and write what the
+ * socket takes; MB_EUNAVAIL when it is gone or was dropped for not reading. */
+int ctl_send(struct daemon *d, const uint8_t *ident, size_t ident_len, const void *data, size_t size);
+struct ctl_conn *ctl_by_ident(struct daemon *d, const uint8_t *ident, size_t len);
+void ctl_ident(const struct ctl_conn *c, uint8_t ident[CTL_IDENT_BYTES]);
+bool ctl_conn_is_valid(const struct ctl_conn *c);
+size_t ctl_pending_out(const struct ctl_conn *c);
+void ctl_readable(struct daemon *d, struct ctl_conn *c);
+void ctl_writable(struct daemon *d, struct ctl_conn *c);
+/* Handle requests held back by a full output once it has room again
+ * (however it drained); the loop calls it every turn. */
+void ctl_resume(struct daemon *d);
+/* Drop connections without a handshake in time and those whose unread
+ * replies stalled; ctl_reap frees what was dropped. */
+void ctl_housekeep(struct daemon *d, int64_t now);
+void ctl_reap(struct daemon *d);
+uint32_t ctl_count_uid(const struct daemon *d, uid_t uid);
 
 /* sessions.c */
 struct session *session_open(struct daemon *d, int chan);
@@ -296,6 +391,11 @@ struct session *session_by_token(struct daemon *d, const uint8_t *token);
 /* The tenant named `name`, created with its config policy (else unlimited,
  * min 0) on first use; NULL when out of memory. */
 struct tenant *tenant_get(struct daemon *d, const char *name);
+/* Put bound session s under tenant `name` (tenant_get) and index it there;
+ * NULL when out of memory. The session leaves its tenant when it ends. */
+struct tenant *tenant_attach(struct daemon *d, struct session *s, const char *name);
+/* Free t when nothing keeps it (see struct tenant); true when freed. */
+bool tenant_release(struct daemon *d, struct tenant *t);
 struct tenant *tenant_by_id(struct daemon *d, uint32_t id);
 struct tenant *tenant_find(struct daemon *d, const char *name);
 bool tenant_name_ok(const char *s);

@@ -197,7 +197,7 @@ static int grow_table(struct frame_pool *p, uint32_t need)
 
 int frame_pool_open_journal(struct frame_pool *p, const char *path)
 {
-    p->journal_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    p->journal_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
     if (p->journal_fd < 0) {
         mb_log(MB_LOG_ERR, "failed to open the state journal %s: %s", path, strerror(errno));
         return MB_ESYS;

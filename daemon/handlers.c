@@ -93,7 +93,23 @@ static void h_hello(struct request_ctx *rc, const Mb__Request *req, Mb__Reply *r
         mb_reply_error(rep, MB_EPROTO, "identity too long");
         return;
     }
-    if (!(s->tenant = tenant_get(rc->d, name))) {
+    /* The control connection's own credentials (zmtp.c): a token another
+     * uid got hold of does not make that uid this session. */
+    const struct ctl_conn *conn = ctl_by_ident(rc->d, rc->ident, rc->ident_len);
+    if (conn && conn->uid != s->uid) {
+        mb_reply_error(rep, MB_EPERM, "the token belongs to a session of uid %u; this connection "
+                       "is uid %u's", (unsigned)s->uid, (unsigned)conn->uid);
+        return;
+    }
+    const struct mb_config_policy *pol = mb_config_tenant(&rc->d->cfg, name);
+    if (pol && !mb_config_tenant_allows(pol, s->uid)) {
+        mb_reply_error(rep, MB_EPERM, "tenant '%s' is bound to other users by the config: uid %u "
+                       "may not run under it", name, (unsigned)s->uid);
+        mb_log(MB_LOG_WARN, "refused hello of pid %d (uid %u) as tenant %s: not one of its uids",
+               (int)s->pid, (unsigned)s->uid, name);
+        return;
+    }
+    if (!(s->tenant = tenant_attach(rc->d, s, name))) {
         mb_reply_error(rep, MB_ENOMEM, "out of memory");
         return;
     }
@@ -430,6 +446,11 @@ static int fill_status(struct daemon *d, Mb__StatusReply *sr)
     sr->scrubs = d->pool.scrubs;
     sr->reclaim_notices = d->count.reclaim_notices;
     sr->grants_waiting = d->n_pending;
+    sr->tenants_known = d->n_tenants;
+    sr->connections = d->n_ctl;
+    sr->conns_refused = d->count.conns_refused;
+    sr->hello_timeouts = d->count.hello_timeouts;
+    sr->slow_readers = d->count.slow_readers;
     size_t n = 0;
     for (struct session *s = d->sessions; s; s = s->next) {
         if (!s->bound)
@@ -489,11 +510,9 @@ static void h_tenants(struct request_ctx *rc, const Mb__Request *req, Mb__Reply 
         ti->bytes = t->bytes;
         ti->max = t->max;
         ti->min = t->min;
-        for (struct session *s = d->sessions; s; s = s->next)
-            if (s->bound && s->tenant == t) {
-                ti->sessions++;
-                ti->cached += s->cached;
-            }
+        ti->sessions = t->n_sessions;
+        for (const struct session *s = t->sessions; s; s = s->t_next)
+            ti->cached += s->cached;
         /* Tenants with nothing to show (past sessions, default policy) are left out. */
         if (ti->sessions == 0 && t->bytes == 0 && t->max == MB_CONFIG_UNLIMITED && t->min == 0)
             continue;
@@ -577,6 +596,7 @@ static void h_quota(struct request_ctx *rc, const Mb__Request *req, Mb__Reply *r
     mb_log(MB_LOG_INFO, "uid %u set tenant %s max to %s (was %s; holds %s)", (unsigned)rc->s->uid,
            t->name, size_str(max, a, sizeof(a)), size_str(qr.previous_max, b, sizeof(b)),
            mb_format_size(t->bytes, c, sizeof(c)));
+    tenant_release(d, t);   /* an unlimited tenant nobody uses is not kept */
     rep->body_case = MB__REPLY__BODY_QUOTA;
     rep->quota = &qr;
 }

@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
+#include <pwd.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,7 +18,6 @@
 #include <sys/un.h>
 #include <unistd.h>
 #include <systemd/sd-daemon.h>
-#include <zmq.h>
 
 #include <moonbright/status.h>
 
@@ -171,11 +171,83 @@ static int load_config(struct options *o, struct mb_config *cfg)
     return 0;
 }
 
+static const char *user_name(uid_t uid, char *buf, size_t len)
+{
+    struct passwd pw, *res = NULL;
+    char tmp[1024];
+    if (getpwuid_r(uid, &pw, tmp, sizeof(tmp), &res) == 0 && res)
+        snprintf(buf, len, "%s", res->pw_name);
+    else
+        snprintf(buf, len, "no user name");
+    return buf;
+}
+
+/* The runtime and state directories hold the sockets, the lock and the
+ * journal. A directory another user owns or may write into lets that user
+ * plant a symbolic link the daemon would follow (a root daemon truncating
+ * any file) or replace its sockets: refuse it, naming path and owner. */
+static int check_private_dir(const char *what, const char *path)
+{
+    struct stat st;
+    char name[64];
+    if (lstat(path, &st) != 0) {
+        mb_log(MB_LOG_ERR, "failed to inspect the %s directory %s: %s", what, path, strerror(errno));
+        return -1;
+    }
+    if (S_ISLNK(st.st_mode) || !S_ISDIR(st.st_mode)) {
+        mb_log(MB_LOG_ERR, "refusing the %s directory %s: it is %s, not a directory", what, path,
+               S_ISLNK(st.st_mode) ? "a symbolic link" : "another kind of file");
+        return -1;
+    }
+    if (st.st_uid != geteuid()) {
+        mb_log(MB_LOG_ERR, "refusing the %s directory %s: it is owned by uid %u (%s), not by the "
+               "daemon's uid %u; remove it or give it to uid %u", what, path, (unsigned)st.st_uid,
+               user_name(st.st_uid, name, sizeof(name)), (unsigned)geteuid(), (unsigned)geteuid());
+        return -1;
+    }
+    if (st.st_mode & (S_IWGRP | S_IWOTH)) {
+        mb_log(MB_LOG_ERR, "refusing the %s directory %s: other users may write into it (mode %04o, "
+               "owner uid %u); make it writable by its owner only", what, path,
+               (unsigned)(st.st_mode & 07777), (unsigned)st.st_uid);
+        return -1;
+    }
+    return 0;
+}
+
+/* A file the daemon opens in its directories must not be a symbolic link
+ * (opening it with O_NOFOLLOW fails the same way, with a vaguer message). */
+static int check_not_link(const char *what, const char *path)
+{
+    struct stat st;
+    if (lstat(path, &st) == 0 && !S_ISREG(st.st_mode)) {
+        mb_log(MB_LOG_ERR, "refusing the %s %s: it is %s, not a regular file; remove it", what, path,
+               S_ISLNK(st.st_mode) ? "a symbolic link" : "another kind of file");
+        return -1;
+    }
+    return 0;
+}
+
+/* The runtime directory (created when missing) and the state directory. */
+static int check_dirs(const char *runtime_dir, const char *state_dir)
+{
+    if (mkdir(runtime_dir, 0755) != 0 && errno != EEXIST) {
+        mb_log(MB_LOG_ERR, "failed to create runtime directory %s: %s", runtime_dir, strerror(errno));
+        return -1;
+    }
+    if (check_private_dir("runtime", runtime_dir) != 0)
+        return -1;
+    if (state_dir && strcmp(state_dir, runtime_dir) != 0 && check_private_dir("state", state_dir) != 0)
+        return -1;
+    return 0;
+}
+
 /* One daemon per device and runtime directory: an flock on gpuN.lock. */
 static int take_lock(struct daemon *d)
 {
     snprintf(d->lock_path, sizeof(d->lock_path), "%s/gpu%d.lock", d->runtime_dir, d->device);
-    d->lock_fd = open(d->lock_path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (check_not_link("lock file", d->lock_path) != 0)
+        return -1;
+    d->lock_fd = open(d->lock_path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
     if (d->lock_fd < 0) {
         mb_log(MB_LOG_ERR, "failed to open %s: %s", d->lock_path, strerror(errno));
         return -1;
@@ -198,6 +270,26 @@ static int take_lock(struct daemon *d)
     return 0;
 }
 
+/* A listening AF_UNIX socket at path, open to every local user (access is
+ * decided per request: sessions, admin uids). */
+static int listen_unix(const char *path, int type)
+{
+    struct sockaddr_un sa;
+    if (mb_chan_sockaddr(&sa, path) != 0) {
+        mb_log(MB_LOG_ERR, "failed to bind %s: path too long", path);
+        return -1;
+    }
+    int fd = socket(AF_UNIX, type | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0 || bind(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0 || listen(fd, 128) != 0) {
+        mb_log(MB_LOG_ERR, "failed to bind %s: %s", path, strerror(errno));
+        if (fd >= 0)
+            close(fd);
+        return -1;
+    }
+    chmod(path, 0666);
+    return fd;
+}
+
 static int bind_sockets(struct daemon *d)
 {
     char ep[300];
@@ -209,30 +301,28 @@ static int bind_sockets(struct daemon *d)
     snprintf(d->ctl_path, sizeof(d->ctl_path), "%s/gpu%d.ctl", d->runtime_dir, d->device);
     unlink(d->ctl_path);   /* stale from a crashed daemon: we hold the lock */
     unlink(d->chan_path);
-
-    d->zctx = zmq_ctx_new();
-    d->router = zmq_socket(d->zctx, ZMQ_ROUTER);
-    int64_t maxsz = MB_WIRE_MAX_BYTES;
-    int zero = 0, one = 1;
-    zmq_setsockopt(d->router, ZMQ_MAXMSGSIZE, &maxsz, sizeof(maxsz));
-    zmq_setsockopt(d->router, ZMQ_LINGER, &zero, sizeof(zero));
-    zmq_setsockopt(d->router, ZMQ_ROUTER_MANDATORY, &one, sizeof(one));
-    if (zmq_bind(d->router, ep) != 0) {
-        mb_log(MB_LOG_ERR, "failed to bind %s: %s", ep, zmq_strerror(errno));
+    /* The control socket speaks ZMTP itself (zmtp.c says why). */
+    if ((d->ctl_listen = listen_unix(d->ctl_path, SOCK_STREAM)) < 0 ||
+        (d->chan_listen = listen_unix(d->chan_path, SOCK_SEQPACKET)) < 0)
         return -1;
-    }
-    chmod(d->ctl_path, 0666);
-
-    d->chan_listen = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    struct sockaddr_un sa;
-    mb_chan_sockaddr(&sa, d->chan_path);
-    if (d->chan_listen < 0 || bind(d->chan_listen, (struct sockaddr *)&sa, sizeof(sa)) != 0 ||
-        listen(d->chan_listen, 128) != 0) {
-        mb_log(MB_LOG_ERR, "failed to bind %s: %s", d->chan_path, strerror(errno));
-        return -1;
-    }
-    chmod(d->chan_path, 0666);
     return 0;
+}
+
+/* Descriptors: frames take one each; connections of both channels share
+ * the rest but `headroom` for the daemon's own files; one uid may hold a
+ * quarter of the connections at most, and a few handle channels waiting
+ * for hello. A spare descriptor is kept to refuse connections cleanly at
+ * the limit. */
+static void set_fd_limits(struct daemon *d, unsigned long fd_limit)
+{
+    unsigned long reserve = fd_limit >= 65536 ? 16384
+                          : fd_limit > 8192 ? fd_limit / 8 : fd_limit > 2048 ? 1024 : fd_limit / 2;
+    d->pool.max_frames = (uint32_t)(fd_limit - reserve);
+    unsigned long conns = reserve > 96 ? reserve - 64 : reserve / 2;
+    d->conn_cap = (uint32_t)conns;
+    d->uid_ctl_cap = d->conn_cap / 4 > 1 ? d->conn_cap / 4 : 1;
+    d->uid_pending_cap = d->conn_cap / 16 < 32 ? (d->conn_cap / 16 ? d->conn_cap / 16 : 1) : 32;
+    d->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
 }
 
 static int open_signals(struct daemon *d)
@@ -329,15 +419,18 @@ static void cleanup(struct daemon *d)
         d->tenants = t->next;
         free(t);
     }
-    if (d->router)
-        zmq_close(d->router);
-    if (d->zctx)
-        zmq_ctx_term(d->zctx);
+    while (d->ctl)
+        ctl_free(d, d->ctl);
+    if (d->ctl_listen >= 0) {
+        close(d->ctl_listen);
+        unlink(d->ctl_path);
+    }
     if (d->chan_listen >= 0) {
         close(d->chan_listen);
         unlink(d->chan_path);
-        unlink(d->ctl_path);
     }
+    if (d->spare_fd >= 0)
+        close(d->spare_fd);
     if (d->pool.frames)
         frame_pool_destroy(&d->pool);
     shares_destroy(d);
@@ -375,7 +468,8 @@ int main(int argc, char **argv)
     int rc = parse_options(argc, argv, &o);
     if (rc)
         return stop(rc);
-    struct daemon d = { .device = o.device, .chan_listen = -1, .sigfd = -1, .lock_fd = -1,
+    struct daemon d = { .device = o.device, .chan_listen = -1, .ctl_listen = -1, .spare_fd = -1,
+                        .sigfd = -1, .lock_fd = -1,
                         .drain_timeout_ms = o.drain_timeout_ms,
                         .reclaim_timeout_ms = o.reclaim_timeout_ms };
     mb_config_defaults(&d.cfg);
@@ -387,8 +481,9 @@ int main(int argc, char **argv)
     d.runtime_dir = cfg->runtime_dir ? cfg->runtime_dir : mb_default_runtime_dir();
     int ready_fd = -1;
 
-    if (mkdir(d.runtime_dir, 0755) != 0 && errno != EEXIST) {
-        mb_log(MB_LOG_ERR, "failed to create runtime directory %s: %s", d.runtime_dir, strerror(errno));
+    const char *state_env = getenv("STATE_DIRECTORY");
+    const char *state_dir = o.state_dir ? o.state_dir : state_env && *state_env ? state_env : NULL;
+    if (check_dirs(d.runtime_dir, state_dir) != 0) {
         mb_config_free(&d.cfg);
         return stop(1);
     }
@@ -432,16 +527,17 @@ int main(int argc, char **argv)
         const char *sd = o.state_dir ? o.state_dir : getenv("STATE_DIRECTORY");
         char journal[300];
         snprintf(journal, sizeof(journal), "%s/gpu%d.journal", sd && *sd ? sd : d.runtime_dir, d.device);
-        if (frame_pool_open_journal(&d.pool, journal) != 0)
+        if (check_not_link("state journal", journal) != 0 ||
+            frame_pool_open_journal(&d.pool, journal) != 0)
             goto out;
     }
-    /* Each frame holds a descriptor: keep 1024 for sessions and sockets, so
+    /* Each frame holds a descriptor; connections have their own share, so
      * running out of frames never means running out of descriptors. Large
      * allocations get frames of up to 2^MB_MAX_ORDER units, so the limit
      * binds only when many small frames are live: say so where one-unit
      * frames alone could not fill the budget, and warn only where not even
      * the largest frames could. */
-    d.pool.max_frames = fd_limit > 2048 ? (uint32_t)(fd_limit - 1024) : (uint32_t)(fd_limit / 2);
+    set_fd_limits(&d, fd_limit);
     {
         uint64_t unit_cover = (uint64_t)d.pool.max_frames * cfg->frame_size;
         if (unit_cover >= d.pool.budget_bytes)
@@ -468,7 +564,7 @@ int main(int argc, char **argv)
            mb_format_size(cfg->frame_size, a, sizeof(a)),
            mb_format_size(d.pool.budget_bytes, b, sizeof(b)), cfg->scrub ? "on" : "off",
            o.config_read ? o.config_read : "none (no " MB_CONFIG_DEFAULT_PATH ")");
-    /* The ROUTER is bound: a request sent now is answered once the loop
+    /* The control socket listens: a request sent now is answered once the loop
      * turns, so READY=1 means the control socket answers. */
     snprintf(d.last_status, sizeof(d.last_status), "serving device %d (%s backend)", d.device,
              d.be->name);

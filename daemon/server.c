@@ -1,12 +1,17 @@
-/* server.c: moonbrightd's one zmq_poll loop: the ROUTER control socket, the
- * handle channel's listening socket and every session's channel (whose end
- * of file ends the session), killed sessions' pidfds, signals, and the
+/* server.c: moonbrightd's one poll loop: the control socket and its
+ * connections (zmtp.c), the handle channel's listening socket and every
+ * session's channel (whose end of file ends the session), the limits on
+ * connections (per uid, in all, at the descriptor limit), killed sessions'
+ * pidfds, signals, and the
  * sd-daemon protocol (WATCHDOG=1 from the loop, STATUS= as state changes,
  * STOPPING=1 when SIGTERM starts the drain). The poll timeout is the next
  * deadline (watchdog, status, pending grants, drain). Malformed messages
  * are logged, counted and answered or dropped; never asserted. */
 #include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,7 +19,6 @@
 #include <sys/socket.h>
 #include <unistd.h>
 #include <systemd/sd-daemon.h>
-#include <zmq.h>
 
 #include <moonbright/status.h>
 
@@ -22,22 +26,62 @@
 #include "faults.h"
 #include "log.h"
 
-/* Messages handled per wakeup before the loop looks at its other sockets. */
-#define BURST 256
+/* Connections accepted per wakeup on each listening socket, so a flood
+ * cannot hold the loop. */
+#define ACCEPT_BURST 64
+/* Handle-channel connections must say hello within this. */
+#define HELLO_TIMEOUT_MS 3000
+/* Out of descriptors with no spare to free: listeners rest this long. */
+#define ACCEPT_PAUSE_MS 100
 #define STATUS_PERIOD_MS 1000
 
 int daemon_send(struct daemon *d, const uint8_t *ident, size_t ident_len, const Mb__Reply *rep)
 {
-    if (d->router)
-        return mb_wire_send_reply(d->router, ident, ident_len, rep);
-    /* No socket (the fuzz target): pack it all the same. */
     size_t len = mb__reply__get_packed_size(rep);
-    uint8_t *buf = malloc(len ? len : 1);
+    if (len > MB_WIRE_MAX_BYTES) {
+        mb_log(MB_LOG_ERR, "failed to send a reply: %zu bytes exceeds the %d-byte limit", len,
+               MB_WIRE_MAX_BYTES);
+        return MB_EINVAL;
+    }
+    uint8_t stackbuf[4096];
+    uint8_t *buf = len <= sizeof(stackbuf) ? stackbuf : malloc(len);
     if (!buf)
         return MB_ENOMEM;
     mb__reply__pack(rep, buf);
-    free(buf);
-    return len > MB_WIRE_MAX_BYTES ? MB_EINVAL : 0;
+    /* Fault injection (debug builds): delay, drop, duplicate or truncate. */
+    if (mb_fault(MB_FAULT_DELAY))
+        usleep((useconds_t)(rand() % 50000));
+    if (mb_fault(MB_FAULT_TRUNC))
+        len /= 2;
+    int copies = mb_fault(MB_FAULT_DROP) ? 0 : mb_fault(MB_FAULT_DUP) ? 2 : 1;
+    int rc = 0;
+    for (int k = 0; k < copies && rc == 0; k++)
+        rc = d->ctl_listen >= 0 ? ctl_send(d, ident, ident_len, buf, len) : 0;
+    if (buf != stackbuf)
+        free(buf);
+    return rc;
+}
+
+void daemon_log_limited(struct daemon *d, enum log_kind kind, int level, const char *fmt, ...)
+{
+    struct log_limit *l = &d->log_limits[kind];
+    int64_t now = mb_now_ms();
+    if (now < l->next_ms) {
+        l->suppressed++;
+        return;
+    }
+    char line[300];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof(line), fmt, ap);
+    va_end(ap);
+    if (l->suppressed)
+        mb_log(level, "%s (and %llu similar events in the last second)", line,
+               (unsigned long long)l->suppressed);
+    else
+        mb_log(level, "%s", line);
+    l->suppressed = 0;
+    l->next_ms = now + 1000;
 }
 
 int daemon_notice(struct daemon *d, const struct session *s, Mb__Notice__Kind kind,
@@ -80,7 +124,7 @@ void daemon_drain(struct daemon *d, bool on, bool exiting)
     daemon_notify_status(d);
 }
 
-static void reply_malformed(struct daemon *d, const uint8_t *ident, size_t len, const char *why)
+void daemon_malformed(struct daemon *d, const uint8_t *ident, size_t len, const char *why)
 {
     Mb__Reply rep = MB__REPLY__INIT;
     d->count.malformed++;
@@ -95,7 +139,7 @@ void daemon_message(struct daemon *d, const uint8_t *ident, size_t ident_len,
     uint64_t t0 = mb_now_ns();
     Mb__Request *req = mb__request__unpack(NULL, size, data);
     if (!req) {
-        reply_malformed(d, ident, ident_len, "not a Request message");
+        daemon_malformed(d, ident, ident_len, "not a Request message");
         return;
     }
     struct request_ctx rc = { .d = d, .ident = ident, .ident_len = ident_len, .t0_ns = t0 };
@@ -109,70 +153,125 @@ void daemon_message(struct daemon *d, const uint8_t *ident, size_t ident_len,
         mb_log(MB_LOG_DEBUG, "failed to send a reply (peer gone)");
 }
 
-/* Read whatever is left of a multipart message. */
-static void drain_parts(void *sock)
+/* Accept one connection. Out of descriptors, a pending connection would
+ * keep the listening socket readable and the loop spinning: free the spare
+ * descriptor, accept it and close it (the peer sees end of file), take the
+ * spare again; without a spare the listeners rest a moment. Returns the
+ * descriptor, -1 when none is waiting, -2 when one was refused. */
+static int accept_one(struct daemon *d, int lfd, const char *what)
 {
-    int more = 1;
-    size_t sz = sizeof(more);
-    while (zmq_getsockopt(sock, ZMQ_RCVMORE, &more, &sz) == 0 && more) {
-        zmq_msg_t m;
-        zmq_msg_init(&m);
-        zmq_msg_recv(&m, sock, 0);
-        zmq_msg_close(&m);
+    int fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd >= 0 && mb_fault(MB_FAULT_FDS)) {
+        close(fd);   /* as if accept had failed with EMFILE: the client sees EOF */
+        fd = -1;
+        errno = EMFILE;
     }
+    if (fd >= 0)
+        return fd;
+    if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)
+        return -1;
+    if (errno == EMFILE || errno == ENFILE) {
+        d->count.conns_refused++;
+        if (d->spare_fd >= 0) {
+            close(d->spare_fd);
+            d->spare_fd = -1;
+            int k = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
+            if (k >= 0)
+                close(k);
+            d->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+        }
+        if (d->spare_fd < 0)
+            d->accept_paused_until_ms = mb_now_ms() + ACCEPT_PAUSE_MS;
+        daemon_log_limited(d, LOG_NOFD, MB_LOG_WARN, "refused a connection on the %s: out of descriptors (%s)",
+                           what, strerror(EMFILE));
+        return -2;
+    }
+    daemon_log_limited(d, LOG_NOFD, MB_LOG_WARN, "failed to accept on the %s: %s", what, strerror(errno));
+    return -1;
 }
 
-/* One message from the ROUTER: [identity][request]. Returns 0 when one was
- * handled, MB_EBUSY when none was waiting. */
-static int serve_one(struct daemon *d)
+static uint32_t pending_of_uid(const struct daemon *d, uid_t uid)
 {
-    uint8_t ident[MB_WIRE_MAX_IDENT];
-    int ilen = zmq_recv(d->router, ident, sizeof(ident), ZMQ_DONTWAIT);
-    if (ilen < 0)
-        return MB_EBUSY;
-    int more = 0;
-    size_t sz = sizeof(more);
-    zmq_getsockopt(d->router, ZMQ_RCVMORE, &more, &sz);
-    if (!more || ilen > (int)sizeof(ident)) {
-        d->count.malformed++;
-        drain_parts(d->router);
-        return 0;
-    }
-    zmq_msg_t msg;
-    zmq_msg_init(&msg);
-    if (zmq_msg_recv(&msg, d->router, 0) < 0) {
-        zmq_msg_close(&msg);
-        return 0;
-    }
-    if (zmq_msg_more(&msg)) {
-        zmq_msg_close(&msg);
-        drain_parts(d->router);
-        reply_malformed(d, ident, (size_t)ilen, "a request is one frame");
-        return 0;
-    }
-    daemon_message(d, ident, (size_t)ilen, zmq_msg_data(&msg), zmq_msg_size(&msg));
-    zmq_msg_close(&msg);
-    return 0;
+    uint32_t n = 0;
+    for (const struct session *s = d->sessions; s; s = s->next)
+        n += !s->bound && s->uid == uid;
+    return n;
 }
 
 static void accept_sessions(struct daemon *d)
 {
-    for (;;) {
-        int fd = accept4(d->chan_listen, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
-        if (fd >= 0 && mb_fault(MB_FAULT_FDS)) {
-            close(fd);   /* as if accept had failed with EMFILE: the client sees EOF */
-            fd = -1;
-            errno = EMFILE;
-        }
-        if (fd < 0) {
-            if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
-                mb_log(MB_LOG_WARN, "failed to accept on the handle channel: %s", strerror(errno));
+    for (int i = 0; i < ACCEPT_BURST; i++) {
+        int fd = accept_one(d, d->chan_listen, "handle channel");
+        if (fd == -1)
             return;
+        if (fd < 0)
+            continue;
+        pid_t pid;
+        uid_t uid;
+        gid_t gid;
+        const char *why = NULL;
+        if (mb_chan_peer(fd, &pid, &uid, &gid) != 0)
+            why = "no peer credentials";
+        else if (d->n_sessions + d->n_ctl >= d->conn_cap)
+            why = "the daemon's connection limit is reached";
+        else if (pending_of_uid(d, uid) >= d->uid_pending_cap)
+            why = "too many of its connections have not said hello";
+        if (why) {
+            d->count.conns_refused++;
+            daemon_log_limited(d, LOG_REFUSED, MB_LOG_WARN, "refused a handle-channel connection of pid %d (uid %u): %s",
+                               (int)pid, (unsigned)uid, why);
+            close(fd);
+            continue;
         }
         int buf = 1 << 20;
         setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &buf, sizeof(buf));
         if (!session_open(d, fd))
             close(fd);
+    }
+}
+
+static void accept_ctl(struct daemon *d)
+{
+    for (int i = 0; i < ACCEPT_BURST; i++) {
+        int fd = accept_one(d, d->ctl_listen, "control socket");
+        if (fd == -1)
+            return;
+        if (fd < 0)
+            continue;
+        pid_t pid;
+        uid_t uid;
+        gid_t gid;
+        const char *why = NULL;
+        if (mb_chan_peer(fd, &pid, &uid, &gid) != 0)
+            why = "no peer credentials";
+        else if (d->n_sessions + d->n_ctl >= d->conn_cap)
+            why = "the daemon's connection limit is reached";
+        else if (ctl_count_uid(d, uid) >= d->uid_ctl_cap)
+            why = "the uid has too many control connections";
+        if (why) {
+            d->count.conns_refused++;
+            daemon_log_limited(d, LOG_REFUSED, MB_LOG_WARN, "refused a control connection of pid %d (uid %u): %s",
+                               (int)pid, (unsigned)uid, why);
+            close(fd);
+            continue;
+        }
+        if (!ctl_open(d, fd, pid, uid))
+            close(fd);
+    }
+}
+
+/* Handle-channel connections that never said hello end after a while. */
+static void expire_unbound(struct daemon *d, int64_t now)
+{
+    for (struct session *s = d->sessions, *next; s; s = next) {
+        next = s->next;
+        if (s->bound || now - s->opened_ms <= HELLO_TIMEOUT_MS)
+            continue;
+        d->count.hello_timeouts++;
+        daemon_log_limited(d, LOG_DROPPED, MB_LOG_WARN, "session %llu (pid %d, uid %u) sent no hello within %d ms; "
+                           "closing its handle channel", (unsigned long long)s->id, (int)s->pid,
+                           (unsigned)s->uid, HELLO_TIMEOUT_MS);
+        session_close(d, s);
     }
 }
 
@@ -251,8 +350,9 @@ int daemon_serve(struct daemon *d)
     if (wd_period <= 0 && wd_usec)
         wd_period = 1;
     int64_t next_wd = mb_now_ms(), next_status = mb_now_ms();
-    zmq_pollitem_t *items = NULL;
+    struct pollfd *items = NULL;
     uint64_t *ids = NULL;
+    struct ctl_conn **conns = NULL;
     size_t cap = 0;
     int rc = 0;
 
@@ -263,34 +363,46 @@ int daemon_serve(struct daemon *d)
                        d->n_sessions);
             break;
         }
-        size_t n = 3 + d->n_sessions + d->n_withdrawn;
+        size_t n = 3 + d->n_ctl + d->n_sessions + d->n_withdrawn;
         if (n > cap) {
-            zmq_pollitem_t *ni = realloc(items, 2 * n * sizeof(*ni));
-            uint64_t *nid = ni ? realloc(ids, 2 * n * sizeof(*nid)) : NULL;
+            struct pollfd *ni = realloc(items, 2 * n * sizeof(*ni));
             if (ni)
                 items = ni;
-            if (!nid) {
+            uint64_t *nid = ni ? realloc(ids, 2 * n * sizeof(*nid)) : NULL;
+            if (nid)
+                ids = nid;
+            struct ctl_conn **nc = nid ? realloc(conns, 2 * n * sizeof(*nc)) : NULL;
+            if (!nc) {
                 mb_log(MB_LOG_ERR, "failed to grow the poll set: out of memory");
                 rc = MB_ENOMEM;
                 break;
             }
-            ids = nid;
+            conns = nc;
             cap = 2 * n;
         }
-        items[0] = (zmq_pollitem_t){ d->router, 0, ZMQ_POLLIN, 0 };
-        items[1] = (zmq_pollitem_t){ NULL, d->chan_listen, ZMQ_POLLIN, 0 };
-        items[2] = (zmq_pollitem_t){ NULL, d->sigfd, ZMQ_POLLIN, 0 };
+        int64_t now = mb_now_ms();
+        bool listen = now >= d->accept_paused_until_ms;
+        items[0] = (struct pollfd){ listen ? d->ctl_listen : -1, POLLIN, 0 };
+        items[1] = (struct pollfd){ listen ? d->chan_listen : -1, POLLIN, 0 };
+        items[2] = (struct pollfd){ d->sigfd, POLLIN, 0 };
         size_t k = 3;
+        for (struct ctl_conn *c = d->ctl; c; c = c->next, k++) {
+            short ev = ctl_pending_out(c) < CTL_OUT_SOFT_BYTES ? POLLIN : 0;
+            if (ctl_pending_out(c))
+                ev |= POLLOUT;
+            items[k] = (struct pollfd){ c->fd, ev, 0 };
+            conns[k] = c;
+        }
+        size_t k_ctl = k;
         for (struct session *s = d->sessions; s; s = s->next, k++) {
-            items[k] = (zmq_pollitem_t){ NULL, s->chan, ZMQ_POLLIN, 0 };
+            items[k] = (struct pollfd){ s->chan, POLLIN, 0 };
             ids[k] = s->id;
         }
         size_t k_sessions = k;
         for (struct withdrawn *w = d->withdrawn; w; w = w->next, k++) {
-            items[k] = (zmq_pollitem_t){ NULL, w->pidfd, ZMQ_POLLIN, 0 };
+            items[k] = (struct pollfd){ w->pidfd, POLLIN, 0 };
             ids[k] = (uint64_t)w->pidfd;
         }
-        int64_t now = mb_now_ms();
         int64_t deadline = next_status;
         if (wd_period && next_wd < deadline)
             deadline = next_wd;
@@ -298,28 +410,36 @@ int daemon_serve(struct daemon *d)
             deadline = pending_next_deadline(d);
         if (d->stopping && d->drain_deadline_ms < deadline)
             deadline = d->drain_deadline_ms;
-        long timeout = deadline > now ? (long)(deadline - now) : 0;
-        int pr = zmq_poll(items, (int)k, timeout);
+        if (!listen && d->accept_paused_until_ms < deadline)
+            deadline = d->accept_paused_until_ms;
+        int timeout = deadline > now ? (int)(deadline - now) : 0;
+        int pr = poll(items, (nfds_t)k, timeout);
         if (pr < 0 && errno != EINTR) {
-            mb_log(MB_LOG_ERR, "failed to poll: %s", zmq_strerror(errno));
+            mb_log(MB_LOG_ERR, "failed to poll: %s", strerror(errno));
             rc = MB_ESYS;
             break;
         }
         if (pr > 0) {
             if (items[2].revents)
                 handle_signals(d);
+            for (size_t i = 3; i < k_ctl; i++) {
+                if (items[i].revents & POLLOUT)
+                    ctl_writable(d, conns[i]);
+                if (items[i].revents & (POLLIN | POLLHUP | POLLERR))
+                    ctl_readable(d, conns[i]);
+            }
             if (items[0].revents)
-                for (int i = 0; i < BURST && serve_one(d) == 0; i++)
-                    ;
+                accept_ctl(d);
             if (items[1].revents)
                 accept_sessions(d);
-            for (size_t i = 3; i < k_sessions; i++)
+            for (size_t i = k_ctl; i < k_sessions; i++)
                 if (items[i].revents)
                     check_channel(d, ids[i]);
             for (size_t i = k_sessions; i < k; i++)
                 if (items[i].revents)
                     check_withdrawn(d, (int)ids[i]);
         }
+        ctl_resume(d);
         if (d->pending)
             pending_run(d);
         now = mb_now_ms();
@@ -329,12 +449,16 @@ int daemon_serve(struct daemon *d)
         }
         if (now >= next_status) {
             daemon_notify_status(d);
+            expire_unbound(d, now);
+            ctl_housekeep(d, now);
             next_status = now + STATUS_PERIOD_MS;
         }
+        ctl_reap(d);
     }
     if (d->pending)
         pending_fail_all(d, MB_EBUSY, "the daemon is stopping");
     free(items);
     free(ids);
+    free(conns);
     return rc;
 }

@@ -56,6 +56,17 @@ static void session_unlink(struct daemon *d, struct session *s)
         }
     if (s->waiting)
         pending_drop_session(d, s->id);
+    struct tenant *t = s->tenant;
+    if (t && s->bound) {
+        if (s->t_prev)
+            s->t_prev->t_next = s->t_next;
+        else
+            t->sessions = s->t_next;
+        if (s->t_next)
+            s->t_next->t_prev = s->t_prev;
+        t->n_sessions--;
+        tenant_release(d, t);
+    }
     close(s->chan);
     d->n_sessions--;
     d->count.sessions_closed++;
@@ -109,6 +120,8 @@ uint32_t session_kill(struct daemon *d, struct session *s)
         w->bytes = s->bytes;
         w->tenant = s->tenant;
         w->pidfd = pidfd_open_pid(s->pid);
+        if (w->pidfd >= 0 && w->tenant)
+            w->tenant->n_withdrawn++;
     }
     if ((n || holds) && (!w || w->pidfd < 0)) {
         /* The process is gone already (or cannot be watched and we cannot
@@ -154,6 +167,10 @@ void withdrawn_release(struct daemon *d, struct withdrawn *w)
     if (w->pidfd >= 0)
         close(w->pidfd);
     d->n_withdrawn--;
+    if (w->tenant) {
+        w->tenant->n_withdrawn--;
+        tenant_release(d, w->tenant);
+    }
     free(w);
 }
 
@@ -221,17 +238,52 @@ struct tenant *tenant_get(struct daemon *d, const char *name)
         return t;
     if (!(t = calloc(1, sizeof(*t))))
         return NULL;
-    t->id = ++d->n_tenants;
+    t->id = ++d->next_tenant_id;
     snprintf(t->name, sizeof(t->name), "%s", name);
     const struct mb_config_policy *pol = mb_config_tenant(&d->cfg, name);
     t->max = pol ? pol->max : MB_CONFIG_UNLIMITED;
     t->min = pol ? pol->min : 0;
     /* Appended: tenants list in the order they appeared. */
-    struct tenant **pp = &d->tenants;
-    while (*pp)
-        pp = &(*pp)->next;
-    *pp = t;
+    t->prev = d->tenants_tail;
+    if (d->tenants_tail)
+        d->tenants_tail->next = t;
+    else
+        d->tenants = t;
+    d->tenants_tail = t;
+    d->n_tenants++;
     return t;
+}
+
+struct tenant *tenant_attach(struct daemon *d, struct session *s, const char *name)
+{
+    struct tenant *t = tenant_get(d, name);
+    if (!t)
+        return NULL;
+    s->t_prev = NULL;
+    s->t_next = t->sessions;
+    if (t->sessions)
+        t->sessions->t_prev = s;
+    t->sessions = s;
+    t->n_sessions++;
+    return t;
+}
+
+bool tenant_release(struct daemon *d, struct tenant *t)
+{
+    if (t->n_sessions || t->n_withdrawn || t->bytes || t->max != MB_CONFIG_UNLIMITED || t->min ||
+        mb_config_tenant(&d->cfg, t->name))
+        return false;
+    if (t->prev)
+        t->prev->next = t->next;
+    else
+        d->tenants = t->next;
+    if (t->next)
+        t->next->prev = t->prev;
+    else
+        d->tenants_tail = t->prev;
+    d->n_tenants--;
+    free(t);
+    return true;
 }
 
 struct tenant *tenant_by_id(struct daemon *d, uint32_t id)

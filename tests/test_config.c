@@ -176,6 +176,45 @@ static void test_unknown_keys(void **state)
     expect_error("frame-size = 2M\n", 1, "unknown key 'frame-size'");
 }
 
+/* [tenant NAME] uids = ...: the users bound to a tenant; others may not
+ * name it. Tenants without the key (and uid sections) bind nobody. */
+static void test_tenant_uids(void **state)
+{
+    (void)state;
+    struct mb_config cfg;
+    char err[512] = "";
+    const char *text = "[tenant prod]\nmax = 1G\nuids = 1000, 1001 root\n"
+                       "[tenant open]\nmax = 1G\n[uid 1002]\nmax = 1G\n";
+    assert_int_equal(mb_config_parse_string(text, "t.conf", &cfg, err, sizeof(err)), 0);
+    const struct mb_config_policy *prod = mb_config_tenant(&cfg, "prod");
+    assert_non_null(prod);
+    assert_int_equal(prod->n_bound_uids, 3);
+    assert_int_equal(prod->bound_uids[0], 1000);
+    assert_int_equal(prod->bound_uids[1], 1001);
+    assert_int_equal(prod->bound_uids[2], 0);
+    assert_true(mb_config_tenant_allows(prod, 1000));
+    assert_true(mb_config_tenant_allows(prod, 0));
+    assert_false(mb_config_tenant_allows(prod, 1002));
+    assert_false(mb_config_tenant_allows(prod, 65534));
+    const struct mb_config_policy *open = mb_config_tenant(&cfg, "open");
+    assert_int_equal(open->n_bound_uids, 0);
+    assert_true(mb_config_tenant_allows(open, 65534));
+    mb_config_free(&cfg);
+    assert_null(cfg.tenants);
+
+    expect_error("[tenant a]\nuids =\n", 2, "empty uids (a list of users");
+    expect_error("[tenant a]\nuids = , ,\n", 2, "empty uids");
+    expect_error("[tenant a]\nuids = 1000 nosuchuser-xyz\n", 2,
+                 "unknown user 'nosuchuser-xyz' in uids in [tenant a]");
+    expect_error("[tenant a]\nuids = 12x\n", 2, "bad uid '12x' in uids in [tenant a]");
+    expect_error("[tenant a]\nuids = 7, 8, 7\n", 2, "uid 7 listed twice in uids in [tenant a]");
+    expect_error("[tenant a]\nuids = 7\nmax = 1G\nuids = 8\n", 4,
+                 "duplicate key 'uids' in [tenant a] (first on line 2)");
+    expect_error("[uid 7]\nuids = 8\n", 2, "key 'uids' in [uid 7]: it binds a tenant to users");
+    expect_error("uids = 8\n", 1, "unknown key 'uids' (uids belongs in a [tenant NAME] section)");
+    expect_error("[tenant a]\nuid = 8\n", 2, "unknown key 'uid' in [tenant a] (did you mean 'uids'?)");
+}
+
 static void test_unknown_sections(void **state)
 {
     (void)state;
@@ -447,6 +486,7 @@ int main(void)
         cmocka_unit_test(test_example_values),
         cmocka_unit_test(test_empty_and_comments),
         cmocka_unit_test(test_unknown_keys),
+        cmocka_unit_test(test_tenant_uids),
         cmocka_unit_test(test_unknown_sections),
         cmocka_unit_test(test_bad_sizes),
         cmocka_unit_test(test_bad_values),

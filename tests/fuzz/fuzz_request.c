@@ -3,7 +3,11 @@
  * small frames, no sockets) per input; the first byte picks the state:
  *   0 no session   1 bound session holding frames, beside another tenant's
  *   2 admin session holding frames   3 bound session while draining
- * the rest is the message, fed to daemon_message as if from the ROUTER.
+ * the rest is the message, fed to daemon_message as if from the control
+ * socket. An unbound session (uid 1001) waits with the token {7, 0, ...}
+ * in every state, so hello is reached. With bit 7 of the first byte set,
+ * the rest is instead a byte stream on a control connection (zmtp.c:
+ * greeting, READY, frames), bound to the first session in states 1-3.
  * Must never crash or leak; the frame books must stay valid. */
 #include <stdint.h>
 #include <stdlib.h>
@@ -33,10 +37,10 @@ static struct session *fake_session(struct daemon *d, const char *tenant, uid_t 
         return NULL;
     }
     s->uid = uid;   /* SO_PEERCRED says us; the state says who */
-    s->tenant = tenant_get(d, tenant);
     memcpy(s->ident, ident, len);
     s->ident_len = len;
     s->bound = true;
+    s->tenant = tenant_attach(d, s, tenant);
     *peer = sv[1];
     return s;
 }
@@ -49,6 +53,39 @@ static void drain_peer(int fd)
     while (mb_chan_recv(fd, &m, fds, 0) == 0)
         for (uint32_t i = 0; i < m.count; i++)
             close(fds[i]);
+}
+
+/* The bytes as a peer's stream on a control connection (bound to session
+ * a when there is one); replies are read and dropped. */
+static void feed_stream(struct daemon *d, struct session *a, const uint8_t *data, size_t size)
+{
+    int sv[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv) != 0)
+        abort();
+    d->ctl_listen = sv[1];   /* replies go out on the connection */
+    struct ctl_conn *c = ctl_open(d, sv[0], getpid(), 1000);
+    if (!c)
+        abort();
+    if (a) {
+        ctl_ident(c, a->ident);
+        a->ident_len = CTL_IDENT_BYTES;
+    }
+    if (size && send(sv[1], data, size, MSG_DONTWAIT) < 0)
+        abort();
+    char sink[4096];
+    for (int i = 0; i < 4 && !c->dead; i++) {
+        ctl_readable(d, c);
+        while (recv(sv[1], sink, sizeof(sink), MSG_DONTWAIT) > 0)
+            ;
+        ctl_writable(d, c);
+        ctl_resume(d);
+    }
+    ctl_housekeep(d, mb_now_ms() + 60000);   /* every timeout has passed */
+    ctl_reap(d);
+    while (d->ctl)
+        ctl_free(d, d->ctl);
+    close(sv[1]);
+    d->ctl_listen = -1;
 }
 
 static void give(struct daemon *d, struct session *s, uint32_t n)
@@ -69,12 +106,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         return 0;
     struct daemon d;
     memset(&d, 0, sizeof(d));
-    d.chan_listen = d.sigfd = d.lock_fd = -1;
+    d.chan_listen = d.ctl_listen = d.spare_fd = d.sigfd = d.lock_fd = -1;
     d.reclaim_timeout_ms = 50;
     d.drain_timeout_ms = 1000;
     mb_config_defaults(&d.cfg);
     char err[256];
-    static const char conf[] = "admin_uids = 4242\n[tenant capped]\nmax = 64K\n[tenant kept]\nmin = 32K\n";
+    static const char conf[] = "admin_uids = 4242\n[tenant capped]\nmax = 64K\nuids = 1000, 4242\n"
+                               "[tenant kept]\nmin = 32K\n";
     if (mb_config_parse_string(conf, "fuzz.conf", &d.cfg, err, sizeof(err)) != 0 ||
         mb_backend_open("host", 0, &d.be) != 0 ||
         frame_pool_init(&d.pool, d.be, 4096, 64 * 4096) != 0)
@@ -82,13 +120,26 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     d.started_ms = mb_now_ms();
     for (size_t i = 0; i < d.cfg.n_tenants; i++)
         tenant_get(&d, d.cfg.tenants[i].name);
-    int peer_a = -1, peer_b = -1;
+    int peer_a = -1, peer_b = -1, peer_u = -1;
     const uint8_t *ident = IDENT_A;
     uint8_t state = data[0] % 4;
+    struct session *a = NULL;
+    {
+        int sv[2];
+        if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv) != 0)
+            abort();
+        struct session *u = session_open(&d, sv[0]);
+        if (!u)
+            abort();
+        u->uid = 1001;
+        memset(u->token, 0, sizeof(u->token));
+        u->token[0] = 7;
+        peer_u = sv[1];
+    }
     if (state != 0) {
         struct session *b = fake_session(&d, "kept", 1001, IDENT_B, sizeof(IDENT_B), &peer_b);
-        struct session *a = fake_session(&d, state == 2 ? "ops" : "capped", state == 2 ? 4242 : 1000,
-                                         IDENT_A, sizeof(IDENT_A), &peer_a);
+        a = fake_session(&d, state == 2 ? "ops" : "capped", state == 2 ? 4242 : 1000,
+                         IDENT_A, sizeof(IDENT_A), &peer_a);
         if (!a || !b)
             abort();
         give(&d, b, 8);
@@ -97,7 +148,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (state == 3)
             daemon_drain(&d, true, false);
     }
-    daemon_message(&d, ident, sizeof(IDENT_A), data + 1, size - 1);
+    if (data[0] & 0x80)
+        feed_stream(&d, a, data + 1, size - 1);
+    else
+        daemon_message(&d, ident, sizeof(IDENT_A), data + 1, size - 1);
     /* A deferred grant: frames come back or its deadline passes. */
     if (d.pending) {
         d.pending->deadline_ms = 0;
@@ -126,6 +180,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         drain_peer(peer_a);
         close(peer_a);
     }
+    close(peer_u);
     if (peer_b >= 0) {
         drain_peer(peer_b);
         close(peer_b);

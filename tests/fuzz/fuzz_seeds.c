@@ -1,6 +1,7 @@
 /* fuzz_seeds.c: writes the fuzz corpus seeds: one file per request kind and
  * session state (first byte), each a valid packed Request.
  *   fuzz_seeds DIR */
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -15,6 +16,47 @@ static int write_seed(const char *dir, const char *name, int state, const Mb__Re
     snprintf(path, sizeof(path), "%s/%s-%d", dir, name, state);
     FILE *f = fopen(path, "wb");
     if (!f || fwrite(buf, 1, len + 1, f) != len + 1) {
+        fprintf(stderr, "failed to write %s\n", path);
+        if (f)
+            fclose(f);
+        return 1;
+    }
+    return fclose(f) != 0;
+}
+
+/* A ZMTP 3.0 stream from a DEALER: greeting, READY, then the request in
+ * one frame (or split in two parts when multipart). */
+static int write_stream(const char *dir, const char *name, int state, const Mb__Request *req,
+                        bool multipart)
+{
+    static const uint8_t hs[] = {
+        0xFF, 0, 0, 0, 0, 0, 0, 0, 1, 0x7F, 3, 1, 'N', 'U', 'L', 'L', 0, 0, 0, 0, 0, 0, 0, 0,
+        0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+        0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+        0x04, 41, 5, 'R', 'E', 'A', 'D', 'Y', 11, 'S', 'o', 'c', 'k', 'e', 't', '-', 'T', 'y',
+        'p', 'e', 0, 0, 0, 6, 'D', 'E', 'A', 'L', 'E', 'R', 8, 'I', 'd', 'e', 'n', 't', 'i',
+        't', 'y', 0, 0, 0, 0,
+    };
+    uint8_t buf[4096];
+    buf[0] = (uint8_t)state;
+    memcpy(buf + 1, hs, sizeof(hs));
+    size_t pos = 1 + sizeof(hs);
+    size_t len = mb__request__get_packed_size(req);
+    if (len > 200)
+        return 1;
+    if (multipart) {
+        buf[pos++] = 1;   /* MORE */
+        buf[pos++] = 1;
+        buf[pos++] = 'x';
+    }
+    buf[pos++] = 0;
+    buf[pos++] = (uint8_t)len;
+    mb__request__pack(req, buf + pos);
+    pos += len;
+    char path[512];
+    snprintf(path, sizeof(path), "%s/%s", dir, name);
+    FILE *f = fopen(path, "wb");
+    if (!f || fwrite(buf, 1, pos, f) != pos) {
         fprintf(stderr, "failed to write %s\n", path);
         if (f)
             fclose(f);
@@ -91,6 +133,23 @@ int main(int argc, char **argv)
         r.body_case = MB__REQUEST__BODY_IMPORT; r.import = &im; bad |= write_seed(dir, "import", state, &r);
         r.body_case = MB__REQUEST__BODY_REATTACH; r.reattach = &ra; bad |= write_seed(dir, "reattach", state, &r);
     }
+    /* Hello as a tenant bound to other uids (the waiting session is uid 1001). */
+    h.tenant = "capped";
+    r.body_case = MB__REQUEST__BODY_HELLO;
+    r.hello = &h;
+    bad |= write_seed(dir, "hello-bound", 0, &r);
+    h.tenant = "fuzz";
+    /* Control-socket streams (first byte bit 7): greeting, READY, requests. */
+    r.body_case = MB__REQUEST__BODY_STATUS;
+    r.status = &st;
+    bad |= write_stream(dir, "stream-status", 0x80, &r, false);
+    r.body_case = MB__REQUEST__BODY_GRANT;
+    r.grant = &g;
+    bad |= write_stream(dir, "stream-grant", 0x81, &r, false);
+    bad |= write_stream(dir, "stream-multipart", 0x81, &r, true);
+    r.body_case = MB__REQUEST__BODY_HELLO;
+    r.hello = &h;
+    bad |= write_stream(dir, "stream-hello", 0x80, &r, false);
     /* A grant that needs reclaim (more than the free frames). */
     g.bytes = 60 * 4096;
     r.body_case = MB__REQUEST__BODY_GRANT;
