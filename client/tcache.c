@@ -13,18 +13,21 @@
  *            allocations on that same stream.
  *   tag      the stream of the cache's pending objects (NULL: the legacy
  *            default stream, which synchronous frees use).
- *   chunk    a slab chunk: its class and one live bit per object, found by a
- *            two-level radix table on the address (readers take no lock;
- *            entries change under c->lock; retired entries live until the
- *            client closes).
+ *   chunk    a slab chunk and its class, found by a two-level radix table
+ *            on the address (readers take no lock; entries change under
+ *            c->lock; retired entries live until the client closes).
  *
- * Invariants (tc_is_valid): every bin's gens are non-decreasing from its
- * oldest entry; bytes == the sum of the class sizes of the cached objects;
- * a cached object's live bit is clear, a handed-out object's is set.
+ * Invariants: every bin's gens are non-decreasing from its oldest entry;
+ * bytes == the sum of the class sizes of the cached objects. The fast
+ * paths write nothing another thread reads (no shared bitmap): a free is
+ * checked against the slot grid of its chunk and against the calling
+ * thread's bin (a double free within one thread is refused); a double free
+ * that crosses threads is caught when the object reaches the shared slab
+ * (logged, the second copy dropped).
  *
- * Events: the legacy stream is always alive, so a cache tagged NULL keeps
- * one event in flight over its latest frees (recorded by a free once the
- * previous one completed) to make them ready for synchronous allocations. A cache tagged with an application's stream never records on
+ * Events: the legacy stream is always alive, so a cache tagged NULL records
+ * one event per TC_FENCE_BATCH frees (one in flight at a time) to make them
+ * ready for synchronous allocations. A cache tagged with an application's stream never records on
  * it except inside a free that names it (an overflowing bin); when the
  * thread moves to another stream, exits, or the client trims or closes,
  * its pending objects go to the shared slab under a device-sync fence. */
@@ -39,6 +42,7 @@
 #define TC_BIN_BYTES ((size_t)8 << 20)   /* ... and at most this many bytes */
 #define TC_REFILL 8          /* objects taken from the slab per refill */
 #define TC_SLOTS 4           /* clients a thread caches for at once */
+#define TC_FENCE_BATCH 32    /* legacy-stream frees per event */
 #define LEAF_BITS 13
 
 struct tc_ent { void *p; uint64_t gen; };
@@ -57,6 +61,7 @@ struct tcache {
     uint64_t open_gen, done_gen;
     void *ev;                    /* legacy tag: event covering gen <= ev_gen */
     uint64_t ev_gen;
+    uint32_t unfenced;           /* legacy frees since the last event */
     size_t bytes;                /* read by mb_stats without m (atomic) */
     struct tcache *next;         /* the client's list (g_tc_lock) */
     struct tc_bin bins[];
@@ -68,7 +73,6 @@ struct tc_chunk {
     unsigned cls;
     uint32_t nslots;
     struct tc_chunk *next_retired;
-    uint64_t live[];             /* atomic bit per slot: handed out */
 };
 
 struct tc_leaf { struct tc_chunk *e[1u << LEAF_BITS]; };
@@ -114,7 +118,7 @@ int tc_chunk_add(mb_client *c, void *base, unsigned cls, size_t size, size_t chu
         __atomic_store_n(&r->l1[hi], leaf, __ATOMIC_RELEASE);
     }
     uint32_t nslots = (uint32_t)(chunk_bytes / size);
-    struct tc_chunk *k = calloc(1, sizeof(*k) + (nslots + 63) / 64 * sizeof(uint64_t));
+    struct tc_chunk *k = calloc(1, sizeof(*k));
     if (!k)
         return MB_ENOMEM;
     k->base = a;
@@ -146,15 +150,6 @@ static struct tc_chunk *object_of(mb_client *c, const void *p, size_t *slot)
         return NULL;
     *slot = (a - k->base) / k->size;
     return *slot < k->nslots ? k : NULL;
-}
-
-/* Set (on) or clear the live bit; false when it already had that value. */
-static bool live_flip(struct tc_chunk *k, size_t slot, bool on)
-{
-    uint64_t bit = 1ull << (slot % 64);
-    uint64_t old = on ? __atomic_fetch_or(&k->live[slot / 64], bit, __ATOMIC_ACQ_REL)
-                      : __atomic_fetch_and(&k->live[slot / 64], ~bit, __ATOMIC_ACQ_REL);
-    return on ? !(old & bit) : (old & bit) != 0;
 }
 
 /* ---- bins ---- */
@@ -208,6 +203,7 @@ static void flush_all(struct tcache *t)
     for (unsigned k = 0; k < nclasses; k++)
         if (t->bins[k].n)
             bin_flush(t, &t->bins[k], t->bins[k].n, mb_slab_class_size(c->slab, k), NULL);
+    t->unfenced = 0;
     t->done_gen = t->open_gen++;
 }
 
@@ -367,16 +363,8 @@ int tc_alloc(mb_client *c, size_t size, void *stream, bool sync, void **ptr)
         __atomic_store_n(&t->bytes, t->bytes - csize, __ATOMIC_RELAXED);
     else
         rc = refill(t, k, csize, &p);
-    if (rc == 0) {
-        size_t slot;
-        struct tc_chunk *ck = object_of(c, p, &slot);
-        if (!ck || !live_flip(ck, slot, true)) {
-            mb_log(MB_LOG_ERR, "failed to hand out %p: the slab's books disagree", p);
-            rc = MB_EPROTO;
-        } else {
-            *ptr = p;
-        }
-    }
+    if (rc == 0)
+        *ptr = p;
     pthread_mutex_unlock(&t->m);
     return rc;
 }
@@ -390,15 +378,16 @@ int tc_free(mb_client *c, void *ptr, void *stream)
     struct tcache *t = tc_get(c);
     if (!t)
         return 1;
-    if (!live_flip(ck, slot, false)) {
-        pthread_mutex_unlock(&t->m);
-        return MB_ENOENT;                      /* not live: a double free */
-    }
+    struct tc_bin *b = &t->bins[ck->cls];
+    for (uint32_t i = 0; i < b->n; i++)
+        if (bin_at(b, i)->p == ptr) {
+            pthread_mutex_unlock(&t->m);
+            return MB_ENOENT;                  /* freed already: a double free */
+        }
     if (!t->host && stream != t->tag) {
         flush_all(t);                          /* the old tag may be gone */
         t->tag = stream;
     }
-    struct tc_bin *b = &t->bins[ck->cls];
     uint32_t cap = bin_cap(ck->size);
     if (b->n >= cap) {
         /* Full: the older half goes to the shared slab, pending ones under
@@ -415,10 +404,10 @@ int tc_free(mb_client *c, void *ptr, void *stream)
     }
     *bin_at(b, b->n++) = (struct tc_ent){ ptr, t->open_gen };
     __atomic_store_n(&t->bytes, t->bytes + ck->size, __ATOMIC_RELAXED);
-    if (!t->host && t->tag == NULL) {
-        /* One event in flight at a time: recorded by the first legacy free
-         * after an allocation saw the previous one complete, it covers every
-         * free before it. */
+    if (!t->host && t->tag == NULL && ++t->unfenced >= TC_FENCE_BATCH) {
+        /* One event per batch of legacy frees, one in flight at a time; it
+         * covers every free before it. */
+        legacy_poll(t);
         if (!t->ev) {
             mb_backend *be = c->be;
             if (be->ops->event_create(be, &t->ev) == 0 &&
@@ -426,8 +415,10 @@ int tc_free(mb_client *c, void *ptr, void *stream)
                 be->ops->event_destroy(be, t->ev);
                 t->ev = NULL;
             }
-            if (t->ev)
+            if (t->ev) {
                 t->ev_gen = t->open_gen++;
+                t->unfenced = 0;
+            }
         }
     }
     pthread_mutex_unlock(&t->m);
@@ -438,9 +429,7 @@ size_t tc_usable(mb_client *c, const void *ptr)
 {
     size_t slot;
     struct tc_chunk *ck = object_of(c, ptr, &slot);
-    if (!ck)
-        return 0;
-    return (__atomic_load_n(&ck->live[slot / 64], __ATOMIC_ACQUIRE) >> (slot % 64)) & 1 ? ck->size : 0;
+    return ck ? ck->size : 0;
 }
 
 bool tc_is_object(mb_client *c, const void *ptr)

@@ -324,7 +324,9 @@ void tiers_slab_put(mb_client *c, void **ptrs, size_t n, void *ev, bool pending)
 {
     if (!pending || n == 0) {
         for (size_t i = 0; i < n; i++)
-            mb_slab_release(c->slab, ptrs[i]);
+            if (mb_slab_release(c->slab, ptrs[i]) != 0)
+                mb_log(MB_LOG_ERR, "double free of %p detected (freed again after it was freed "
+                       "on another thread); the second free is ignored", ptrs[i]);
         if (ev)
             c->be->ops->event_destroy(c->be, ev);
         return;
