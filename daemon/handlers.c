@@ -169,7 +169,7 @@ void grant_now(struct daemon *d, struct session *s, uint64_t bytes, bool large, 
                        (unsigned long long)bytes, MAX_GRANT_FRAMES);
         return;
     }
-    int err = frame_pool_grant_orders(&d->pool, orders, n, s->id, s->tenant->id, ids);
+    int err = frame_pool_grant_orders(&d->pool, orders, n, s->id, s->uid, s->tenant->id, ids);
     if (err != 0) {
         char a[32], b[32], c[32];
         mb_reply_error(rep, err, "cannot grant %s in %u frames: %s (%s of %s budget in use)",
@@ -356,7 +356,7 @@ static void h_reattach(struct request_ctx *rc, const Mb__Request *req, Mb__Reply
             }
             continue;
         }
-        int e = frame_pool_adopt_reported(&d->pool, f->id, f->bytes, s->id, s->tenant->id);
+        int e = frame_pool_adopt_reported(&d->pool, f->id, f->bytes, s->id, s->uid, s->tenant->id);
         if (e == 0) {
             s->frames++;
             rr.adopted++;
@@ -424,6 +424,11 @@ static int fill_status(struct daemon *d, Mb__StatusReply *sr)
     sr->scrubs = d->pool.scrubs;
     sr->reclaim_notices = d->count.reclaim_notices;
     sr->grants_waiting = d->n_pending;
+    sr->released_isolation = d->pool.released_isolation;
+    sr->released_idle = d->pool.released_idle;
+    pthread_mutex_lock(&d->pool.lock);
+    sr->reserve_target = d->pool.reserve_bytes;
+    pthread_mutex_unlock(&d->pool.lock);
     size_t n = 0;
     for (struct session *s = d->sessions; s; s = s->next) {
         if (!s->bound)

@@ -49,7 +49,10 @@ static void usage(FILE *f)
         "  --runtime-dir DIR   sockets live here (default $MOONBRIGHT_RUNTIME_DIR, else /run/moonbright)\n"
         "  --budget SIZE       most bytes of frames to create (default 64G)\n"
         "  --frame-size SIZE   bytes per frame (default 2M; a multiple of the device granularity)\n"
-        "  --reserve SIZE      frames created ahead of demand (default 0)\n"
+        "  --reserve SIZE      frames created ahead of demand at least (default 0; the\n"
+        "                      reserve grows to what recent grants took)\n"
+        "  --reserve-idle MS   free frames above the reserve's target for MS are released\n"
+        "                      to the driver (default 5000; 0 keeps them)\n"
         "  --no-scrub          do not zero frames between tenants (single-tenant hosts)\n"
         "  --foreground        stay in the foreground (systemd uses this)\n"
         "  --drain-timeout S   on SIGTERM, wait at most S seconds (default 10; may be\n"
@@ -76,6 +79,7 @@ static int parse_options(int argc, char **argv, struct options *o)
         { "drain-timeout", required_argument, 0, 'D' },
         { "reclaim-timeout", required_argument, 0, 'T' },
         { "state-dir", required_argument, 0, 'J' },
+        { "reserve-idle", required_argument, 0, 'I' },
         { 0, 0, 0, 0 },
     };
     int c, idx;
@@ -112,7 +116,7 @@ static int parse_options(int argc, char **argv, struct options *o)
             o->reclaim_timeout_ms = ms;
             break;
         }
-        case 'b': case 'r': case 'B': case 'f': case 'R': case 'l':
+        case 'b': case 'r': case 'B': case 'f': case 'R': case 'l': case 'I':
             if (o->n < 16) {
                 o->keys[o->n] = longs[idx].name;
                 o->values[o->n++] = optarg;
@@ -389,7 +393,10 @@ int main(int argc, char **argv)
         mb_log(MB_LOG_WARN, "the descriptor limit (%lu) allows %u frames, less than the budget; "
                "raise LimitNOFILE (ulimit -n) to use all of it", fd_limit, d.pool.max_frames);
     d.pool.scrub = cfg->scrub;
-    if (cfg->reserve && frame_pool_prefill(&d.pool, cfg->reserve) != 0)
+    d.pool.idle_ms = cfg->reserve_idle_ms;
+    /* The workers run even without a configured reserve: its target
+     * follows recent grants (frame_pool_tick). */
+    if (frame_pool_prefill(&d.pool, cfg->reserve) != 0)
         mb_log(MB_LOG_WARN, "failed to create the %llu-byte reserve; continuing",
                (unsigned long long)cfg->reserve);
     if (add_config_tenants(&d) != 0 || bind_sockets(&d) != 0)

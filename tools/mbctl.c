@@ -245,6 +245,9 @@ static void print_status_head(const Mb__StatusReply *s)
            (unsigned long long)s->errors);
     printf("reclaim  %llu notices sent, %u grants waiting; %llu scrubs\n",
            (unsigned long long)s->reclaim_notices, s->grants_waiting, (unsigned long long)s->scrubs);
+    printf("reserve  target %s; released %llu idle frames, %llu frames of one uid so another "
+           "got fresh ones\n", mb_format_size(s->reserve_target, a, sizeof(a)),
+           (unsigned long long)s->released_idle, (unsigned long long)s->released_isolation);
 }
 
 static int cli_status(struct ctl *ctl, int argc, char **argv)
@@ -261,7 +264,9 @@ static int cli_status(struct ctl *ctl, int argc, char **argv)
                "\"budget_bytes\":%llu,\"frames_total\":%u,\"frames_free\":%u,\"frames_granted\":%u,"
                "\"bytes_free\":%llu,\"bytes_granted\":%llu,\"requests\":%llu,\"malformed\":%llu,"
                "\"refused\":%llu,\"refused_quota\":%llu,\"errors\":%llu,\"draining\":%s,"
-               "\"scrubs\":%llu,\"reclaim_notices\":%llu,\"grants_waiting\":%u,\"tenants\":[",
+               "\"scrubs\":%llu,\"reclaim_notices\":%llu,\"grants_waiting\":%u,"
+               "\"released_isolation\":%llu,\"released_idle\":%llu,\"reserve_target\":%llu,"
+               "\"tenants\":[",
                s->device, s->pid, (unsigned long long)s->uptime_ms,
                (unsigned long long)s->frame_bytes, (unsigned long long)s->budget_bytes,
                s->frames_total, s->frames_free, s->frames_granted,
@@ -270,7 +275,8 @@ static int cli_status(struct ctl *ctl, int argc, char **argv)
                (unsigned long long)s->refused, (unsigned long long)s->refused_quota,
                (unsigned long long)s->errors, s->draining ? "true" : "false",
                (unsigned long long)s->scrubs, (unsigned long long)s->reclaim_notices,
-               s->grants_waiting);
+               s->grants_waiting, (unsigned long long)s->released_isolation,
+               (unsigned long long)s->released_idle, (unsigned long long)s->reserve_target);
         /* "tenants" lists sessions (each with its tenant's name), as before. */
         for (size_t i = 0; i < s->n_sessions; i++) {
             const Mb__SessionInfo *si = s->sessions[i];
@@ -578,6 +584,16 @@ static void prom_metrics(const Mb__MetricsReply *m, const Mb__TenantsReply *t)
     printf("moonbright_malformed_total{device=\"%u\"} %llu\n", dev, (unsigned long long)s->malformed);
     prom_head("moonbright_scrubs_total", "counter", "Frames zeroed before moving to another tenant.");
     printf("moonbright_scrubs_total{device=\"%u\"} %llu\n", dev, (unsigned long long)s->scrubs);
+    prom_head("moonbright_released_frames_total", "counter",
+              "Free frames released to the driver, by reason (isolation: one uid's frames "
+              "released so another uid got fresh ones; idle: above the reserve target).");
+    printf("moonbright_released_frames_total{device=\"%u\",reason=\"isolation\"} %llu\n", dev,
+           (unsigned long long)s->released_isolation);
+    printf("moonbright_released_frames_total{device=\"%u\",reason=\"idle\"} %llu\n", dev,
+           (unsigned long long)s->released_idle);
+    prom_head("moonbright_reserve_target_bytes", "gauge", "Bytes the warm reserve keeps ready now.");
+    printf("moonbright_reserve_target_bytes{device=\"%u\"} %llu\n", dev,
+           (unsigned long long)s->reserve_target);
     prom_head("moonbright_reclaim_notices_total", "counter", "RECLAIM notices sent to sessions.");
     printf("moonbright_reclaim_notices_total{device=\"%u\"} %llu\n", dev, (unsigned long long)s->reclaim_notices);
     prom_head("moonbright_reclaim_bytes_total", "counter", "Bytes returned while a grant waited.");
@@ -599,14 +615,16 @@ static void json_metrics(const Mb__MetricsReply *m)
            "\"bytes_granted\":%llu,\"budget_bytes\":%llu,\"sessions\":%zu,\"sessions_opened\":%llu,"
            "\"sessions_closed\":%llu,\"sessions_killed\":%llu,\"refused_permission\":%llu,"
            "\"refused_quota\":%llu,\"malformed\":%llu,\"scrubs\":%llu,\"reclaim_notices\":%llu,"
-           "\"reclaim_bytes\":%llu,\"reclaim_timeouts\":%llu,\"commands\":[",
+           "\"reclaim_bytes\":%llu,\"reclaim_timeouts\":%llu,\"released_isolation\":%llu,"
+           "\"released_idle\":%llu,\"commands\":[",
            s->device, s->frames_free, s->frames_granted, (unsigned long long)s->bytes_free,
            (unsigned long long)s->bytes_granted, (unsigned long long)s->budget_bytes, s->n_sessions,
            (unsigned long long)m->sessions_opened, (unsigned long long)m->sessions_closed,
            (unsigned long long)m->sessions_killed, (unsigned long long)m->refused_auth,
            (unsigned long long)s->refused_quota, (unsigned long long)s->malformed,
            (unsigned long long)s->scrubs, (unsigned long long)s->reclaim_notices,
-           (unsigned long long)m->reclaim_bytes, (unsigned long long)m->reclaim_timeouts);
+           (unsigned long long)m->reclaim_bytes, (unsigned long long)m->reclaim_timeouts,
+           (unsigned long long)s->released_isolation, (unsigned long long)s->released_idle);
     for (size_t i = 0; i < m->n_commands; i++) {
         const Mb__CommandStats *c = m->commands[i];
         printf("%s{\"name\":", i ? "," : "");
