@@ -197,8 +197,8 @@ bool frame_pool_is_valid(const struct frame_pool *p);
 struct tenant {
     uint32_t id;                 /* 1-based, stable for the daemon's life */
     char name[64];
-    uint64_t bytes;              /* granted to its sessions now
-                                  * == sum of bytes of its sessions (and withdrawn) */
+    uint64_t bytes;              /* held by its sessions now: == sum of bytes and
+                                  * import_bytes of its sessions (and withdrawn) */
     uint64_t max;                /* MB_CONFIG_UNLIMITED or bytes; bytes may exceed
                                   * it only after quota lowered it */
     uint64_t min;                /* kept available for it; <= max at start */
@@ -218,7 +218,14 @@ struct session {
     size_t ident_len;
     uint32_t frames;             /* granted now; == frames in the pool owned by id */
     uint64_t bytes;              /* == the bytes of those frames */
+    uint64_t import_bytes;       /* bytes of frames it holds through imports (charged
+                                  * to its tenant and uid like granted ones) */
     uint64_t cached;             /* last Cache report; <= bytes */
+    uint32_t ignored_notices;    /* RECLAIM notices it let pass their deadline
+                                  * without returning frames; reset by a return */
+    int64_t notice_deadline_ms;  /* its last RECLAIM notice's deadline (0: none) */
+    uint64_t returned_at_notice; /* reclaim bytes it had returned when asked */
+    uint64_t reclaim_returned;   /* bytes it returned while grants waited */
     bool waiting;                /* has a pending grant (at most one) */
     int64_t opened_ms;
     struct session *next;
@@ -235,6 +242,7 @@ struct daemon_counters {
     uint64_t reclaim_notices;    /* RECLAIM notices sent */
     uint64_t reclaim_bytes;      /* returned while a grant was pending */
     uint64_t reclaim_timeouts;   /* pending grants answered MB_ENOMEM at their deadline */
+    uint64_t reclaim_ignored;    /* RECLAIM notices that passed their deadline unanswered */
 };
 
 /* Request latency histogram, per command. Bucket bounds in microseconds,
@@ -257,7 +265,11 @@ struct withdrawn {
     uint32_t frames;
     uint64_t bytes;
     struct tenant *tenant;       /* still charged with the frames */
-    int pidfd;
+    uint64_t import_bytes;       /* and with these, until its holds are dropped */
+    uid_t uid;
+    pid_t pid;
+    unsigned long long start_time; /* of pid (/proc), to tell a reused pid; 0: unknown */
+    int pidfd;                   /* -1: pidfd_open failed; withdrawn_poll watches pid */
     struct withdrawn *next;
 };
 
@@ -272,9 +284,14 @@ struct pending {
     uint64_t t0_ns;              /* arrival, for the latency histogram */
     int64_t deadline_ms;
     uint64_t reclaimed_at_start; /* count.reclaim_bytes when it began waiting */
+    uint32_t rounds;             /* notice rounds sent for it (MB_RECLAIM_ROUNDS at most) */
     struct pending *next;
 };
 #define MB_MAX_PENDING 64
+/* A waiting grant whose notices were ignored until its deadline asks the
+ * next sessions once more (a new deadline), then fails: with the client's
+ * 5 s timeout and the default 2 s reclaim deadline, 2 rounds fit. */
+#define MB_RECLAIM_ROUNDS 2
 
 struct daemon {
     struct mb_config cfg;        /* file, then command line */
@@ -306,6 +323,9 @@ struct daemon {
     struct share *shares;        /* unredeemed share tokens */
     struct hold *holds;          /* frames held through imports: n_holds */
     size_t n_holds, cap_holds;
+    uint32_t *hold_slots;        /* hash of (session, id) -> index + 1 into holds[];
+                                  * hold_slots_cap is 0 or a power of two > 2 n_holds */
+    size_t hold_slots_cap;
     struct pending *pending;     /* FIFO */
     uint32_t n_pending;
     char last_status[160];       /* last STATUS= sent */
@@ -335,6 +355,9 @@ void session_close(struct daemon *d, struct session *s);
 /* End a session for an administrator: KILLED notice, frames withdrawn,
  * channel closed. Returns how many frames were withdrawn. */
 uint32_t session_kill(struct daemon *d, struct session *s);
+/* Killed sessions watched without a pidfd: release those whose process is
+ * gone. Called from the poll loop. */
+void withdrawn_poll(struct daemon *d);
 /* A killed session's process exited: its frames go back to the pool. */
 void withdrawn_release(struct daemon *d, struct withdrawn *w);
 struct session *session_by_id(struct daemon *d, uint64_t id);
@@ -372,6 +395,10 @@ int64_t pending_next_deadline(const struct daemon *d);
 uint32_t reclaim_ask(struct daemon *d, const struct tenant *t, const struct session *except,
                      uint64_t bytes, uint64_t *cached_out);
 
+/* Quotas: the tenant's max, then the uid's, for `want` more bytes; false
+ * with an MB_EQUOTA error in rep when either would be exceeded. */
+bool within_quota(struct daemon *d, struct session *s, uint64_t want, Mb__Reply *rep);
+
 /* handlers.c: one handler per command in commands.def. */
 struct request_ctx {
     struct daemon *d;
@@ -408,8 +435,11 @@ int shares_return(struct daemon *d, struct session *s, const uint32_t *ids, size
 void shares_revoke(struct daemon *d, const struct session *s, const uint32_t *ids, size_t n);
 /* A session's unredeemed tokens die (it ended or was killed). */
 void shares_revoke_all(struct daemon *d, uint64_t session);
-/* A session's process is gone: the frames it imported are let go. */
+/* A session's process is gone: the frames it imported are let go (and
+ * uncharged from it, or from its withdrawn record). */
 void shares_drop_holds(struct daemon *d, uint64_t session);
+/* Whether a session holds any frame through an import. */
+bool shares_session_holds(const struct daemon *d, uint64_t session);
 void shares_destroy(struct daemon *d);
 
 #endif

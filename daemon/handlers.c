@@ -202,8 +202,7 @@ void grant_now(struct daemon *d, struct session *s, uint64_t bytes, bool large, 
     rep->grant = &gr;
 }
 
-/* Quotas: the tenant's max, then the uid's. */
-static bool within_quota(struct daemon *d, struct session *s, uint64_t want, Mb__Reply *rep)
+bool within_quota(struct daemon *d, struct session *s, uint64_t want, Mb__Reply *rep)
 {
     char a[32], b[32], c[32];
     const struct tenant *t = s->tenant;
@@ -315,6 +314,8 @@ static void h_ret(struct request_ctx *rc, const Mb__Request *req, Mb__Reply *rep
     s->bytes -= bytes;
     s->tenant->bytes -= bytes;
     s->cached = s->cached > bytes ? s->cached - bytes : 0;
+    s->reclaim_returned += bytes;
+    s->ignored_notices = 0;   /* it gives frames back: ask it again */
     if (d->pending) {
         d->count.reclaim_bytes += bytes;
         pending_run(d);
@@ -682,6 +683,7 @@ static void h_metrics(struct request_ctx *rc, const Mb__Request *req, Mb__Reply 
     mr.reclaim_bytes = d->count.reclaim_bytes;
     mr.reclaim_timeouts = d->count.reclaim_timeouts;
     mr.refused_auth = d->count.refused_auth;
+    mr.reclaim_ignored = d->count.reclaim_ignored;
     rep->body_case = MB__REPLY__BODY_METRICS;
     rep->metrics = &mr;
 }

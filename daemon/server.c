@@ -325,8 +325,10 @@ int daemon_serve(struct daemon *d)
         if (d->pending)
             pending_run(d);
         now = mb_now_ms();
-        if (now >= next_tick)
+        if (now >= next_tick) {
             next_tick = frame_pool_tick(&d->pool, now);   /* the reserve follows demand */
+            withdrawn_poll(d);
+        }
         if (wd_period && now >= next_wd) {
             sd_notify(0, "WATCHDOG=1");
             next_wd = now + wd_period;

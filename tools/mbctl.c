@@ -600,6 +600,10 @@ static void prom_metrics(const Mb__MetricsReply *m, const Mb__TenantsReply *t)
     printf("moonbright_reclaim_bytes_total{device=\"%u\"} %llu\n", dev, (unsigned long long)m->reclaim_bytes);
     prom_head("moonbright_reclaim_timeouts_total", "counter", "Waiting grants that ran out of time.");
     printf("moonbright_reclaim_timeouts_total{device=\"%u\"} %llu\n", dev, (unsigned long long)m->reclaim_timeouts);
+    prom_head("moonbright_reclaim_ignored_total", "counter",
+              "RECLAIM notices that passed their deadline without a return.");
+    printf("moonbright_reclaim_ignored_total{device=\"%u\"} %llu\n", dev,
+           (unsigned long long)m->reclaim_ignored);
     prom_head("moonbright_grants_waiting", "gauge", "Grants waiting for reclaimed frames.");
     printf("moonbright_grants_waiting{device=\"%u\"} %u\n", dev, s->grants_waiting);
     prom_head("moonbright_draining", "gauge", "1 while grants are refused (drain).");
@@ -616,7 +620,7 @@ static void json_metrics(const Mb__MetricsReply *m)
            "\"sessions_closed\":%llu,\"sessions_killed\":%llu,\"refused_permission\":%llu,"
            "\"refused_quota\":%llu,\"malformed\":%llu,\"scrubs\":%llu,\"reclaim_notices\":%llu,"
            "\"reclaim_bytes\":%llu,\"reclaim_timeouts\":%llu,\"released_isolation\":%llu,"
-           "\"released_idle\":%llu,\"commands\":[",
+           "\"released_idle\":%llu,\"reclaim_ignored\":%llu,\"commands\":[",
            s->device, s->frames_free, s->frames_granted, (unsigned long long)s->bytes_free,
            (unsigned long long)s->bytes_granted, (unsigned long long)s->budget_bytes, s->n_sessions,
            (unsigned long long)m->sessions_opened, (unsigned long long)m->sessions_closed,
@@ -624,7 +628,8 @@ static void json_metrics(const Mb__MetricsReply *m)
            (unsigned long long)s->refused_quota, (unsigned long long)s->malformed,
            (unsigned long long)s->scrubs, (unsigned long long)s->reclaim_notices,
            (unsigned long long)m->reclaim_bytes, (unsigned long long)m->reclaim_timeouts,
-           (unsigned long long)s->released_isolation, (unsigned long long)s->released_idle);
+           (unsigned long long)s->released_isolation, (unsigned long long)s->released_idle,
+           (unsigned long long)m->reclaim_ignored);
     for (size_t i = 0; i < m->n_commands; i++) {
         const Mb__CommandStats *c = m->commands[i];
         printf("%s{\"name\":", i ? "," : "");
