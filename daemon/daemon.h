@@ -56,6 +56,7 @@ struct frame {
     bool held;                   /* granted or reported at least once; else fresh */
     bool tainted;                /* imported by a uid other than last_uid: released
                                   * to the driver once free, never granted again */
+    uid_t importer_uid;          /* the last such uid (valid when tainted) */
     uint32_t next_free;          /* free-list link while FREE, 0 ends it */
 };
 
@@ -175,11 +176,13 @@ int frame_pool_return(struct frame_pool *p, const uint32_t *ids, size_t n, uint6
  * an id this daemon could not have handed out. */
 int frame_pool_adopt_reported(struct frame_pool *p, uint32_t id, uint64_t bytes, uint64_t session,
                               uid_t uid, uint32_t tenant);
-/* After a restart: book frame `id` of `bytes` as held through an import
- * (holders + 1; its owner, if any, reports it separately). MB_EPERM when
- * the journal has no frame of that size under that id, or the frame is not
- * an adopted one of that size; MB_EINVAL as above. */
-int frame_pool_adopt_held(struct frame_pool *p, uint32_t id, uint64_t bytes);
+/* After a restart: book frame `id` of `bytes` as held through an import by
+ * a session of `uid` (holders + 1; its owner, if any, reports it
+ * separately). MB_EPERM when the journal has no frame of that size under
+ * that id granted to or imported by that uid (the last other uid that
+ * imported it), or the frame is not an adopted one of that size; MB_EINVAL
+ * as above. */
+int frame_pool_adopt_held(struct frame_pool *p, uint32_t id, uint64_t bytes, uid_t uid);
 /* The journal: ids handed out survive a restart, so new frames never take
  * the id of one a client still holds; and the uid each frame was granted
  * to, so only that uid can report it after a restart. */

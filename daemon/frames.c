@@ -53,16 +53,19 @@ int frame_pool_init(struct frame_pool *p, mb_backend *be, size_t frame_bytes, ui
 
 /* The journal: a header line ("next_id N", JOURNAL_HEAD bytes) and, from
  * JOURNAL_RECORDS, one record per frame id: the uid that was granted it
- * (plus one; 0: none) and its order. A frame keeps one uid for its life, so
- * a record is written when a fresh frame is first granted and cleared when
- * the frame ends. Records need no fsync: they matter after a daemon exit,
- * not after a host crash (which ends the clients too). */
+ * (plus one; 0: none), the last other uid that imported it (plus one; 0:
+ * none) and its order. A frame keeps one uid for its life, so a record is
+ * written when a fresh frame is first granted (and when another uid
+ * imports it) and cleared when the frame ends. Records need no fsync: they
+ * matter after a daemon exit, not after a host crash (which ends the
+ * clients too). */
 #define JOURNAL_HEAD 32
 #define JOURNAL_RECORDS 4096
 struct journal_rec {
     uint32_t uid_plus1;
+    uint32_t importer_plus1;
     uint8_t order;
-    uint8_t pad[3];
+    uint8_t pad[7];
 };
 
 static off_t record_off(uint32_t id)
@@ -78,6 +81,7 @@ static void journal_record(struct frame_pool *p, uint32_t id, const struct frame
     struct journal_rec r = { 0 };
     if (f) {
         r.uid_plus1 = (uint32_t)f->last_uid + 1;
+        r.importer_plus1 = f->tainted ? (uint32_t)f->importer_uid + 1 : 0;
         r.order = f->order;
     }
     if (pwrite(p->journal_fd, &r, sizeof(r), record_off(id)) != (ssize_t)sizeof(r))
@@ -698,8 +702,12 @@ int frame_pool_grant(struct frame_pool *p, uint32_t n, uint64_t session, uid_t u
 void frame_pool_note_importer(struct frame_pool *p, uint32_t id, uid_t uid)
 {
     struct frame *f = frame_pool_get(p, id);
-    if (f && f->held && f->last_uid != uid)
+    if (f && f->held && f->last_uid != uid && (!f->tainted || f->importer_uid != uid)) {
         f->tainted = true;
+        f->importer_uid = uid;
+        if (!f->adopted)
+            journal_record(p, id, f);   /* that uid may report its import after a restart */
+    }
 }
 
 /* A granted frame goes back to its free list (or ends, if adopted). */
@@ -790,18 +798,19 @@ static int reported_ok(struct frame_pool *p, uint32_t id, int order, struct jour
     return rc == 0 && rec->order == order ? 0 : MB_EPERM;
 }
 
-int frame_pool_adopt_held(struct frame_pool *p, uint32_t id, uint64_t bytes)
+int frame_pool_adopt_held(struct frame_pool *p, uint32_t id, uint64_t bytes, uid_t uid)
 {
     int order = mb_frame_order(bytes, p->frame_bytes);
     if (id == 0 || order < 0 || id >= p->id_limit)
         return MB_EINVAL;
     struct frame *f = &p->frames[id];
     struct journal_rec rec;
-    if (f->state == FRAME_UNUSED) {
-        if (reported_ok(p, id, order, &rec) != 0)
-            return MB_EPERM;   /* no earlier daemon granted a frame like that */
-        return adopt_slot(p, id, (unsigned)order, 0, (uid_t)(rec.uid_plus1 - 1), 0);
-    }
+    if (reported_ok(p, id, order, &rec) != 0 ||
+        (rec.uid_plus1 && rec.uid_plus1 != (uint32_t)uid + 1 &&
+         rec.importer_plus1 != (uint32_t)uid + 1))
+        return MB_EPERM;   /* no earlier daemon let this uid hold a frame like that */
+    if (f->state == FRAME_UNUSED)
+        return adopt_slot(p, id, (unsigned)order, 0, rec.uid_plus1 ? (uid_t)(rec.uid_plus1 - 1) : uid, 0);
     if (f->state != FRAME_GRANTED || !f->adopted || f->order != order)
         return MB_EPERM;    /* contradicts what was reported before */
     f->holders++;

@@ -96,8 +96,9 @@ static int pidfd_open_pid(pid_t pid)
 }
 
 /* When a process started (field 22 of /proc/PID/stat, clock ticks since
- * boot), so a reused pid is not taken for it; 0 when unknown. */
-static unsigned long long start_time(pid_t pid)
+ * boot), so a reused pid is not taken for it; 0 when unknown. *zombie
+ * (when not NULL) tells whether it has exited and waits to be reaped. */
+static unsigned long long start_time(pid_t pid, bool *zombie)
 {
     char path[64], buf[1024];
     snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
@@ -109,9 +110,12 @@ static unsigned long long start_time(pid_t pid)
     buf[n] = '\0';
     char *p = strrchr(buf, ')');   /* the command name may hold spaces */
     unsigned long long t = 0;
-    if (p && sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %*d "
-                           "%*d %*d %llu", &t) != 1)
+    char state = 0;
+    if (p && sscanf(p + 2, "%c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %*d "
+                           "%*d %*d %llu", &state, &t) != 2)
         t = 0;
+    if (zombie)
+        *zombie = state == 'Z' || state == 'X';
     return t;
 }
 
@@ -120,8 +124,9 @@ static bool process_gone(const struct withdrawn *w)
 {
     if (kill(w->pid, 0) != 0 && errno == ESRCH)
         return true;
-    unsigned long long t = start_time(w->pid);
-    return w->start_time && t && t != w->start_time;
+    bool zombie = false;
+    unsigned long long t = start_time(w->pid, &zombie);
+    return zombie || (w->start_time && t && t != w->start_time);
 }
 
 void withdrawn_poll(struct daemon *d)
@@ -150,7 +155,7 @@ uint32_t session_kill(struct daemon *d, struct session *s)
         w->tenant = s->tenant;
         w->uid = s->uid;
         w->pid = s->pid;
-        w->start_time = start_time(s->pid);
+        w->start_time = start_time(s->pid, NULL);
         if (mb_fault(MB_FAULT_PIDFD)) {
             w->pidfd = -1;
             errno = ENOSYS;

@@ -301,7 +301,7 @@ int shares_reattach_hold(struct daemon *d, struct session *s, uint32_t id, uint6
     if (shares_holds(d, s, id))
         return MB_EPERM;   /* reported twice */
     int rc = holds_room(d, 1);
-    if (rc == 0 && (rc = frame_pool_adopt_held(&d->pool, id, bytes)) == 0) {
+    if (rc == 0 && (rc = frame_pool_adopt_held(&d->pool, id, bytes, s->uid)) == 0) {
         hold_add(d, s->id, id);
         frame_pool_note_importer(&d->pool, id, s->uid);
         charge(d, s->id, frame_pool_bytes(&d->pool, id), true);

@@ -375,8 +375,8 @@ static void adopted_large_frame_keeps_its_size(void **state)
     assert_true(frame_pool_is_valid(&p));
     /* A shared frame: its importer reports first (a hold, no owner), then
      * its owner claims it; a second owner, or another size, is refused. */
-    assert_int_equal(frame_pool_adopt_held(&p, 7, 4 * FB), 0);
-    assert_int_equal(frame_pool_adopt_held(&p, 7, 8 * FB), MB_EPERM);
+    assert_int_equal(frame_pool_adopt_held(&p, 7, 4 * FB, 0), 0);
+    assert_int_equal(frame_pool_adopt_held(&p, 7, 8 * FB, 0), MB_EPERM);
     assert_int_equal(p.bytes_granted, 4 * FB);
     assert_int_equal(frame_pool_adopt_reported(&p, 7, 4 * FB, 3, 0, 1), 0);
     assert_int_equal(frame_pool_adopt_reported(&p, 7, 4 * FB, 4, 0, 1), MB_EPERM);
