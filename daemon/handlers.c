@@ -443,6 +443,7 @@ static int fill_status(struct daemon *d, Mb__StatusReply *sr)
         si->frames = s->frames;
         si->bytes = s->bytes;
         si->cached = s->cached;
+        si->import_bytes = s->import_bytes;
         infop[n++] = si;
     }
     sr->n_sessions = n;

@@ -23,6 +23,7 @@
 #include "commands.h"
 #include "fdpass.h"
 #include "log.h"
+#include "nvml.h"
 #include "size.h"
 #include "wire.h"
 
@@ -250,6 +251,35 @@ static void print_status_head(const Mb__StatusReply *s)
            (unsigned long long)s->released_idle, (unsigned long long)s->released_isolation);
 }
 
+/* Processes holding more device memory than MoonBright granted them, by
+ * NVML (absent on the host backend or without an NVIDIA driver: -1). A
+ * descriptor kept after a return keeps its memory alive outside the
+ * daemon's books; a CUDA context also takes some memory of its own. */
+#define MAX_OVER 256
+struct over {
+    pid_t pid;
+    uint64_t used, granted;
+};
+
+static int over_granted(const Mb__StatusReply *s, struct over *out)
+{
+    struct nvml_proc procs[MAX_OVER];
+    if (strcmp(s->backend, "cuda") != 0)
+        return -1;
+    int n = nvml_processes(s->device, procs, MAX_OVER), k = 0;
+    for (int i = 0; i < n; i++) {
+        if ((uint32_t)procs[i].pid == s->pid)
+            continue;   /* the daemon holds every frame it created */
+        uint64_t granted = 0;
+        for (size_t j = 0; j < s->n_sessions; j++)
+            if ((pid_t)s->sessions[j]->pid == procs[i].pid)
+                granted += s->sessions[j]->bytes + s->sessions[j]->import_bytes;
+        if (procs[i].used > granted)
+            out[k++] = (struct over){ procs[i].pid, procs[i].used, granted };
+    }
+    return n < 0 ? -1 : k;
+}
+
 static int cli_status(struct ctl *ctl, int argc, char **argv)
 {
     int rc = no_args("status", argc);
@@ -283,14 +313,36 @@ static int cli_status(struct ctl *ctl, int argc, char **argv)
             printf("%s{\"session\":%llu,\"pid\":%u,\"uid\":%u,\"name\":", i ? "," : "",
                    (unsigned long long)si->id, si->pid, si->uid);
             json_str(si->tenant);
-            printf(",\"frames\":%u,\"bytes\":%llu,\"cached\":%llu}", si->frames,
-                   (unsigned long long)si->bytes, (unsigned long long)si->cached);
+            printf(",\"frames\":%u,\"bytes\":%llu,\"import_bytes\":%llu,\"cached\":%llu}",
+                   si->frames, (unsigned long long)si->bytes, (unsigned long long)si->import_bytes,
+                   (unsigned long long)si->cached);
         }
-        printf("]}\n");
+        printf("]");
+        struct over ov[MAX_OVER];
+        int n = over_granted(s, ov);
+        if (n >= 0) {
+            printf(",\"over_granted\":[");
+            for (int i = 0; i < n; i++)
+                printf("%s{\"pid\":%d,\"device_bytes\":%llu,\"granted\":%llu}", i ? "," : "",
+                       (int)ov[i].pid, (unsigned long long)ov[i].used,
+                       (unsigned long long)ov[i].granted);
+            printf("]");
+        }
+        printf("}\n");
     } else {
         print_status_head(s);
         printf("\n");
         print_sessions(s);
+        struct over ov[MAX_OVER];
+        int n = over_granted(s, ov);
+        if (n > 0) {
+            char a[32], b[32];
+            printf("\nprocesses holding more device memory than granted (NVML; a CUDA context "
+                   "takes some of its own):\n%-8s %12s %12s\n", "PID", "DEVICE", "GRANTED");
+            for (int i = 0; i < n; i++)
+                printf("%-8d %12s %12s\n", (int)ov[i].pid, mb_format_size(ov[i].used, a, sizeof(a)),
+                       mb_format_size(ov[i].granted, b, sizeof(b)));
+        }
     }
     mb__reply__free_unpacked(rep, NULL);
     return 0;
