@@ -656,8 +656,12 @@ int frame_pool_grant_orders(struct frame_pool *p, const uint8_t *orders, uint32_
         struct frame *f = &p->frames[l->head[k]];
         /* Never another uid's frame (the lists guarantee it); scrub when the
          * tenant changes within the uid. */
-        if (f->held && f->last_uid != uid)
-            abort();
+        if (f->held && f->last_uid != uid) {
+            mb_log(MB_LOG_ERR, "failed to grant: frame %u of uid %u on the list of uid %u",
+                   l->head[k], (unsigned)f->last_uid, (unsigned)uid);
+            frame_pool_return(p, ids, i, session);
+            return MB_ESYS;
+        }
         if (p->scrub && f->held && f->last_tenant != tenant) {
             int rc = p->be->ops->scrub(p->be, &f->mem);
             if (rc != 0) {
