@@ -441,6 +441,9 @@ void shares_revoke_all(struct daemon *d, uint64_t session);
 /* A session's process is gone: the frames it imported are let go (and
  * uncharged from it, or from its withdrawn record). */
 void shares_drop_holds(struct daemon *d, uint64_t session);
+/* The hold index agrees with holds[] (every hold found at its index, one
+ * slot per hold, fewer than half the slots used). */
+bool shares_is_valid(const struct daemon *d);
 /* Whether a session holds any frame through an import. */
 bool shares_session_holds(const struct daemon *d, uint64_t session);
 void shares_destroy(struct daemon *d);

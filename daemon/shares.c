@@ -215,6 +215,22 @@ static void hold_remove(struct daemon *d, size_t k)
     }
 }
 
+bool shares_is_valid(const struct daemon *d)
+{
+    if (d->n_holds && (!d->hold_slots_cap || d->hold_slots_cap <= 2 * d->n_holds ||
+                       (d->hold_slots_cap & (d->hold_slots_cap - 1))))
+        return false;
+    size_t used = 0;
+    for (size_t i = 0; i < d->hold_slots_cap; i++)
+        used += d->hold_slots[i] != 0;
+    if (used != d->n_holds)
+        return false;
+    for (size_t k = 0; k < d->n_holds; k++)
+        if (hold_find(d, d->holds[k].session, d->holds[k].id) != (ptrdiff_t)k)
+            return false;
+    return true;
+}
+
 bool shares_holds(struct daemon *d, const struct session *s, uint32_t id)
 {
     return hold_find(d, s->id, id) >= 0;

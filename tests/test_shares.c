@@ -90,6 +90,7 @@ static void holds_in_random_order(void **state)
         drain_peer(pb);
     }
     assert_int_equal(d.n_holds, N);
+    assert_true(shares_is_valid(&d));
     assert_int_equal(b->import_bytes, (uint64_t)N * FB);
     assert_int_equal(b->tenant->bytes, (uint64_t)N * FB);
     /* The owner lets go: the importer keeps them. */
@@ -115,6 +116,7 @@ static void holds_in_random_order(void **state)
         for (int k = i + 1; k < N; k += 17)
             assert_true(shares_holds(&d, b, order[k]));
         assert_true(frame_pool_is_valid(&d.pool));
+        assert_true(shares_is_valid(&d));
     }
     assert_int_equal(d.n_holds, 0);
     assert_int_equal(b->import_bytes, 0);

@@ -136,7 +136,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         d.pending->deadline_ms = 0;
         pending_run(&d);
     }
-    if (!frame_pool_is_valid(&d.pool))
+    if (!frame_pool_is_valid(&d.pool) || !shares_is_valid(&d))
         abort();
     if (peer_a >= 0)
         drain_peer(peer_a);
