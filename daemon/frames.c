@@ -113,10 +113,12 @@ void frame_pool_destroy(struct frame_pool *p)
     free(p->ready);
     pthread_mutex_destroy(&p->lock);
     pthread_cond_destroy(&p->wake);
+    /* Journal records stay: at exit the daemon's sessions end first, but
+     * their processes may live on and report their frames to the next
+     * daemon. A uid's records cover at most the frames it held at once and
+     * its own free frames, which no other uid gets. */
     for (uint32_t id = 1; id < p->next_unused; id++) {
         struct frame *f = &p->frames[id];
-        if (f->state == FRAME_FREE && f->held)
-            journal_record(p, id, NULL);   /* nobody can report a free frame */
         if (f->state != FRAME_UNUSED && !f->adopted)
             p->be->ops->release(p->be, &f->mem);
     }
