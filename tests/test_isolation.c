@@ -538,6 +538,35 @@ static void reattach_only_by_the_uid_that_held(void **state)
     unlink(conf);
 }
 
+/* A clean stop ends the daemon's sessions, but their processes live on:
+ * the next daemon still books what they report. */
+static void reattach_after_a_clean_stop(void **state)
+{
+    const char *extra[] = { "--frame-size", "64K", "--budget", "1M", "--drain-timeout", "0", NULL };
+    struct mbt_daemon d;
+    assert_int_equal(mbt_daemon_start(&d, extra), 0);
+    struct mbt_session s;
+    assert_int_equal(mbt_session_open(&d, "prod", &s), 0);
+    assert_int_equal(mbt_session_grant(&s, 2 * FRAME), 0);
+    uint32_t ids[2] = { s.frame_ids[0], s.frame_ids[1] };
+    kill(d.pid, SIGTERM);
+    assert_int_equal(mbt_daemon_restart(&d, extra), 0);
+    mbt_session_close(&s);
+    assert_int_equal(mbt_session_open(&d, "prod", &s), 0);
+    char items[2][32];
+    char *ip[2];
+    for (int i = 0; i < 2; i++) {
+        snprintf(items[i], sizeof(items[i]), "%u:%u", ids[i], FRAME);
+        ip[i] = items[i];
+    }
+    uint32_t adopted = 0, refused = 0;
+    assert_int_equal(call_reattach(&s, ip, 2, &adopted, &refused), 0);
+    assert_int_equal(adopted, 2);
+    assert_int_equal(refused, 0);
+    mbt_session_close(&s);
+    assert_int_equal(mbt_daemon_stop(&d), 0);
+}
+
 /* ---- 13.6: imports are charged to the importer -------------------------- */
 
 static void self_import_is_charged(void **state)
@@ -798,6 +827,7 @@ int main(void)
         cmocka_unit_test(tenant_name_does_not_skip_the_scrub),
         cmocka_unit_test(share_refuses_duplicates_and_caps_tokens),
         cmocka_unit_test(reattach_only_by_the_uid_that_held),
+        cmocka_unit_test(reattach_after_a_clean_stop),
         cmocka_unit_test(self_import_is_charged),
         cmocka_unit_test(ignored_notice_asks_the_next_session),
         cmocka_unit_test(deferred_grant_checks_quota_again),
