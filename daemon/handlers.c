@@ -295,11 +295,13 @@ static void h_ret(struct request_ctx *rc, const Mb__Request *req, Mb__Reply *rep
                        r->n_ids, s->frames);
         return;
     }
-    uint64_t bytes = 0;
+    uint64_t bytes = 0, freed = 0;   /* freed: no importer holds them on */
     for (size_t i = 0; i < r->n_ids; i++) {
         struct frame *f = frame_pool_get(&d->pool, r->ids[i]);
-        if (f && f->state == FRAME_GRANTED && f->owner == s->id)
+        if (f && f->state == FRAME_GRANTED && f->owner == s->id) {
             bytes += frame_pool_bytes(&d->pool, r->ids[i]);
+            freed += f->holders ? 0 : frame_pool_bytes(&d->pool, r->ids[i]);
+        }
     }
     int err = frame_pool_return(&d->pool, r->ids, r->n_ids, s->id);
     if (err == 0)
@@ -314,8 +316,12 @@ static void h_ret(struct request_ctx *rc, const Mb__Request *req, Mb__Reply *rep
     s->bytes -= bytes;
     s->tenant->bytes -= bytes;
     s->cached = s->cached > bytes ? s->cached - bytes : 0;
-    s->reclaim_returned += bytes;
-    s->ignored_notices = 0;   /* it gives frames back: ask it again */
+    if (freed) {
+        /* Only frames that come free answer a reclaim: returning frames an
+         * importer still holds frees nothing. */
+        s->reclaim_returned += freed;
+        s->ignored_notices = 0;
+    }
     if (d->pending) {
         d->count.reclaim_bytes += bytes;
         pending_run(d);
