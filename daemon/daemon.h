@@ -223,6 +223,8 @@ struct session {
     uint64_t bytes;              /* == the bytes of those frames */
     uint64_t import_bytes;       /* bytes of frames it holds through imports (charged
                                   * to its tenant and uid like granted ones) */
+    uint64_t lent_bytes;         /* of its bytes, frames importers hold too (returning
+                                  * them frees nothing); <= bytes */
     uint64_t cached;             /* last Cache report; <= bytes */
     uint32_t ignored_notices;    /* RECLAIM notices it let pass their deadline
                                   * without returning frames; reset by a return */
@@ -444,6 +446,9 @@ void shares_drop_holds(struct daemon *d, uint64_t session);
 /* The hold index agrees with holds[] (every hold found at its index, one
  * slot per hold, fewer than half the slots used). */
 bool shares_is_valid(const struct daemon *d);
+/* The owner of frame id gains (or loses) an importer: its lent bytes
+ * follow the frame's holders going from 0 to 1 (or 1 to 0). */
+void shares_lend(struct daemon *d, uint32_t id, bool more);
 /* Whether a session holds any frame through an import. */
 bool shares_session_holds(const struct daemon *d, uint64_t session);
 void shares_destroy(struct daemon *d);

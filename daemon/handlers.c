@@ -303,6 +303,7 @@ static void h_ret(struct request_ctx *rc, const Mb__Request *req, Mb__Reply *rep
             freed += f->holders ? 0 : frame_pool_bytes(&d->pool, r->ids[i]);
         }
     }
+    uint64_t lent = bytes - freed;
     int err = frame_pool_return(&d->pool, r->ids, r->n_ids, s->id);
     if (err == 0)
         shares_revoke(d, s, r->ids, r->n_ids);
@@ -314,6 +315,7 @@ static void h_ret(struct request_ctx *rc, const Mb__Request *req, Mb__Reply *rep
     }
     s->frames -= (uint32_t)r->n_ids;
     s->bytes -= bytes;
+    s->lent_bytes -= lent;
     s->tenant->bytes -= bytes;
     s->cached = s->cached > bytes ? s->cached - bytes : 0;
     if (freed) {
@@ -365,6 +367,9 @@ static void h_reattach(struct request_ctx *rc, const Mb__Request *req, Mb__Reply
         }
         int e = frame_pool_adopt_reported(&d->pool, f->id, f->bytes, s->id, s->uid, s->tenant->id);
         if (e == 0) {
+            struct frame *fr = frame_pool_get(&d->pool, f->id);
+            if (fr && fr->holders)
+                s->lent_bytes += f->bytes;   /* its importers reported it first */
             s->frames++;
             rr.adopted++;
             s->bytes += f->bytes;
@@ -387,7 +392,8 @@ static void h_cache(struct request_ctx *rc, const Mb__Request *req, Mb__Reply *r
 {
     static Mb__CacheReply cr;
     struct session *s = rc->s;
-    uint64_t held = s->bytes;
+    /* What returning could free: frames importers hold stay held. */
+    uint64_t held = s->bytes - s->lent_bytes;
     s->cached = req->cache->bytes < held ? req->cache->bytes : held;
     mb__cache_reply__init(&cr);
     rep->body_case = MB__REPLY__BODY_CACHE;

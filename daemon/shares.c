@@ -288,6 +288,26 @@ static void charge(struct daemon *d, uint64_t session, uint64_t bytes, bool add)
         }
 }
 
+/* Frame id of its owner's becomes lent (or stops being lent). */
+static void lent_change(struct daemon *d, uint32_t id, bool more)
+{
+    struct frame *f = frame_pool_get(&d->pool, id);
+    struct session *o = f && f->owner ? session_by_id(d, f->owner) : NULL;
+    if (!o)
+        return;   /* nobody owns it, or a killed session: nothing to bound */
+    uint64_t b = frame_pool_bytes(&d->pool, id);
+    o->lent_bytes = more ? o->lent_bytes + b : o->lent_bytes - b;
+    if (o->cached > o->bytes - o->lent_bytes)
+        o->cached = o->bytes - o->lent_bytes;
+}
+
+void shares_lend(struct daemon *d, uint32_t id, bool more)
+{
+    struct frame *f = frame_pool_get(&d->pool, id);
+    if (f && f->holders == (more ? 0u : 1u))
+        lent_change(d, id, more);
+}
+
 static int add_holds(struct daemon *d, struct session *s, const uint32_t *ids, uint32_t n)
 {
     int rc = holds_room(d, n);
@@ -295,6 +315,7 @@ static int add_holds(struct daemon *d, struct session *s, const uint32_t *ids, u
         return rc;
     for (uint32_t i = 0; i < n; i++) {
         hold_add(d, s->id, ids[i]);
+        shares_lend(d, ids[i], true);
         frame_pool_get(&d->pool, ids[i])->holders++;
         frame_pool_note_importer(&d->pool, ids[i], s->uid);
         charge(d, s->id, frame_pool_bytes(&d->pool, ids[i]), true);
@@ -309,6 +330,7 @@ static void drop_hold_at(struct daemon *d, size_t k)
     uint32_t id = d->holds[k].id;
     hold_remove(d, k);
     charge(d, session, frame_pool_bytes(&d->pool, id), false);
+    shares_lend(d, id, false);
     frame_pool_drop_hold(&d->pool, id);
 }
 
@@ -317,7 +339,14 @@ int shares_reattach_hold(struct daemon *d, struct session *s, uint32_t id, uint6
     if (shares_holds(d, s, id))
         return MB_EPERM;   /* reported twice */
     int rc = holds_room(d, 1);
-    if (rc == 0 && (rc = frame_pool_adopt_held(&d->pool, id, bytes, s->uid)) == 0) {
+    struct frame *f = frame_pool_get(&d->pool, id);
+    /* Its owner reported it first: the owner's frame becomes lent. */
+    bool lend = f && f->state == FRAME_GRANTED && f->adopted && f->holders == 0 && f->owner;
+    if (rc == 0)
+        rc = frame_pool_adopt_held(&d->pool, id, bytes, s->uid);
+    if (rc == 0 && lend)
+        lent_change(d, id, true);
+    if (rc == 0) {
         hold_add(d, s->id, id);
         frame_pool_note_importer(&d->pool, id, s->uid);
         charge(d, s->id, frame_pool_bytes(&d->pool, id), true);

@@ -650,6 +650,53 @@ static void ignored_notice_asks_the_next_session(void **state)
     assert_int_equal(mbt_daemon_stop(&d), 0);
 }
 
+static double cached_of(const struct mbt_daemon *d, const char *tenant)
+{
+    struct json *j = mbt_status(d);
+    const struct json *t = json_get(j, "tenants");
+    double c = -1;
+    for (size_t i = 0; t && i < t->n; i++)
+        if (strcmp(json_get(&t->kids[i], "name")->str, tenant) == 0)
+            c = json_num(&t->kids[i], "cached");
+    json_free(j);
+    return c;
+}
+
+/* Frames the attacker shared with its own second session free nothing when
+ * returned: its cache report cannot count them, and returning them does
+ * not answer a notice. */
+static void cache_report_counts_only_what_would_come_free(void **state)
+{
+    if (!mbt_can_setpriv())
+        skip();
+    const char *extra[] = { "--frame-size", "64K", "--budget", "4M", NULL };
+    struct mbt_daemon d;
+    assert_int_equal(mbt_daemon_start(&d, extra), 0);
+    struct attacker a;
+    attacker_start(&d, &a);
+    char ids[256], tok[128];
+    assert_int_equal(att(&a, NULL, 0, "open 0 eve-a"), 0);
+    assert_int_equal(att(&a, NULL, 0, "open 1 eve-b"), 0);
+    assert_int_equal(att(&a, ids, sizeof(ids), "grant 0 %u", 4 * FRAME), 0);
+    unsigned e[4];
+    assert_int_equal(sscanf(ids, "%u %u %u %u", &e[0], &e[1], &e[2], &e[3]), 4);
+    assert_int_equal(att(&a, tok, sizeof(tok), "share 0 %u %u", e[0], e[1]), 0);
+    assert_int_equal(att(&a, NULL, 0, "import 1 %s", tok), 0);
+    assert_int_equal(att(&a, NULL, 0, "cache 0 %u", 4 * FRAME), 0);
+    assert_int_equal((int)cached_of(&d, "eve-a"), 2 * FRAME);
+    /* The importer lets go: they would come free now. */
+    assert_int_equal(att(&a, NULL, 0, "close 1"), 0);
+    double c = 0;
+    for (int i = 0; i < 100 && c != 4 * FRAME; i++) {   /* once the daemon saw it go */
+        assert_int_equal(att(&a, NULL, 0, "cache 0 %u", 4 * FRAME), 0);
+        if ((c = cached_of(&d, "eve-a")) != 4 * FRAME)
+            sleep_ms(20);
+    }
+    assert_int_equal((int)c, 4 * FRAME);
+    attacker_stop(&a);
+    assert_int_equal(mbt_daemon_stop(&d), 0);
+}
+
 /* ---- deferred grants and quotas ----------------------------------------- */
 
 /* A grant waits for reclaim; meanwhile the tenant's max is lowered. When
@@ -830,6 +877,7 @@ int main(void)
         cmocka_unit_test(reattach_after_a_clean_stop),
         cmocka_unit_test(self_import_is_charged),
         cmocka_unit_test(ignored_notice_asks_the_next_session),
+        cmocka_unit_test(cache_report_counts_only_what_would_come_free),
         cmocka_unit_test(deferred_grant_checks_quota_again),
         cmocka_unit_test(stray_grant_frames_handed_back_by_id),
         cmocka_unit_test(kill_without_pidfd_keeps_frames_withdrawn),

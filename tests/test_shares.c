@@ -93,11 +93,12 @@ static void holds_in_random_order(void **state)
     assert_true(shares_is_valid(&d));
     assert_int_equal(b->import_bytes, (uint64_t)N * FB);
     assert_int_equal(b->tenant->bytes, (uint64_t)N * FB);
+    assert_int_equal(a->lent_bytes, (uint64_t)N * FB);   /* returning them frees nothing */
     /* The owner lets go: the importer keeps them. */
     assert_int_equal(frame_pool_return(&d.pool, ids, N, a->id), 0);
     a->frames = 0;
     a->tenant->bytes -= a->bytes;
-    a->bytes = 0;
+    a->bytes = a->lent_bytes = 0;
     assert_int_equal(d.pool.n_granted, N);
     /* Drop them one by one in a scrambled order; the rest stay found. */
     uint32_t order[N];
