@@ -67,10 +67,11 @@ void amap_test_inject(mb_client *c, unsigned delay_us, unsigned fail_next)
     __atomic_store_n(&g_fail_next, fail_next, __ATOMIC_RELAXED);
 }
 
-/* The client's amap lives in c->amap (set once, under c->lock). */
+/* The client's amap lives in c->amap (set once, under c->flock; read
+ * without a lock by amap_take_error). */
 static struct amap *find(mb_client *c, bool unlink)
 {
-    struct amap *a = c->amap;
+    struct amap *a = __atomic_load_n(&c->amap, __ATOMIC_ACQUIRE);
     if (unlink)
         c->amap = NULL;
     return a;
@@ -164,7 +165,7 @@ static void *mapper_main(void *arg)
         j->unmapped = unmapped;
         if (rc != 0) {
             if (a->error == 0)
-                a->error = rc;
+                __atomic_store_n(&a->error, rc, __ATOMIC_RELEASE);
             j->next = a->failed;
             a->failed = j;
         } else {
@@ -217,7 +218,7 @@ static struct amap *amap_get(mb_client *c)
         }
     }
     if (rc == 0) {
-        c->amap = a;
+        __atomic_store_n(&c->amap, a, __ATOMIC_RELEASE);
         return a;
     }
     mb_log(MB_LOG_WARN, "stream-ordered mapping unavailable (%s): mb_malloc_async maps "
@@ -228,14 +229,22 @@ static struct amap *amap_get(mb_client *c)
     return NULL;
 }
 
+bool amap_has_error(mb_client *c)
+{
+    struct amap *a = find(c, false);
+    return a && __atomic_load_n(&a->error, __ATOMIC_ACQUIRE) != 0;
+}
+
 int amap_take_error(mb_client *c)
 {
     struct amap *a = find(c, false);
     if (!a)
         return 0;
+    if (__atomic_load_n(&a->error, __ATOMIC_ACQUIRE) == 0)
+        return 0;   /* the common case takes no lock */
     pthread_mutex_lock(&a->lock);
     int rc = a->error;
-    a->error = 0;
+    __atomic_store_n(&a->error, 0, __ATOMIC_RELEASE);
     pthread_mutex_unlock(&a->lock);
     if (rc && c->sticky == 0)
         c->sticky = rc;
@@ -252,7 +261,7 @@ int amap_alloc(mb_client *c, size_t size, void *stream, struct stitched **out)
         return c->large_frames ? stitch_alloc_large(c, size, out) : stitch_alloc(c, size, size, out);
     pthread_mutex_lock(&a->lock);
     int rc = a->error;
-    a->error = 0;
+    __atomic_store_n(&a->error, 0, __ATOMIC_RELEASE);
     pthread_mutex_unlock(&a->lock);
     if (rc)
         return rc;
@@ -272,6 +281,7 @@ int amap_alloc(mb_client *c, size_t size, void *stream, struct stitched **out)
             s->n = s->cap = k;
             s->bytes = s->reserved = k * fb;
             s->imported = false;
+    s->mapped_async = false;
         } else {
             free(s);
         }
@@ -315,19 +325,20 @@ int amap_alloc(mb_client *c, size_t size, void *stream, struct stitched **out)
             return rc;
         }
     }
-    c->st.bytes_mapped += s->bytes;
+    c->fst.bytes_mapped += s->bytes;
     *out = s;
     return 0;
 }
 
-int amap_free(mb_client *c, struct stitched *s, void *stream)
+void amap_settle(mb_client *c, struct stitched *s, bool *failed, bool *unmapped)
 {
+    *failed = *unmapped = false;
     struct amap *a = find(c, false);
     if (!a)
-        return stitch_free(c, s, stream);
-    bool unmapped = false;
+        return;
     pthread_mutex_lock(&a->lock);
-    /* In flight: wait until the mapper is done with it. */
+    /* In flight: wait until the mapper is done with it (only a range freed
+     * before its own mapping finished waits here). */
     for (struct amap_job *j = a->head; j;) {
         if (j->s == s) {
             pthread_cond_wait(&a->done, &a->lock);
@@ -339,25 +350,14 @@ int amap_free(mb_client *c, struct stitched *s, void *stream)
     for (struct amap_job **jj = &a->failed; *jj; jj = &(*jj)->next) {
         if ((*jj)->s == s) {
             struct amap_job *j = *jj;
-            unmapped = j->unmapped;
+            *failed = true;
+            *unmapped = j->unmapped;
             *jj = j->next;
             free(j);
             break;
         }
     }
     pthread_mutex_unlock(&a->lock);
-    if (!unmapped)
-        return stitch_free(c, s, stream);
-    /* Nothing is mapped: wait for the stream's work, free the range. */
-    int rc = c->be->ops->stream_sync(c->be, stream);
-    if (rc != 0)
-        mb_log(MB_LOG_ERR, "failed to wait for work on a range being freed: %s", mb_strerror(rc));
-    c->be->ops->free_va(c->be, s->va, s->reserved);
-    for (size_t i = 0; i < s->n; i++)
-        fcache_put(c, s->frames[i]);
-    c->st.bytes_mapped -= s->bytes;
-    free(s);
-    return 0;
 }
 
 size_t amap_in_flight(mb_client *c)

@@ -53,11 +53,14 @@
 /* A stitched range of ceil(size / frame_bytes) frames whose va may be
  * handed out now; mapped (or failed, see above) in stream order. */
 int amap_alloc(mb_client *c, size_t size, void *stream, struct stitched **out);
-/* Free s (wait for its mapping first when it is in flight). */
-int amap_free(mb_client *c, struct stitched *s, void *stream);
+/* Before s is freed: wait for its mapping when it is still in flight, and
+ * say whether the mapping failed (*unmapped: nothing of it is mapped). */
+void amap_settle(mb_client *c, struct stitched *s, bool *failed, bool *unmapped);
 /* 0, or the first mapping failure not reported yet (cleared by this call;
  * stored in c->sticky when that is 0). */
 int amap_take_error(mb_client *c);
+/* Is there a failure amap_take_error would return? (No lock.) */
+bool amap_has_error(mb_client *c);
 /* Wait for every mapping in flight, stop the mapper, free its state. */
 void amap_close(mb_client *c);
 /* Ranges being mapped now (for stats and tests). */

@@ -1,18 +1,23 @@
 /* client.c: libmbclient's public entry points: opening a session, the
- * synchronous and stream-ordered allocation calls over the tiers, trimming,
- * statistics. Every call takes the client's mutex. */
+ * synchronous and stream-ordered allocation calls over the tiers, ranges of
+ * their own (growable, stream-ordered maps), trimming, statistics. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "async_map.h"
 #include "client.h"
+#include "faults.h"
 #include "log.h"
 #include "size.h"
 
 /* Cached frames kept after frees unless $MOONBRIGHT_CACHE says otherwise. */
 #define DEFAULT_CACHE_BYTES ((size_t)1 << 30)
 #define DEFAULT_TIMEOUT_MS 5000
+#define DEFAULT_IDLE_MS 2000
+/* Stream requests above this that the heap cannot serve are mapped behind
+ * a gate on the stream (async_map.c) instead of on the caller's thread. */
+#define ASYNC_MAP_ABOVE ((size_t)8 << 20)
 
 static long env_long(const char *name, long dflt, long lo, long hi)
 {
@@ -41,9 +46,12 @@ int mb_open(mb_client **out, const char *tenant_name)
         return MB_ENOMEM;
     mb_raise_fd_limit(false);   /* host frames are descriptors in this process too */
     pthread_mutex_init(&c->lock, NULL);
+    pthread_mutex_init(&c->flock, NULL);
+    c->sd_fenced_tail = &c->sd_fenced;
     c->chan = -1;
     c->device = (int)env_long("MOONBRIGHT_DEVICE", 0, 0, 255);
     c->timeout_ms = (int)env_long("MOONBRIGHT_TIMEOUT_MS", DEFAULT_TIMEOUT_MS, 1, 3600000);
+    c->idle_ms = env_long("MOONBRIGHT_IDLE_MS", DEFAULT_IDLE_MS, 1, 86400000);
     c->fc.keep_bytes = DEFAULT_CACHE_BYTES;
     c->large_frames = env_long("MOONBRIGHT_LARGE_FRAMES", 1, 0, 1) != 0;
     const char *cache = getenv("MOONBRIGHT_CACHE");
@@ -69,14 +77,17 @@ int mb_open(mb_client **out, const char *tenant_name)
         else if (c->frame_bytes % c->be->granularity)
             rc = MB_EPROTO;
     }
+    if (rc == 0)
+        mb_faults_wrap_backend(c->be);   /* $MOONBRIGHT_FAULTS, debug builds */
     if (rc != 0) {
         rpc_disconnect(c);
         mb_backend_close(c->be);
+        pthread_mutex_destroy(&c->flock);
         pthread_mutex_destroy(&c->lock);
         free(c);
         return rc;
     }
-    if ((rc = tiers_init(c)) != 0 || (rc = rpc_start_notice_thread(c)) != 0) {
+    if ((rc = tiers_init(c)) != 0 || (rc = tc_client_init(c)) != 0 || (rc = maint_start(c)) != 0) {
         mb_log(MB_LOG_ERR, "failed to set up the allocator tiers: %s", mb_strerror(rc));
         mb_close(c);
         return rc;
@@ -90,25 +101,41 @@ void mb_close(mb_client *c)
 {
     if (!c)
         return;
-    rpc_stop_notice_thread(c);
-    pthread_mutex_lock(&c->lock);
+    maint_stop(c);
+    if (c->tc_reg)
+        tc_flush_every_thread(c, true);
     amap_close(c);
-    c->be->ops->stream_sync(c->be, NULL);
-    tiers_destroy(c);
+    /* Work that may still use this process's memory finishes first. */
+    if (c->be->ops->device_sync)
+        c->be->ops->device_sync(c->be);
+    maint_reap_retiring(c, true);
+    pthread_mutex_lock(&c->lock);
+    if (c->pool)
+        tiers_destroy(c);
+    struct stitched **idle;
+    size_t n_idle = tiers_take_idle(c, -1, 0, &idle);
+    pthread_mutex_unlock(&c->lock);
+    pthread_mutex_lock(&c->flock);
+    for (size_t i = 0; i < n_idle; i++)
+        stitch_free(c, idle[i], NULL);
+    free(idle);
     for (size_t i = 0; i < c->live.cap; i++) {
         struct ptrmap_slot *sl = &c->live.slots[i];
         if (sl->key > 1 && ((struct stitched *)sl->val)->imported)
             share_free_imported(c, sl->val, NULL);
         else if (sl->key > 1)
-            amap_free(c, sl->val, NULL);
+            stitch_free(c, sl->val, NULL);
     }
     ptrmap_destroy(&c->live);
+    ptrmap_destroy(&c->backing);
+    tc_client_free(c);
     /* Handles go first; closing the channel then ends the session and the
      * daemon takes every frame back. */
     fcache_release_all(c);
     rpc_disconnect(c);
     mb_backend_close(c->be);
-    pthread_mutex_unlock(&c->lock);
+    pthread_mutex_unlock(&c->flock);
+    pthread_mutex_destroy(&c->flock);
     pthread_mutex_destroy(&c->lock);
     free(c);
 }
@@ -116,56 +143,63 @@ void mb_close(mb_client *c)
 #ifdef MB_DEBUG
 static void check_client(mb_client *c)
 {
-    if (!fcache_is_valid(&c->fc) || (c->slab && !mb_slab_is_valid(c->slab)) ||
-        !mb_pool_is_valid(c->pool))
+    if ((c->slab && !mb_slab_is_valid(c->slab)) || !mb_pool_is_valid(c->pool))
         abort();
 }
 #else
 #define check_client(c) ((void)0)
 #endif
 
-/* A stitched range of its own for sizes no tier serves. */
-static int alloc_stitched(mb_client *c, size_t size, size_t reserve, void **ptr)
+/* Frame-layer work for a range of its own, c->lock dropped around it. */
+static int own_range(mb_client *c, size_t size, size_t reserve, void *stream, struct stitched **s)
 {
-    struct stitched *s;
-    int rc = reserve == size && c->large_frames ? stitch_alloc_large(c, size, &s)
-                                                : stitch_alloc(c, size, reserve, &s);
-    if (rc == 0 && (rc = ptrmap_put(&c->live, s->va, s)) != 0)
-        stitch_free(c, s, NULL);
+    pthread_mutex_unlock(&c->lock);
+    pthread_mutex_lock(&c->flock);
+    int rc;
+    if (stream)
+        rc = amap_alloc(c, size, stream, s);
+    else
+        rc = stitch_alloc(c, size, reserve, s);
+    pthread_mutex_unlock(&c->flock);
+    pthread_mutex_lock(&c->lock);
     if (rc == 0) {
-        c->st.stitch_live += s->bytes;
-        *ptr = s->va;
+        (*s)->mapped_async = stream != NULL;
+        if ((rc = ptrmap_put(&c->live, (*s)->va, *s)) != 0)
+            maint_retire(c, *s, stream, false);
+        else
+            c->st.stitch_live += (*s)->bytes;
     }
     return rc;
 }
 
-/* The stream-ordered slow path: the pointer comes back at once, the
- * mapping completes behind a gate on the stream (async_map.c). */
-static int alloc_mapping_async(mb_client *c, size_t size, void *stream, void **ptr)
+/* Is an allocation of size on stream one for the stream-ordered mapper: a
+ * heap miss that would otherwise map on the caller's thread? */
+static bool wants_async_map(mb_client *c, size_t size, void *stream)
 {
-    struct stitched *s;
-    int rc = amap_alloc(c, size, stream, &s);
-    if (rc == 0 && (rc = ptrmap_put(&c->live, s->va, s)) != 0)
-        amap_free(c, s, stream);
-    if (rc == 0) {
-        c->st.stitch_live += s->bytes;
-        *ptr = s->va;
-    }
-    return rc;
+    return stream && size > ASYNC_MAP_ABOVE && c->be->ops->stream_wait_value32 &&
+           mb_pool_would_miss(c->pool, size, stream);
 }
 
-static int do_malloc(mb_client *c, size_t size, void *stream, void **ptr)
+static int do_malloc(mb_client *c, size_t size, void *stream, bool sync, void **ptr)
 {
     if (!c || !ptr || size == 0)
         return MB_EINVAL;
+    /* Small objects: the calling thread's cache, no shared lock. */
+    if (size <= c->slab_max && !amap_has_error(c))
+        return tc_alloc(c, size, stream, sync, ptr);
     pthread_mutex_lock(&c->lock);
-    int rc = amap_take_error(c);
+    int rc = amap_take_error(c);   /* no lock of its own unless a map failed */
     if (rc == 0 && (rc = c->sticky) == 0) {
-        rc = tiers_alloc(c, size, stream, ptr);
-        if (rc == MB_ENOENT && stream)
-            rc = alloc_mapping_async(c, size, stream, ptr);
-        else if (rc == MB_ENOENT)
-            rc = alloc_stitched(c, size, size, ptr);
+        if (!sync && wants_async_map(c, size, stream)) {
+            struct stitched *s;
+            if ((rc = own_range(c, size, size, stream, &s)) == 0)
+                *ptr = s->va;
+        } else if (size <= c->slab_max) {
+            pthread_mutex_unlock(&c->lock);
+            return tc_alloc(c, size, stream, sync, ptr);
+        } else {
+            rc = tiers_alloc(c, size, stream, sync, ptr);
+        }
     }
     c->sticky = 0;
     check_client(c);
@@ -179,33 +213,46 @@ static int do_free(mb_client *c, void *ptr, void *stream)
         return MB_EINVAL;
     if (!ptr)
         return 0;
+    int rc = tc_free(c, ptr, stream);
+    if (rc <= 0)
+        return rc;            /* a slab object (or a double free of one) */
     pthread_mutex_lock(&c->lock);
-    amap_take_error(c);   /* reported by the next allocation */
-    int rc = tiers_free(c, ptr, stream);
-    if (rc == MB_ENOENT) {
-        struct stitched *s = ptrmap_get(&c->live, ptr);
-        if (s) {
-            size_t bytes = s->bytes;
-            rc = s->imported ? share_free_imported(c, s, stream) : amap_free(c, s, stream);
-            if (rc == 0) {
-                ptrmap_del(&c->live, ptr);
-                c->st.stitch_live -= bytes;
-                fcache_report(c);
-            }
+    rc = tiers_free(c, ptr, stream);
+    struct stitched *s;
+    if (rc == MB_ENOENT && (s = ptrmap_del(&c->live, ptr)) != NULL) {
+        c->st.stitch_live -= s->bytes;
+        bool failed = false, unmapped = false, shared = s->imported;
+        for (size_t i = 0; i < s->n && !shared; i++)
+            shared = s->frames[i]->exported;
+        if (s->mapped_async) {
+            pthread_mutex_unlock(&c->lock);
+            amap_settle(c, s, &failed, &unmapped);
+            pthread_mutex_lock(&c->lock);
+        }
+        /* A mapped range nobody else holds joins the heap, free on this
+         * stream; others are unmapped once the stream's work is done. */
+        if (!failed && !shared && s->n == s->cap && tiers_adopt(c, s, stream) == 0)
+            rc = 0;
+        else
+            rc = maint_retire(c, s, stream, unmapped);
+        if (rc != 0) {
+            /* Out of memory for the record: the range stays live. */
+            ptrmap_put(&c->live, s->va, s);
+            c->st.stitch_live += s->bytes;
         }
     }
-    if (rc == 0 && c->fc.bytes_cached > c->fc.keep_bytes)
-        fcache_trim(c, c->fc.keep_bytes);
     check_client(c);
     pthread_mutex_unlock(&c->lock);
     return rc;
 }
 
-int mb_malloc(mb_client *c, size_t size, void **ptr) { return do_malloc(c, size, NULL, ptr); }
+int mb_malloc(mb_client *c, size_t size, void **ptr) { return do_malloc(c, size, NULL, true, ptr); }
+/* Freed on the legacy default stream: reused once work queued there has
+ * finished (cudaFree's guarantee), without waiting for it here. */
 int mb_free(mb_client *c, void *ptr) { return do_free(c, ptr, NULL); }
 int mb_malloc_async(mb_client *c, size_t size, void *stream, void **ptr)
 {
-    return do_malloc(c, size, stream, ptr);
+    return do_malloc(c, size, stream, false, ptr);
 }
 int mb_free_async(mb_client *c, void *ptr, void *stream) { return do_free(c, ptr, stream); }
 
@@ -214,7 +261,10 @@ int mb_malloc_growable(mb_client *c, size_t size, size_t max_size, void **ptr)
     if (!c || !ptr || size == 0 || max_size < size)
         return MB_EINVAL;
     pthread_mutex_lock(&c->lock);
-    int rc = alloc_stitched(c, size, max_size, ptr);
+    struct stitched *s;
+    int rc = own_range(c, size, max_size, NULL, &s);
+    if (rc == 0)
+        *ptr = s->va;
     pthread_mutex_unlock(&c->lock);
     return rc;
 }
@@ -224,14 +274,18 @@ int mb_grow(mb_client *c, void *ptr, size_t new_size)
     if (!c || !ptr)
         return MB_EINVAL;
     pthread_mutex_lock(&c->lock);
-    struct stitched *s = ptrmap_get(&c->live, ptr);
-    int rc = MB_ENOENT;
-    if (s) {
-        size_t before = s->bytes;
-        rc = stitch_grow(c, &s, new_size);
-        if (rc == 0)
-            c->st.stitch_live += s->bytes - before;
-    }
+    struct stitched *s = ptrmap_del(&c->live, ptr);   /* ours until it is back */
+    pthread_mutex_unlock(&c->lock);
+    if (!s)
+        return MB_ENOENT;
+    size_t before = s->bytes;
+    pthread_mutex_lock(&c->flock);
+    int rc = stitch_grow(c, &s, new_size);
+    pthread_mutex_unlock(&c->flock);
+    pthread_mutex_lock(&c->lock);
+    if (ptrmap_put(&c->live, s->va, s) != 0)
+        mb_log(MB_LOG_ERR, "failed to keep track of %p after growing it", s->va);
+    c->st.stitch_live += s->bytes - before;
     pthread_mutex_unlock(&c->lock);
     return rc;
 }
@@ -240,6 +294,8 @@ size_t mb_usable_size(mb_client *c, const void *ptr)
 {
     if (!c || !ptr)
         return 0;
+    if (tc_is_object(c, ptr))
+        return tc_usable(c, ptr);
     pthread_mutex_lock(&c->lock);
     size_t sz = tiers_usable_size(c, ptr);
     if (sz == 0) {
@@ -254,24 +310,33 @@ int mb_trim(mb_client *c, size_t keep_bytes)
 {
     if (!c)
         return MB_EINVAL;
-    pthread_mutex_lock(&c->lock);
-    tiers_trim(c);
-    int rc = fcache_trim(c, keep_bytes);
-    pthread_mutex_unlock(&c->lock);
-    return rc;
+    if (c->tc_reg)
+        tc_flush_every_thread(c, false);   /* thread caches hold slab objects */
+    return maint_release(c, -1, keep_bytes);
 }
 
 int mb_stats(mb_client *c, mb_client_stats *out)
 {
     if (!c || !out)
         return MB_EINVAL;
+    size_t cached = c->tc_reg ? tc_cached_bytes(c) : 0;
     pthread_mutex_lock(&c->lock);
     *out = c->st;
     tiers_stats(c, out);
-    out->bytes_live = out->slab_live + out->pool_live + out->stitch_live;
+    pthread_mutex_unlock(&c->lock);
+    /* objects in thread caches are free, though the slab counts them live */
+    cached = cached < out->slab_live ? cached : out->slab_live;
+    out->slab_live -= cached;
+    out->bytes_idle += cached;
+    pthread_mutex_lock(&c->flock);
+    out->bytes_mapped = c->fst.bytes_mapped;
+    out->daemon_requests = c->fst.daemon_requests;
+    out->frames_imported = c->fst.frames_imported;
+    out->unmaps = c->fst.unmaps;
     out->bytes_cached = c->fc.bytes_cached;
     out->bytes_granted = c->fc.bytes_held;
-    pthread_mutex_unlock(&c->lock);
+    pthread_mutex_unlock(&c->flock);
+    out->bytes_live = out->slab_live + out->pool_live + out->stitch_live;
     return 0;
 }
 

@@ -7,7 +7,7 @@
  *   stitched  one virtual range with frames mapped side by side; the slow
  *             tier, and the backing of the slab's chunks and the pool's
  *             arenas.
- * One mutex guards the whole client. */
+ * Locks and layers: see struct mb_client. */
 #ifndef MB_CLIENT_INTERNAL_H
 #define MB_CLIENT_INTERNAL_H
 
@@ -46,6 +46,7 @@ struct frame_cache {
     struct cframe *cached;       /* order 0, LIFO: the most recently used first */
     struct cframe *cached_large; /* larger orders (frame_plan.c), LIFO */
     size_t keep_bytes;           /* cached bytes kept when frames are freed */
+    int64_t last_use_ms;         /* when a frame last entered or left the cache */
 };
 
 /* Invariants: bytes == the sum of frames[0..n)'s bytes <= reserved; frames
@@ -58,14 +59,37 @@ struct stitched {
     size_t reserved;             /* address space held from va (grow room) */
     size_t n, cap;               /* frames mapped; room in frames[] */
     bool imported;               /* frames another process shared: never cached here */
+    bool mapped_async;           /* mapped by async_map.c behind a stream gate */
     struct cframe *frames[];     /* frames[i] mapped right after frames[i-1] */
 };
 
-/* A slab object freed on a stream, kept until that stream's work is done. */
-struct deferred_free {
-    void *ptr;
-    void *event;
-    struct deferred_free *next;
+/* Slab objects a thread cache gave back while their stream's work may
+ * still run, reusable together once the fence completes: an event recorded
+ * on the stream, or (ev NULL) a device-sync ticket. */
+struct sdefer {
+    void *ev;
+    uint64_t ticket;             /* ev == NULL: done once c->synced >= ticket */
+    uint32_t n;
+    struct sdefer *next;
+    void *ptrs[];
+};
+
+/* A backing range a tier gave back: still mapped, reused by the next
+ * request of its size, unmapped by tiers_take_idle's caller. */
+struct idle_range {
+    struct stitched *s;
+    int64_t since_ms;
+    struct idle_range *next;
+};
+
+/* A range of its own whose frees wait for the stream's work before it is
+ * unmapped (maint.c): imported, exported, or a failed stream-ordered map. */
+struct retiring {
+    struct stitched *s;
+    void *ev;                    /* recorded on the freeing stream; NULL: ticket */
+    uint64_t ticket;
+    bool unmapped;               /* nothing mapped: free the address range only */
+    struct retiring *next;
 };
 
 /* ptr -> stitched, open addressing with linear probing. */
@@ -74,13 +98,30 @@ struct ptrmap {
     size_t cap, n, tombs;
 };
 
+/* Layers, top to bottom; a layer calls only the ones below it:
+ *   client.c, share.c, torch.c   public API
+ *   tcache.c                     per-thread caches of slab objects
+ *   tiers.c (slab.c, pool.c)     allocator tiers over mapped ranges
+ *   maint.c                      the background thread: notices, idle
+ *                                policy, device-sync fences, retiring ranges
+ *   async_map.c, stitch.c        mapping: address ranges, map/unmap
+ *   frames.c                     the frames this process holds
+ *   rpc.c                        the daemon's control plane
+ *
+ * Locks: c->lock guards the tiers (slab, heap, live and backing maps, idle
+ * ranges, deferred frees, stats); c->flock guards the frame layer and the
+ * control plane (frame cache, sockets, session state). A thread never takes
+ * c->flock while holding c->lock: the tiers drop c->lock around frame-layer
+ * work (tiers.c backing_get), so no thread waits for the daemon or the
+ * driver behind c->lock. */
 struct mb_client {
     pthread_mutex_t lock;
+    pthread_mutex_t flock;
     mb_backend *be;
     int device;
     size_t frame_bytes;
     char backend_name[16];
-    /* control plane */
+    /* control plane (flock) */
     void *zctx, *dealer;
     int chan;
     uint64_t session_id;
@@ -96,27 +137,43 @@ struct mb_client {
     char tenant[64];
     bool reclaim_due;            /* a RECLAIM notice waits to be answered */
     uint64_t reclaim_bytes;      /* ... for this many bytes (0: all cached) */
-    bool in_reclaim;             /* answering one now (no recursion) */
     uint64_t cache_reported;     /* bytes of the last Cache report */
-    pthread_t notice_thread;     /* answers notices while the caller is idle */
-    bool notice_thread_on, stopping;
-    /* memory: three tiers over the frame cache. Small objects (<= slab_max)
-     * come from the slab, medium ones (<= pool_max) from the pool, larger
-     * ones are stitched ranges of their own. */
+    uint64_t tier_idle;          /* idle tier bytes, as maint.c last saw them */
+    pthread_t maint_thread;      /* notices, idle policy, settling (maint.c) */
+    bool maint_on, stopping;
+    pthread_cond_t maint_wake;
+    int64_t idle_ms;             /* $MOONBRIGHT_IDLE_MS */
     struct frame_cache fc;
+    /* memory (lock): small objects (<= slab_max) come from the slab, all
+     * larger ones from the heap (the pool); ranges of their own (imports,
+     * exports, growable) are in live. */
     struct mb_slab *slab;        /* NULL when frames are not a power of two */
     struct mb_pool *pool;
-    size_t slab_max, pool_max;
-    struct ptrmap live;          /* stitched allocations handed to the caller */
-    struct ptrmap backing;       /* slab chunks and pool arenas: base -> stitched */
-    struct deferred_free *deferred;   /* slab frees waiting for their stream */
-    size_t n_deferred;
+    size_t slab_max;
+    struct ptrmap live;          /* ranges of their own handed to the caller */
+    struct ptrmap backing;       /* slab chunks and heap arenas: base -> stitched */
+    struct idle_range *idle;     /* backing ranges given back, still mapped */
+    size_t idle_bytes;
+    struct sdefer *sd_fenced, **sd_fenced_tail;   /* FIFO */
+    size_t n_deferred;           /* objects in sd_fenced */
+    uint64_t sync_ticket, synced;/* device-sync fences: issued, completed */
+    bool want_sync;              /* an allocation missed while frees were unsettled */
+    struct retiring *retiring;   /* ranges of their own waiting for their stream */
+    /* per-thread caches of slab objects (tcache.c) */
+    uint64_t cid;                /* unique per client, never reused */
+    struct tc_reg *tc_reg;       /* chunk registry */
+    struct tcache *tcaches;      /* every thread's cache for this client */
+    int slab_err;                /* why the last refill got nothing */
     int sticky;                  /* first error of work that failed after its call returned */
     struct amap *amap;           /* stream-ordered mapper (async_map.c), once started */
-    mb_client_stats st;
+    mb_client_stats st;          /* the tiers' counters (lock) */
+    struct {                     /* the frame layer's counters (flock) */
+        size_t bytes_mapped;
+        uint64_t daemon_requests, frames_imported, unmaps;
+    } fst;
 };
 
-/* rpc.c */
+/* rpc.c (flock held by every caller) */
 int rpc_connect(mb_client *c, const char *tenant);
 void rpc_disconnect(mb_client *c);
 /* Send req (its id is set here) and wait for the reply. Non-zero reply
@@ -124,13 +181,13 @@ void rpc_disconnect(mb_client *c);
 int rpc_call(mb_client *c, Mb__Request *req, Mb__Reply **rep);
 /* Send without waiting for the reply (it is dropped when it comes). */
 int rpc_post(mb_client *c, Mb__Request *req);
-/* Handle notices that arrived (lock held); answers a due RECLAIM. */
+/* Handle notices that arrived; a RECLAIM sets c->reclaim_due. */
 void rpc_poll_notices(mb_client *c);
-/* Lock held: when the daemon is lost, reconnect if the back-off allows and
- * report the frames this process still maps (Reattach). 0 once connected. */
+/* When the daemon is lost, reconnect if the back-off allows and report the
+ * frames this process still maps (Reattach). 0 once connected. */
 int rpc_ensure_connected(mb_client *c);
-int rpc_start_notice_thread(mb_client *c);
-void rpc_stop_notice_thread(mb_client *c);
+/* Notice whether the daemon's channel closed. */
+void rpc_check_lost(mb_client *c);
 
 /* frames.c */
 /* n order-0 frames: cached ones first, then granted. */
@@ -147,8 +204,9 @@ int fcache_import(mb_client *c, const uint8_t *token, size_t len, struct cframe 
 /* Drop a frame this process holds without caching it (unmapped first). */
 void fcache_forget(mb_client *c, struct cframe *f);
 int fcache_return_ids(mb_client *c, uint32_t *ids, size_t n);
-/* Tell the daemon how much this process caches, when it changed. */
-void fcache_report(mb_client *c);
+/* Tell the daemon how much this process could give back (cached frames
+ * plus tier_idle bytes), when it changed. */
+void fcache_report(mb_client *c, uint64_t tier_idle);
 bool fcache_is_valid(const struct frame_cache *fc);
 
 /* stitch.c */
@@ -173,16 +231,74 @@ int stitch_adopt(mb_client *c, struct cframe **frames, size_t n, struct stitched
 /* share.c: freeing a range imported from another process. */
 int share_free_imported(mb_client *c, struct stitched *s, void *stream);
 
-/* tiers.c: the slab and pool over stitched backing, and their frees. */
+/* tiers.c (c->lock held by every caller) */
 int tiers_init(mb_client *c);
 void tiers_destroy(mb_client *c);
-/* 0 and *ptr set, or MB_ENOENT when size is not a tier's, or an error. */
-int tiers_alloc(mb_client *c, size_t size, void *stream, void **ptr);
+/* The heap (sizes above slab_max; the slab is reached through tcache.c).
+ * 0 and *ptr set, or an error. sync: the memory must be free of any
+ * stream's earlier work (mb_malloc). */
+int tiers_alloc(mb_client *c, size_t size, void *stream, bool sync, void **ptr);
 /* 0, or MB_ENOENT when ptr is not a live tier object. */
 int tiers_free(mb_client *c, void *ptr, void *stream);
 size_t tiers_usable_size(mb_client *c, const void *ptr);
-void tiers_trim(mb_client *c);
+/* A mapped range of its own joins the heap, free on stream. */
+int tiers_adopt(mb_client *c, struct stitched *s, void *stream);
+/* The heap block at ptr spans its arena: the arena leaves the heap and
+ * *out is its range (MB_EBUSY when the block shares its arena). */
+int tiers_detach(mb_client *c, void *ptr, struct stitched **out);
+/* Give empty slab chunks and heap arenas (idle_ms >= 0: idle that long)
+ * back as idle ranges. */
+void tiers_trim(mb_client *c, int64_t idle_ms);
+/* Take the idle ranges for unmapping: all (idle_ms < 0), or those idle for
+ * idle_ms or given back at or after since_ms (by a trim just made). */
+size_t tiers_take_idle(mb_client *c, int64_t idle_ms, int64_t since_ms, struct stitched ***out);
+/* Device-sync fences: begin, synchronise the device (lock dropped), end. */
+uint64_t tiers_sync_begin(mb_client *c, uint64_t *pool_ticket);
+void tiers_sync_end(mb_client *c, uint64_t ticket, uint64_t pool_ticket);
+/* Frees on streams that no event covers yet. */
+bool tiers_unsettled(mb_client *c);
 void tiers_stats(mb_client *c, mb_client_stats *st);
+int64_t tiers_now_ms(void);
+
+/* Refill and flush of the thread caches (c->lock held): take up to n
+ * objects of class size (0 taken: c->slab_err says why); give n back,
+ * ready ones (pending false) at once, pending ones under ev (owned from
+ * now on) or, with ev NULL, a device-sync fence. */
+size_t tiers_slab_take(mb_client *c, size_t size, size_t n, void **out);
+void tiers_slab_put(mb_client *c, void **ptrs, size_t n, void *ev, bool pending);
+
+/* tcache.c: per-thread caches in front of the slab (no lock held). */
+int tc_client_init(mb_client *c);
+void tc_client_free(mb_client *c);
+/* 0 and *ptr, MB_ENOENT when this thread has no cache (take the shared
+ * path), or an error. size <= c->slab_max. */
+int tc_alloc(mb_client *c, size_t size, void *stream, bool sync, void **ptr);
+/* 0, MB_ENOENT for a slab object that is not live (a double free), 1 when
+ * ptr is no slab object. */
+int tc_free(mb_client *c, void *ptr, void *stream);
+size_t tc_usable(mb_client *c, const void *ptr);
+bool tc_is_object(mb_client *c, const void *ptr);
+/* Flush every thread's cache into the shared slab (detach: the client is
+ * closing). c->lock not held. */
+void tc_flush_every_thread(mb_client *c, bool detach);
+size_t tc_cached_bytes(mb_client *c);
+/* The chunk registry (c->lock held). */
+int tc_chunk_add(mb_client *c, void *base, unsigned cls, size_t size, size_t chunk_bytes);
+void tc_chunk_del(mb_client *c, void *base);
+
+/* maint.c: the background thread and the ranges of their own. */
+int maint_start(mb_client *c);
+void maint_stop(mb_client *c);
+/* Free a range of its own once work queued on stream has completed (an
+ * event recorded now); never waits. */
+int maint_retire(mb_client *c, struct stitched *s, void *stream, bool unmapped);
+/* Give back idle memory: settle frees on streams (device sync), trim the
+ * tiers, unmap idle ranges (idle_ms >= 0: idle that long), return cached
+ * frames above keep_bytes. Takes the locks itself; leaves thread caches
+ * alone (tc_flush_every_thread first, where the caller holds none). */
+int maint_release(mb_client *c, int64_t idle_ms, size_t keep_bytes);
+/* Unmap and drop retiring ranges whose work is done (all, with wait). */
+void maint_reap_retiring(mb_client *c, bool wait);
 
 /* ptrmap.c */
 int ptrmap_put(struct ptrmap *m, const void *key, void *val);

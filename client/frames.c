@@ -9,6 +9,7 @@
 #include "client.h"
 #include "frame_plan.h"
 #include "log.h"
+#include "protocol.h"
 
 #ifdef MB_DEBUG
 #define FC_CHECK(fc) do { if (!fcache_is_valid(fc)) abort(); } while (0)
@@ -41,11 +42,11 @@ static int hold(struct frame_cache *fc, struct cframe *f)
 static int return_ids(mb_client *c, uint32_t *ids, size_t n)
 {
     int rc = 0;
-    for (size_t off = 0; off < n; off += 4096) {
+    for (size_t off = 0; off < n; off += MB_RETURN_MAX_IDS) {
         Mb__Request req = MB__REQUEST__INIT;
         Mb__Return r = MB__RETURN__INIT;
         r.ids = ids + off;
-        r.n_ids = n - off < 4096 ? n - off : 4096;
+        r.n_ids = n - off < MB_RETURN_MAX_IDS ? n - off : MB_RETURN_MAX_IDS;
         req.body_case = MB__REQUEST__BODY_RET;
         req.ret = &r;
         Mb__Reply *rep;
@@ -58,17 +59,12 @@ static int return_ids(mb_client *c, uint32_t *ids, size_t n)
     return rc;
 }
 
-/* What this process could hand back: cached frames, plus the free space of
- * its slab and pool (what a trim would release; an upper bound, since a
- * partly used arena stays). */
-void fcache_report(mb_client *c)
+/* What this process could hand back: cached frames, plus the idle bytes
+ * of its tiers (what a trim would release; an upper bound, since a partly
+ * used arena stays). */
+void fcache_report(mb_client *c, uint64_t tier_idle)
 {
-    uint64_t now = c->fc.bytes_cached;
-    if (c->pool) {
-        mb_client_stats st = { 0 };
-        tiers_stats(c, &st);
-        now += (st.pool_mapped - st.pool_live) + (st.slab_mapped - st.slab_live);
-    }
+    uint64_t now = c->fc.bytes_cached + tier_idle;
     if (now == c->cache_reported || c->broken)
         return;
     Mb__Request req = MB__REQUEST__INIT;
@@ -139,7 +135,7 @@ static int receive_frames(mb_client *c, const Mb__Frame *const *fr, size_t n, st
                 continue;
             }
             c->fc.n_in_use++;
-            c->st.frames_imported++;
+            c->fst.frames_imported++;
             out[got++] = f;
         }
     }
@@ -245,6 +241,7 @@ static struct cframe *take_cached(struct frame_cache *fc, size_t bytes, size_t u
     fc->n_cached--;
     fc->n_in_use++;
     fc->bytes_cached -= bytes;
+    fc->last_use_ms = tiers_now_ms();
     return f;
 }
 
@@ -256,7 +253,7 @@ int fcache_take(mb_client *c, size_t n, struct cframe **out)
         out[i] = take_cached(fc, c->frame_bytes, c->frame_bytes);
     int rc = 0;
     while (rc == 0 && i < n) {
-        size_t chunk = n - i < 256 ? n - i : 256;
+        size_t chunk = n - i < MB_GRANT_MAX_FRAMES ? n - i : MB_GRANT_MAX_FRAMES;
         rc = grant(c, (uint64_t)chunk * c->frame_bytes, false, chunk, NULL, out + i);
         if (rc == 0)
             i += chunk;
@@ -264,7 +261,7 @@ int fcache_take(mb_client *c, size_t n, struct cframe **out)
     if (rc != 0)
         while (i > 0)
             fcache_put(c, out[--i]);
-    fcache_report(c);
+    fcache_report(c, c->tier_idle);
     FC_CHECK(fc);
     return rc;
 }
@@ -339,12 +336,12 @@ int fcache_take_plan(mb_client *c, size_t bytes, struct cframe ***out, size_t *c
     free(orders);
     if (rc != 0) {
         free(fr);
-        fcache_report(c);
+        fcache_report(c, c->tier_idle);
         return rc;
     }
     *out = fr;
     *count = n;
-    fcache_report(c);
+    fcache_report(c, c->tier_idle);
     FC_CHECK(fc);
     return 0;
 }
@@ -359,6 +356,7 @@ void fcache_put(mb_client *c, struct cframe *f)
     fc->n_in_use--;
     fc->n_cached++;
     fc->bytes_cached += f->mem.bytes;
+    fc->last_use_ms = tiers_now_ms();
 }
 
 /* Release the cached frames of a list past the first ones that fit in
@@ -404,7 +402,7 @@ int fcache_trim(mb_client *c, size_t keep_bytes)
     size_t gone = before - fc->bytes_cached;
     if (c->cache_reported != (uint64_t)-1)
         c->cache_reported = c->cache_reported > gone ? c->cache_reported - gone : 0;
-    fcache_report(c);
+    fcache_report(c, c->tier_idle);
     FC_CHECK(fc);
     return rc;
 }

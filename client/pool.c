@@ -7,6 +7,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "moonbright/mbclient.h"
 
@@ -22,6 +23,8 @@
 #define NBUCKETS 448                    /* 16 exact + 8 per doubling up to 2^58 units */
 #define NBWORDS ((NBUCKETS + 63) / 64)
 #define FIT_SCAN 16                     /* entries examined per bucket */
+#define FENCE_BATCH 32                  /* frees on a stream covered by one event */
+#define FENCE_BYTES ((size_t)64 << 20)  /* ... or this many bytes of them */
 
 enum { B_LIVE, B_READY, B_PENDING };
 
@@ -46,6 +49,7 @@ struct arena {
     uintptr_t base;              /* == first->addr */
     size_t bytes;                /* == sum of its blocks' sizes; live + free == bytes */
     size_t live;                 /* sum of its live blocks' sizes */
+    int64_t idle_since_ms;       /* when live last fell to 0 */
     struct blk *first;           /* lowest block; first->aprev == NULL */
     struct arena *prev, *next;
 };
@@ -57,8 +61,10 @@ struct flist {                   /* bucketed free lists of one owner */
 };
 
 struct fence {
-    void *ev;
+    void *ev;                    /* NULL: a device-sync fence (complete once
+                                  * p->synced >= ticket) */
     uint64_t seq;                /* completes pending blocks with seq <= this */
+    uint64_t ticket;             /* device-sync fences: mb_pool_sync_begin's ticket */
     struct fence *next;
 };
 
@@ -67,6 +73,7 @@ struct pstream {
     struct flist fl;             /* pending blocks freed on stream */
     struct blk *ohead, *otail;   /* the same blocks, seq non-decreasing from ohead */
     uint64_t open_seq;           /* seq of blocks freed now; every block's seq <= open_seq */
+    size_t unfenced_n, unfenced_bytes;   /* frees with seq == open_seq (no fence yet) */
     struct fence *fhead, *ftail; /* seq strictly increasing, every fence seq < open_seq */
     struct pstream *next;
 };
@@ -86,7 +93,17 @@ struct mb_pool {
     struct blk **hash;           /* live addr -> block; 2^hlg buckets */
     unsigned hlg;
     struct blk *spare;           /* recycled block structs, via hnext */
+    uint64_t sync_ticket;        /* last ticket of mb_pool_sync_begin */
+    uint64_t synced;             /* tickets <= synced are complete */
+    uint64_t misses;             /* allocations that needed a new arena */
 };
+
+static int64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
 
 static unsigned lg_floor(uint64_t x) { return 63u - (unsigned)__builtin_clzll(x); }
 
@@ -223,6 +240,8 @@ static struct blk *fl_find(const struct mb_pool *p, const struct flist *fl, size
 
 static struct pstream *stream_find(struct mb_pool *p, void *stream)
 {
+    if (stream == MB_POOL_SYNC)
+        return NULL;
     if (p->last && p->last->stream == stream)
         return p->last;
     for (struct pstream *s = p->streams; s; s = s->next)
@@ -308,20 +327,30 @@ static void ready_insert(struct mb_pool *p, struct blk *b)
 
 /* ---- fences ---- */
 
-static int fence_stream(struct mb_pool *p, struct pstream *s)
+static bool unfenced(const struct pstream *s)
 {
-    if (!s->otail || s->otail->seq != s->open_seq)
-        return 0;                                  /* nothing unfenced */
+    return s->otail && s->otail->seq == s->open_seq;
+}
+
+/* Close s's open group with a fence: an event recorded on s (only ever
+ * from a call that names s, so the stream is alive), or with ticket != 0 a
+ * device-sync fence. */
+static int fence_stream(struct mb_pool *p, struct pstream *s, uint64_t ticket)
+{
+    s->unfenced_n = s->unfenced_bytes = 0;
+    if (!unfenced(s))
+        return 0;
     struct fence *f = malloc(sizeof *f);
     if (!f)
         return MB_ENOMEM;
     void *ev = NULL;
-    int rc = p->ops.event_record(p->ctx, s->stream, &ev);
+    int rc = ticket ? 0 : p->ops.event_record(p->ctx, s->stream, &ev);
     if (rc) {
         free(f);
         return rc;
     }
     f->ev = ev;
+    f->ticket = ticket;
     f->seq = s->open_seq++;
     f->next = NULL;
     if (s->ftail) s->ftail->next = f; else s->fhead = f;
@@ -329,16 +358,19 @@ static int fence_stream(struct mb_pool *p, struct pstream *s)
     return 0;
 }
 
-/* Fence every stream (if fence), then turn blocks whose fence completed
- * ready. Returns the number of blocks made ready. */
-static size_t poll_streams(struct mb_pool *p, bool fence)
+static bool fence_done(const struct mb_pool *p, const struct fence *f)
+{
+    return f->ev ? p->ops.event_query(p->ctx, f->ev) == 1 : f->ticket <= p->synced;
+}
+
+/* Turn blocks whose fence completed ready. Returns the number of blocks
+ * made ready. Records nothing. */
+static size_t poll_streams(struct mb_pool *p)
 {
     size_t n = 0;
     for (struct pstream *s = p->streams; s; s = s->next) {
-        if (fence)
-            (void)fence_stream(p, s);
         struct fence *f;
-        while ((f = s->fhead) && p->ops.event_query(p->ctx, f->ev) == 1) {
+        while ((f = s->fhead) && fence_done(p, f)) {
             struct blk *b;
             while ((b = s->ohead) && b->seq <= f->seq) {
                 fl_remove(&s->fl, b);
@@ -346,7 +378,8 @@ static size_t poll_streams(struct mb_pool *p, bool fence)
                 ready_insert(p, b);
                 n++;
             }
-            p->ops.event_release(p->ctx, f->ev);
+            if (f->ev)
+                p->ops.event_release(p->ctx, f->ev);
             if (!(s->fhead = f->next))
                 s->ftail = NULL;
             free(f);
@@ -436,6 +469,7 @@ static int add_arena(struct mb_pool *p, size_t size, struct blk **out)
     a->base = (uintptr_t)base;
     a->bytes = bytes & ~(p->align - 1);
     a->live = 0;
+    a->idle_since_ms = now_ms();
     a->first = b;
     a->prev = NULL;
     a->next = p->arenas;
@@ -464,12 +498,22 @@ int mb_pool_alloc(struct mb_pool *p, size_t size, void *stream, void **ptr)
         return rc;
     struct pstream *s = stream_find(p, stream);
     struct blk *b = best_fit(p, s, size);
-    if (!b && p->ops.event_record && poll_streams(p, true))
-        b = best_fit(p, s, size);
+    if (!b && p->ops.event_record) {
+        /* The legacy default stream is always alive: close its open group
+         * so synchronous frees become reusable by everyone soon. */
+        struct pstream *legacy = stream_find(p, NULL);
+        if (legacy && unfenced(legacy))
+            (void)fence_stream(p, legacy, 0);
+        if (poll_streams(p))
+            b = best_fit(p, s, size);
+    }
     if (!b && s && s->ohead)
         b = gather_for(p, s, size);
-    if (!b && (rc = add_arena(p, size, &b)))
-        return rc;
+    if (!b) {
+        p->misses++;
+        if ((rc = add_arena(p, size, &b)))
+            return rc;
+    }
     struct blk *live = b;
     if (b->size > size) {
         live = blk_get(p);
@@ -531,6 +575,8 @@ int mb_pool_release(struct mb_pool *p, void *ptr, void *stream)
     p->nlive--;
     b->arena->live -= b->size;
     p->live -= b->size;
+    if (b->arena->live == 0)
+        b->arena->idle_since_ms = now_ms();
     if (!s) {
         ready_insert(p, b);
     } else {
@@ -547,8 +593,13 @@ int mb_pool_release(struct mb_pool *p, void *ptr, void *stream)
             free_unlink(p, n);
             absorb(p, b, n);
         }
+        size_t freed = b->size;
         fl_insert(p, &s->fl, b);
         olist_append(s, b);
+        /* One event covers a batch of frees; recorded now, while the caller
+         * vouches for the stream being alive. */
+        if (++s->unfenced_n >= FENCE_BATCH || (s->unfenced_bytes += freed) >= FENCE_BYTES)
+            (void)fence_stream(p, s, 0);
     }
     POOL_CHECK(p);
     return 0;
@@ -571,7 +622,7 @@ int mb_pool_fence(struct mb_pool *p, void *stream)
     if (!p->ops.event_record)
         return 0;
     struct pstream *s = stream_find(p, stream);
-    int rc = s ? fence_stream(p, s) : 0;
+    int rc = s ? fence_stream(p, s, 0) : 0;
     POOL_CHECK(p);
     return rc;
 }
@@ -582,15 +633,28 @@ static void arena_unlink(struct mb_pool *p, struct arena *a)
     if (a->next) a->next->prev = a->prev;
 }
 
+static size_t trim(struct mb_pool *p, size_t keep_bytes, int64_t idle_ms);
+
 size_t mb_pool_trim(struct mb_pool *p, size_t keep_bytes)
 {
+    return trim(p, keep_bytes, -1);
+}
+
+size_t mb_pool_trim_idle(struct mb_pool *p, int64_t idle_ms)
+{
+    return trim(p, 0, idle_ms);
+}
+
+static size_t trim(struct mb_pool *p, size_t keep_bytes, int64_t idle_ms)
+{
     size_t freed = 0;
+    int64_t now = now_ms();
     if (p->ops.event_record)
-        poll_streams(p, true);
+        poll_streams(p);
     for (struct arena *a = p->arenas, *nx; a && p->mapped - p->live > keep_bytes; a = nx) {
         nx = a->next;
         struct blk *b = a->first;
-        if (b->anext || b->state != B_READY)
+        if (b->anext || b->state != B_READY || (idle_ms >= 0 && now - a->idle_since_ms < idle_ms))
             continue;
         fl_remove(&p->ready, b);
         blk_put(p, b);
@@ -614,6 +678,121 @@ size_t mb_pool_trim(struct mb_pool *p, size_t keep_bytes)
     }
     POOL_CHECK(p);
     return freed;
+}
+
+uint64_t mb_pool_sync_begin(struct mb_pool *p)
+{
+    if (!p->ops.event_record)
+        return 0;
+    uint64_t ticket = 0;
+    for (struct pstream *s = p->streams; s; s = s->next)
+        if (unfenced(s)) {
+            if (!ticket)
+                ticket = ++p->sync_ticket;
+            if (fence_stream(p, s, ticket) != 0)
+                return 0;
+        }
+    POOL_CHECK(p);
+    return ticket ? ticket : p->sync_ticket;
+}
+
+void mb_pool_sync_end(struct mb_pool *p, uint64_t ticket)
+{
+    if (ticket > p->synced && ticket <= p->sync_ticket)
+        p->synced = ticket;
+    poll_streams(p);
+    POOL_CHECK(p);
+}
+
+size_t mb_pool_pending(const struct mb_pool *p, bool *unfenced_any)
+{
+    size_t bytes = 0;
+    bool any = false;
+    for (const struct pstream *s = p->streams; s; s = s->next) {
+        bytes += s->fl.bytes;
+        any |= unfenced(s);
+    }
+    if (unfenced_any)
+        *unfenced_any = any;
+    return bytes;
+}
+
+int mb_pool_adopt(struct mb_pool *p, void *base, size_t bytes, void *stream)
+{
+    if (!p || !base || ((uintptr_t)base & (p->align - 1)) || bytes < p->align ||
+        (bytes & (p->align - 1)))
+        return MB_EINVAL;
+    struct arena *a = malloc(sizeof *a);
+    struct blk *b = blk_get(p);
+    struct pstream *s = NULL;
+    if (!a || !b || (p->ops.event_record && stream != MB_POOL_SYNC && !(s = stream_get(p, stream)))) {
+        free(a);
+        if (b)
+            blk_put(p, b);
+        return MB_ENOMEM;
+    }
+    *a = (struct arena){ .base = (uintptr_t)base, .bytes = bytes, .first = b, .next = p->arenas,
+                         .idle_since_ms = now_ms() };
+    if (p->arenas)
+        p->arenas->prev = a;
+    p->arenas = a;
+    p->mapped += bytes;
+    *b = (struct blk){ .addr = a->base, .size = bytes, .arena = a };
+    if (!s) {
+        ready_insert(p, b);
+    } else {
+        b->state = B_PENDING;
+        b->owner = s;
+        b->seq = s->open_seq;
+        fl_insert(p, &s->fl, b);
+        olist_append(s, b);
+        s->unfenced_n++;
+        s->unfenced_bytes += bytes;
+    }
+    POOL_CHECK(p);
+    return 0;
+}
+
+int mb_pool_detach(struct mb_pool *p, void *ptr, void **base, size_t *bytes)
+{
+    uintptr_t addr = (uintptr_t)ptr;
+    struct blk **pp = p && ptr ? &p->hash[hash_slot(p->hlg, addr)] : NULL;
+    while (pp && *pp && (*pp)->addr != addr)
+        pp = &(*pp)->hnext;
+    struct blk *b = pp ? *pp : NULL;
+    if (!b)
+        return MB_ENOENT;
+    struct arena *a = b->arena;
+    if (b->aprev || b->anext)
+        return MB_EBUSY;                            /* shares its arena */
+    *pp = b->hnext;
+    p->nlive--;
+    p->live -= b->size;
+    p->mapped -= a->bytes;
+    if (a->prev) a->prev->next = a->next; else p->arenas = a->next;
+    if (a->next) a->next->prev = a->prev;
+    *base = (void *)a->base;
+    *bytes = a->bytes;
+    blk_put(p, b);
+    free(a);
+    POOL_CHECK(p);
+    return 0;
+}
+
+uint64_t mb_pool_misses(const struct mb_pool *p) { return p->misses; }
+
+bool mb_pool_would_miss(struct mb_pool *p, size_t size, void *stream)
+{
+    if (size == 0 || size > SIZE_MAX - p->align)
+        return false;
+    size = (size + p->align - 1) & ~(p->align - 1);
+    struct pstream *s = stream_find(p, stream);
+    if (best_fit(p, s, size))
+        return false;
+    if (p->ops.event_record && poll_streams(p) && best_fit(p, s, size))
+        return false;
+    /* gathering free neighbours could still fit: let the allocation try */
+    return !(s && s->fl.bytes + p->ready.bytes >= size);
 }
 
 void mb_pool_stats(const struct mb_pool *p, size_t *live, size_t *mapped)
@@ -659,7 +838,8 @@ void mb_pool_free(struct mb_pool *p)
         while (s->fhead) {
             struct fence *f = s->fhead;
             s->fhead = f->next;
-            p->ops.event_release(p->ctx, f->ev);
+            if (f->ev)
+                p->ops.event_release(p->ctx, f->ev);
             free(f);
         }
         p->streams = s->next;
@@ -787,7 +967,8 @@ bool mb_pool_is_valid(const struct mb_pool *p)
             return false;
         const struct fence *fprev = NULL;
         for (const struct fence *f = s->fhead; f; fprev = f, f = f->next)
-            if (f->seq >= s->open_seq || (fprev && fprev->seq >= f->seq))
+            if (f->seq >= s->open_seq || (fprev && fprev->seq >= f->seq) ||
+                (!f->ev && (f->ticket == 0 || f->ticket > p->sync_ticket)))
                 return false;
         if (s->ftail != fprev)
             return false;

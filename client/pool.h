@@ -20,14 +20,24 @@
  * best fit to within one bucket (1/8 of a doubling), exact below 16 units.
  * The remainder of a split stays free (it is a multiple of align).
  *
- * Events are recorded lazily: a free costs no driver call. Only when a
- * stream misses (nothing fits), or on trim or mb_pool_fence, is one event
- * recorded per stream with unfenced frees; an event recorded later on S
- * completes after all the work S had when each of those blocks was freed,
- * so this is never earlier than a per-free event. A stream must therefore
- * stay alive while blocks freed on it are unfenced: call mb_pool_fence(p, S)
- * before destroying S. With ops->event_record NULL (no streams, e.g. the
- * host backend) frees are ready at once. No call ever waits for a device.
+ * Events are batched: a free costs no driver call until FENCE_BATCH frees
+ * (or FENCE_BYTES) have gathered on its stream since the last fence; that
+ * free records one event covering all of them. An event recorded later on
+ * S completes after all the work S had when each of those blocks was
+ * freed, so this is never earlier than a per-free event. Events are only
+ * ever recorded on a stream from a call that names it (a free on S, or
+ * mb_pool_fence(p, S)), plus the legacy default stream (NULL), which is
+ * always alive and is fenced when an allocation misses. So an application
+ * may destroy a stream once its work is done: the pool never touches that
+ * handle again. Blocks freed on it that no event covers (the tail of a
+ * batch) become ready through a device-sync fence: mb_pool_sync_begin,
+ * then a synchronisation of the whole device by the caller (off the
+ * request path), then mb_pool_sync_end. With ops->event_record NULL (no
+ * streams, e.g. the host backend) frees are ready at once. No call ever
+ * waits for a device.
+ *
+ * Synchronous allocations pass MB_POOL_SYNC as their stream: they take
+ * only ready blocks (memory whose earlier users' work is known complete).
  *
  * The managed memory may be device memory: all metadata lives in host
  * memory and the pool never reads or writes the arenas.
@@ -37,6 +47,10 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
+
+/* The stream of synchronous allocations: ready blocks only. */
+#define MB_POOL_SYNC ((void *)~(uintptr_t)0)
 
 struct mb_pool_ops {
     /* A new mapped arena of *bytes >= min_bytes, *base aligned to align. */
@@ -67,12 +81,35 @@ int  mb_pool_alloc(struct mb_pool *p, size_t size, void *stream, void **ptr);
 int  mb_pool_release(struct mb_pool *p, void *ptr, void *stream);
 /* The rounded size of a live block, or MB_ENOENT. */
 int  mb_pool_usable_size(const struct mb_pool *p, const void *ptr, size_t *size);
-/* Record an event now covering every unfenced block freed on stream. */
+/* Record an event now covering every unfenced block freed on stream (the
+ * caller vouches that stream is alive). */
 int  mb_pool_fence(struct mb_pool *p, void *stream);
-/* Fence every stream, collect completed events, then shrink arenas that are
+/* Device-sync fences: begin closes every stream's unfenced group with a
+ * fence that completes when end is called with the returned ticket, which
+ * the caller does once the whole device has been synchronised after begin
+ * returned (no lock needs to be held in between). */
+uint64_t mb_pool_sync_begin(struct mb_pool *p);
+void mb_pool_sync_end(struct mb_pool *p, uint64_t ticket);
+/* Bytes of blocks pending on streams; *unfenced_any: some have no fence. */
+size_t mb_pool_pending(const struct mb_pool *p, bool *unfenced_any);
+/* Collect completed fences (records nothing), then shrink arenas that are
  * entirely free and ready until mapped - live <= keep_bytes or none is
  * left. Returns the bytes given back. */
 size_t mb_pool_trim(struct mb_pool *p, size_t keep_bytes);
+/* The same for arenas entirely free for at least idle_ms. */
+size_t mb_pool_trim_idle(struct mb_pool *p, int64_t idle_ms);
+/* Take a mapped range as a new arena, free: pending on stream (usable by
+ * it at once), or ready with MB_POOL_SYNC or without streams. */
+int  mb_pool_adopt(struct mb_pool *p, void *base, size_t bytes, void *stream);
+/* Remove the arena of a live block that spans all of it (MB_EBUSY when the
+ * block shares its arena, MB_ENOENT when not live): the pool forgets it
+ * without calling shrink, *base and *bytes say what the caller now owns. */
+int  mb_pool_detach(struct mb_pool *p, void *ptr, void **base, size_t *bytes);
+/* Allocations that needed a new arena. */
+uint64_t mb_pool_misses(const struct mb_pool *p);
+/* Would an allocation of size on stream need a new arena? (Collects
+ * completed fences; otherwise changes nothing.) */
+bool mb_pool_would_miss(struct mb_pool *p, size_t size, void *stream);
 /* live: bytes handed out (rounded sizes); mapped: bytes of all arenas. */
 void mb_pool_stats(const struct mb_pool *p, size_t *live, size_t *mapped);
 /* Full invariant check (O(blocks + buckets)); false on the first violation. */

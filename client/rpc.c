@@ -18,7 +18,8 @@
 
 int rpc_connect(mb_client *c, const char *tenant)
 {
-    snprintf(c->tenant, sizeof(c->tenant), "%s", tenant);
+    if (tenant != c->tenant)   /* a reconnect passes c->tenant itself */
+        snprintf(c->tenant, sizeof(c->tenant), "%s", tenant);
     const char *dir = mb_default_runtime_dir();
     struct mb_chan_msg w;
     int rc = mb_chan_open(dir, c->device, c->timeout_ms, &c->chan, &w);
@@ -192,24 +193,6 @@ static void on_notice(void *ctx, const Mb__Reply *r)
     }
 }
 
-/* RECLAIM: give back cached frames (first whatever the tiers hold empty),
- * then report what stays cached. */
-static void answer_reclaim(mb_client *c)
-{
-    c->reclaim_due = false;
-    c->in_reclaim = true;
-    size_t cached = c->fc.bytes_cached;
-    if (c->reclaim_bytes == 0 || c->reclaim_bytes > cached) {
-        tiers_trim(c);
-        cached = c->fc.bytes_cached;
-    }
-    size_t keep = c->reclaim_bytes == 0 || c->reclaim_bytes >= cached ? 0 : cached - c->reclaim_bytes;
-    fcache_trim(c, keep);
-    c->cache_reported = (uint64_t)-1;   /* always answer with a report */
-    fcache_report(c);
-    c->in_reclaim = false;
-}
-
 void rpc_poll_notices(mb_client *c)
 {
     if (!c->dealer)
@@ -218,62 +201,9 @@ void rpc_poll_notices(mb_client *c)
     /* No request is outstanding: anything waiting is a notice or a late reply. */
     while (mb_wire_recv_reply(c->dealer, (uint64_t)-1, 0, &r, on_notice, c) == 0)
         mb__reply__free_unpacked(r, NULL);
-    if (c->reclaim_due && !c->in_reclaim && !c->broken && !c->lost)
-        answer_reclaim(c);
 }
 
-static void *notice_main(void *arg)
-{
-    mb_client *c = arg;
-    pthread_mutex_lock(&c->lock);
-    while (!c->stopping) {
-        int fd = -1;
-        size_t len = sizeof(fd);
-        if (c->dealer)
-            zmq_getsockopt(c->dealer, ZMQ_FD, &fd, &len);
-        int chan = c->chan;
-        pthread_mutex_unlock(&c->lock);
-        /* ZMQ_FD is edge-triggered: wake on it, on the channel closing, or
-         * every 100 ms regardless. */
-        struct pollfd p[2] = { { .fd = fd, .events = POLLIN }, { .fd = chan, .events = POLLIN } };
-        poll(p, 2, 100);
-        pthread_mutex_lock(&c->lock);
-        if (c->stopping)
-            break;
-        if (!c->lost)
-            rpc_poll_notices(c);   /* a KILLED notice comes before the channel closes */
-        check_lost(c);
-        if (c->lost) {
-            rpc_ensure_connected(c);
-            continue;
-        }
-        /* Frees into the slab and pool change what could be given back
-         * without a message: report it from here, off the fast path. */
-        fcache_report(c);
-    }
-    pthread_mutex_unlock(&c->lock);
-    return NULL;
-}
-
-int rpc_start_notice_thread(mb_client *c)
-{
-    if (pthread_create(&c->notice_thread, NULL, notice_main, c) != 0)
-        return MB_ESYS;
-    c->notice_thread_on = true;
-    return 0;
-}
-
-/* Called without the lock held. */
-void rpc_stop_notice_thread(mb_client *c)
-{
-    if (!c->notice_thread_on)
-        return;
-    pthread_mutex_lock(&c->lock);
-    c->stopping = true;
-    pthread_mutex_unlock(&c->lock);
-    pthread_join(c->notice_thread, NULL);
-    c->notice_thread_on = false;
-}
+void rpc_check_lost(mb_client *c) { check_lost(c); }
 
 int rpc_post(mb_client *c, Mb__Request *req)
 {
@@ -296,18 +226,13 @@ int rpc_call(mb_client *c, Mb__Request *req, Mb__Reply **out)
     int rc = mb_wire_send_request(c->dealer, req);
     if (rc == 0)
         rc = mb_wire_recv_reply(c->dealer, req->id, c->timeout_ms, out, on_notice, c);
-    c->st.daemon_requests++;
+    c->fst.daemon_requests++;
     if (rc == MB_EUNAVAIL) {
         mb_log(MB_LOG_WARN, "moonbrightd did not answer within %d ms", c->timeout_ms);
         return rc;
     }
     if (rc != 0)
         return rc;
-    if (c->reclaim_due && !c->in_reclaim) {
-        Mb__Reply *keep = *out;   /* answer the daemon before going on */
-        answer_reclaim(c);
-        *out = keep;
-    }
     if ((*out)->code != 0) {
         rc = (*out)->code < MB_STATUS_MIN || (*out)->code > 0 ? MB_EPROTO : (*out)->code;
         mb_log(MB_LOG_WARN, "moonbrightd refused: %s", (*out)->error ? (*out)->error : mb_strerror(rc));

@@ -3,8 +3,9 @@
  * process (mb_import maps the same frames), and freeing an imported range
  * (its frames go back to the daemon, never into this process's cache).
  *
- * Only ranges of their own can be shared: allocations above the pool's
- * size (8 MiB), growable ones, and imports cannot be re-shared. The memory
+ * Only memory of its own can be shared: a heap allocation above 8 MiB that
+ * spans its arena (it leaves the heap and becomes a range of its own), or a
+ * growable one; imports cannot be re-shared. The memory
  * lives until every holder has freed it. Revocation: a token not yet
  * redeemed dies when the exporter frees the range or exits; an import
  * already made keeps its memory. */
@@ -13,6 +14,10 @@
 
 #include "client.h"
 #include "log.h"
+#include "protocol.h"
+
+_Static_assert(sizeof(((mb_share_token *)0)->bytes) == MB_SHARE_TOKEN_BYTES,
+               "mb_share_token carries the protocol's share token");
 
 static int export(mb_client *c, void *ptr, bool restrict_uid, uint32_t uid, mb_share_token *out)
 {
@@ -20,7 +25,23 @@ static int export(mb_client *c, void *ptr, bool restrict_uid, uint32_t uid, mb_s
         return MB_EINVAL;
     pthread_mutex_lock(&c->lock);
     struct stitched *s = ptrmap_get(&c->live, ptr);
-    int rc = !s ? MB_ENOENT : s->imported ? MB_EINVAL : 0;
+    int rc = 0;
+    if (!s) {
+        /* A heap block that spans its arena becomes a range of its own. */
+        size_t before;
+        if (mb_pool_usable_size(c->pool, ptr, &before) != 0)
+            rc = MB_ENOENT;
+        else if ((rc = tiers_detach(c, ptr, &s)) == MB_EBUSY)
+            mb_log(MB_LOG_WARN, "failed to export %p: it shares heap memory with other "
+                   "allocations (only allocations above 8 MiB, or growable ones, own theirs)", ptr);
+        else if (rc == 0 && (rc = ptrmap_put(&c->live, s->va, s)) != 0)
+            tiers_adopt(c, s, MB_POOL_SYNC);   /* unreachable in practice: back to the heap */
+        else if (rc == 0)
+            c->st.stitch_live += s->bytes;
+    } else if (s->imported) {
+        rc = MB_EINVAL;
+    }
+    pthread_mutex_unlock(&c->lock);
     uint32_t *ids = rc == 0 ? malloc(s->n * sizeof(*ids)) : NULL;
     if (rc == 0 && !ids)
         rc = MB_ENOMEM;
@@ -36,7 +57,9 @@ static int export(mb_client *c, void *ptr, bool restrict_uid, uint32_t uid, mb_s
         req.body_case = MB__REQUEST__BODY_SHARE;
         req.share = &sh;
         Mb__Reply *rep;
+        pthread_mutex_lock(&c->flock);
         rc = rpc_call(c, &req, &rep);
+        pthread_mutex_unlock(&c->flock);
         if (rc == 0) {
             if (rep->body_case == MB__REPLY__BODY_SHARE && rep->share->token.len == sizeof(out->bytes)) {
                 memcpy(out->bytes, rep->share->token.data, sizeof(out->bytes));
@@ -51,7 +74,6 @@ static int export(mb_client *c, void *ptr, bool restrict_uid, uint32_t uid, mb_s
         }
     }
     free(ids);
-    pthread_mutex_unlock(&c->lock);
     return rc;
 }
 
@@ -65,7 +87,7 @@ int mb_import(mb_client *c, const mb_share_token *t, void **ptr, size_t *size)
 {
     if (!c || !t || !ptr)
         return MB_EINVAL;
-    pthread_mutex_lock(&c->lock);
+    pthread_mutex_lock(&c->flock);
     struct cframe **frames = NULL;
     size_t n = 0;
     int rc = fcache_import(c, t->bytes, sizeof(t->bytes), &frames, &n);
@@ -83,28 +105,34 @@ int mb_import(mb_client *c, const mb_share_token *t, void **ptr, size_t *size)
             fcache_return_ids(c, ids, n);
         free(ids);
     }
-    if (rc == 0 && (rc = ptrmap_put(&c->live, s->va, s)) != 0)
-        share_free_imported(c, s, NULL);
-    if (rc == 0) {
-        c->st.stitch_live += s->bytes;
-        *ptr = s->va;
-        if (size)
-            *size = s->bytes;
-    }
+    pthread_mutex_unlock(&c->flock);
     free(frames);
+    if (rc != 0)
+        return rc;
+    pthread_mutex_lock(&c->lock);
+    if ((rc = ptrmap_put(&c->live, s->va, s)) == 0)
+        c->st.stitch_live += s->bytes;
     pthread_mutex_unlock(&c->lock);
-    return rc;
+    if (rc != 0) {
+        pthread_mutex_lock(&c->flock);
+        share_free_imported(c, s, NULL);   /* never handed out: nothing uses it */
+        pthread_mutex_unlock(&c->flock);
+        return rc;
+    }
+    *ptr = s->va;
+    if (size)
+        *size = s->bytes;
+    return 0;
 }
 
 int share_free_imported(mb_client *c, struct stitched *s, void *stream)
 {
-    int rc = c->be->ops->stream_sync(c->be, stream);
-    if (rc != 0)
-        mb_log(MB_LOG_ERR, "failed to wait for work on a shared range being freed: %s", mb_strerror(rc));
+    (void)stream;   /* the caller knows no work uses the range any more */
+    int rc;
     if ((rc = c->be->ops->unmap(c->be, s->va, s->bytes)) != 0)
         return rc;
     c->be->ops->free_va(c->be, s->va, s->reserved);
-    c->st.bytes_mapped -= s->bytes;
+    c->fst.bytes_mapped -= s->bytes;
     uint32_t *ids = malloc(s->n * sizeof(*ids));
     for (size_t i = 0; i < s->n; i++) {
         if (ids)

@@ -161,7 +161,7 @@ int mb_slab_new(struct mb_slab **out, size_t chunk_bytes, mb_chunk_get_fn get,
         free(s);
         return MB_ENOMEM;
     }
-    size_t max = chunk_bytes / 8 < MB_SLAB_MAX_OBJECT ? chunk_bytes / 8 : MB_SLAB_MAX_OBJECT;
+    size_t max = chunk_bytes / 2 < MB_SLAB_MAX_OBJECT ? chunk_bytes / 2 : MB_SLAB_MAX_OBJECT;
     unsigned n = 0;
     for (size_t k = 1; k <= 4 && k * MB_SLAB_QUANTUM <= max; k++)
         s->cls[n++].size = k * MB_SLAB_QUANTUM;
@@ -211,6 +211,7 @@ void mb_slab_free(struct mb_slab *s)
 }
 
 size_t mb_slab_max_size(const struct mb_slab *s) { return s->max_size; }
+unsigned mb_slab_class_of(const struct mb_slab *s, size_t size) { (void)s; return size_class(size); }
 unsigned mb_slab_class_count(const struct mb_slab *s) { return s->nclasses; }
 size_t mb_slab_class_size(const struct mb_slab *s, unsigned i) { return i < s->nclasses ? s->cls[i].size : 0; }
 
@@ -409,7 +410,7 @@ bool mb_slab_is_valid(const struct mb_slab *s)
 {
     if (!s || !s->hash || s->nclasses == 0 || s->nclasses > SLAB_MAX_CLASSES)
         return false;
-    if (s->max_size != s->cls[s->nclasses - 1].size || s->max_size > s->chunk_bytes / 8)
+    if (s->max_size != s->cls[s->nclasses - 1].size || s->max_size > s->chunk_bytes / 2)
         return false;
     size_t listed = 0, nruns = 0, live = 0, withfree = 0;
     size_t class_runs[SLAB_MAX_CLASSES] = {0};

@@ -13,8 +13,9 @@
  *   group 0:      256, 512, 768, 1024                     (spacing 256)
  *   group g >= 1: 2^(9+g) + k * 2^(7+g), k = 1..4          (spacing 2^(7+g))
  *                 g=1: 1280 1536 1792 2048, g=2: 2560 .. 4096, ...
- *   largest:      min(chunk_bytes / 8, MB_SLAB_MAX_OBJECT), a power of two,
- *                 so every run holds at least 8 objects.
+ *   largest:      min(chunk_bytes / 2, MB_SLAB_MAX_OBJECT), a power of two,
+ *                 so every run holds at least 2 objects (objects up to 1 MiB
+ *                 in 2 MiB chunks, as PyTorch's small-block pool does).
  * Every class is a multiple of 256 and every chunk base is aligned to
  * chunk_bytes, so every object is aligned to at least 256 bytes.
  *
@@ -28,7 +29,7 @@
 #include <stddef.h>
 
 #define MB_SLAB_QUANTUM     ((size_t)256)          /* smallest class and alignment */
-#define MB_SLAB_MAX_OBJECT  ((size_t)256 << 10)    /* cap on the largest class */
+#define MB_SLAB_MAX_OBJECT  ((size_t)1 << 20)      /* cap on the largest class */
 #define MB_SLAB_MIN_CHUNK   ((size_t)4096)
 #define MB_SLAB_MAX_CHUNK   ((size_t)1 << 31)
 
@@ -51,6 +52,9 @@ size_t mb_slab_max_size(const struct mb_slab *s);
 /* Number of size classes and the size of class i (for tests and stats). */
 unsigned mb_slab_class_count(const struct mb_slab *s);
 size_t mb_slab_class_size(const struct mb_slab *s, unsigned i);
+
+/* The class index of size (1 <= size <= max). */
+unsigned mb_slab_class_of(const struct mb_slab *s, size_t size);
 
 /* MB_EINVAL for size 0 or > max; otherwise what get returned on failure. */
 int mb_slab_alloc(struct mb_slab *s, size_t size, void **ptr);

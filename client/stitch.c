@@ -57,6 +57,7 @@ int stitch_take_large(mb_client *c, size_t bytes, struct stitched **out)
         s->bytes += fr[i]->mem.bytes;
     s->reserved = s->bytes;
     s->imported = false;
+    s->mapped_async = false;
     memcpy(s->frames, fr, n * sizeof(*fr));
     free(fr);
     *out = s;
@@ -78,7 +79,7 @@ int stitch_alloc_large(mb_client *c, size_t bytes, struct stitched **out)
         free(s);
         return rc;
     }
-    c->st.bytes_mapped += s->bytes;
+    c->fst.bytes_mapped += s->bytes;
     *out = s;
     return 0;
 }
@@ -98,6 +99,7 @@ int stitch_alloc(mb_client *c, size_t bytes, size_t reserve_bytes, struct stitch
     s->bytes = n * fb;
     s->reserved = cap * fb;
     s->imported = false;
+    s->mapped_async = false;
     int rc = c->be->ops->reserve(c->be, s->reserved, &s->va);
     if (rc != 0) {
         free(s);
@@ -112,7 +114,7 @@ int stitch_alloc(mb_client *c, size_t bytes, size_t reserve_bytes, struct stitch
         free(s);
         return rc;
     }
-    c->st.bytes_mapped += s->bytes;
+    c->fst.bytes_mapped += s->bytes;
     *out = s;
     return 0;
 }
@@ -133,6 +135,7 @@ int stitch_adopt(mb_client *c, struct cframe **frames, size_t n, struct stitched
     }
     s->reserved = s->bytes;
     s->imported = true;
+    s->mapped_async = false;
     memcpy(s->frames, frames, n * sizeof(*frames));
     int rc = c->be->ops->reserve(c->be, s->reserved, &s->va);
     if (rc == 0 && (rc = stitch_map(c->be, s, 0, n, 0)) != 0)
@@ -141,7 +144,7 @@ int stitch_adopt(mb_client *c, struct cframe **frames, size_t n, struct stitched
         free(s);
         return rc;
     }
-    c->st.bytes_mapped += s->bytes;
+    c->fst.bytes_mapped += s->bytes;
     *out = s;
     return 0;
 }
@@ -163,7 +166,7 @@ int stitch_grow(mb_client *c, struct stitched **sp, size_t new_bytes)
             fcache_put(c, s->frames[i]);
         return rc;
     }
-    c->st.bytes_mapped += (n - s->n) * fb;
+    c->fst.bytes_mapped += (n - s->n) * fb;
     s->n = n;
     s->bytes = n * fb;
     return 0;
@@ -171,11 +174,8 @@ int stitch_grow(mb_client *c, struct stitched **sp, size_t new_bytes)
 
 int stitch_free(mb_client *c, struct stitched *s, void *stream)
 {
-    /* Work that may still use the range must finish before it is unmapped. */
-    int rc = c->be->ops->stream_sync(c->be, stream);
-    if (rc != 0)
-        mb_log(MB_LOG_ERR, "failed to wait for work on a range being freed: %s", mb_strerror(rc));
-    rc = c->be->ops->unmap(c->be, s->va, s->bytes);
+    (void)stream;   /* the caller knows no work uses the range any more */
+    int rc = c->be->ops->unmap(c->be, s->va, s->bytes);
     if (rc != 0)
         return rc;   /* still mapped: keep everything as it is */
     c->be->ops->free_va(c->be, s->va, s->reserved);
@@ -197,7 +197,7 @@ int stitch_free(mb_client *c, struct stitched *s, void *stream)
     if (n_shared)
         rc = fcache_return_ids(c, ids, n_shared);
     free(ids);
-    c->st.bytes_mapped -= s->bytes;
+    c->fst.bytes_mapped -= s->bytes;
     free(s);
     return rc;
 }

@@ -1,63 +1,166 @@
-/* tiers.c: the client's fast paths: the slab (small objects) and the
- * stream-ordered pool (best fit with coalescing), both carved from stitched
- * backing ranges, and the slab's deferred frees for stream-ordered frees.
- * Hits touch neither the driver nor the daemon. */
-#include <sched.h>
+/* tiers.c: the allocator tiers over mapped memory: the slab (small objects)
+ * and the heap (mb_pool: best fit with coalescing and stream-ordered reuse,
+ * every size above the slab's), their backing ranges, the slab objects
+ * thread caches flushed while their stream's work may still run, the idle
+ * ranges kept mapped for reuse, and the device-sync fences that settle frees
+ * on streams the application may have destroyed.
+ *
+ * Locking: every function here runs with c->lock held. Getting new backing
+ * memory is the one slow step: backing_get drops c->lock while the frame
+ * layer grants and maps (under c->flock), so no other thread waits on the
+ * daemon or the driver behind c->lock. Nothing here unmaps: ranges a tier
+ * gives back become idle ranges, still mapped, reused by the next request
+ * of their size and unmapped later by tiers_release (trim, reclaim, the
+ * idle policy), off the request path. */
 #include <stdlib.h>
+#include <string.h>
+#include <time.h>
 
 #include "client.h"
+#include "frame_plan.h"
 #include "log.h"
 
-/* Pool arenas grow by this much (or the request, if larger); requests up to
- * pool_max use the pool, larger ones get a stitched range of their own. */
+/* Heap arenas grow by up to this much; larger requests get an arena of
+ * their own size (the frame plan's large frames). */
 #define ARENA_BYTES ((size_t)32 << 20)
-#define POOL_MAX_BYTES ((size_t)8 << 20)
-/* Slab frees deferred on streams are checked once this many are waiting. */
-#define DEFERRED_CHECK 64
+#define OWN_ARENA_ABOVE ((size_t)8 << 20)
 
+int64_t tiers_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static bool host_backend(const mb_client *c)
+{
+    return c->be->ops->event_record == NULL || c->be->name[0] == 'h';
+}
+
+/* ---- backing ranges ---- */
+
+/* An idle range of exactly bytes, still mapped: reused without a driver call. */
+static struct stitched *idle_take(mb_client *c, size_t bytes)
+{
+    for (struct idle_range **pp = &c->idle; *pp; pp = &(*pp)->next) {
+        struct idle_range *r = *pp;
+        if (r->s->bytes != bytes)
+            continue;
+        *pp = r->next;
+        struct stitched *s = r->s;
+        c->idle_bytes -= s->bytes;
+        free(r);
+        return s;
+    }
+    return NULL;
+}
+
+static void idle_put(mb_client *c, struct stitched *s)
+{
+    struct idle_range *r = malloc(sizeof(*r));
+    if (!r) {
+        /* No memory for the record: the range can only be dropped later,
+         * at close; keep it as a backing range nobody names. */
+        mb_log(MB_LOG_WARN, "failed to keep an idle range: out of memory");
+        return;
+    }
+    r->s = s;
+    r->since_ms = tiers_now_ms();
+    r->next = c->idle;
+    c->idle = r;
+    c->idle_bytes += s->bytes;
+}
+
+/* Called with c->lock held; drops it while the frame layer works. */
 static int backing_get(void *ctx, size_t bytes, void **base)
 {
     mb_client *c = ctx;
-    struct stitched *s;
-    /* Arenas of several units map as few large frames (below 64 units the
-     * plan rounds nothing, so the range is exactly `bytes`). */
-    int rc = c->large_frames && bytes > c->frame_bytes ? stitch_alloc_large(c, bytes, &s)
-                                                       : stitch_alloc(c, bytes, bytes, &s);
-    if (rc != 0)
-        return rc;
-    if (s->bytes != bytes) {
-        stitch_free(c, s, NULL);
-        return MB_EINVAL;
+    struct stitched *s = idle_take(c, bytes);
+    int rc = 0;
+    if (!s) {
+        pthread_mutex_unlock(&c->lock);
+        pthread_mutex_lock(&c->flock);
+        /* Ranges of several units map as few large frames (below 64 units
+         * the plan rounds nothing, so the range is exactly `bytes`). */
+        for (int attempt = 0;; attempt++) {
+            rc = c->large_frames && bytes > c->frame_bytes ? stitch_alloc_large(c, bytes, &s)
+                                                           : stitch_alloc(c, bytes, bytes, &s);
+            if ((rc != MB_ENOMEM && rc != MB_EQUOTA) || attempt > 0)
+                break;
+            /* Refused for budget or quota: give back this process's own
+             * idle memory first, then try once more if that freed any. */
+            size_t held = c->fc.bytes_held;
+            pthread_mutex_unlock(&c->flock);
+            maint_release(c, -1, 0);
+            pthread_mutex_lock(&c->flock);
+            if (c->fc.bytes_held >= held)
+                break;
+        }
+        pthread_mutex_unlock(&c->flock);
+        pthread_mutex_lock(&c->lock);
+        if (rc != 0)
+            return rc;
+        c->st.heap_grants++;
+        if (s->bytes != bytes) {
+            idle_put(c, s);
+            return MB_EINVAL;
+        }
     }
     if ((rc = ptrmap_put(&c->backing, s->va, s)) != 0) {
-        stitch_free(c, s, NULL);
+        idle_put(c, s);
         return rc;
     }
     *base = s->va;
     return 0;
 }
 
+/* A tier gives a range back: it stays mapped, idle. */
 static void backing_put(void *ctx, void *base, size_t bytes)
 {
     mb_client *c = ctx;
     struct stitched *s = ptrmap_del(&c->backing, base);
     if (!s || s->bytes != bytes) {
-        mb_log(MB_LOG_ERR, "failed to return backing %p: not a range of this client", base);
+        mb_log(MB_LOG_ERR, "failed to take back backing %p: not a range of this client", base);
         return;
     }
-    stitch_free(c, s, NULL);
+    idle_put(c, s);
 }
 
-static int pool_grow(void *ctx, size_t min_bytes, void **base, size_t *bytes)
+/* Bytes a backing range of at least `bytes` will have: the frame plan's
+ * rounding (large frames), else whole frames. */
+static size_t backing_bytes(const mb_client *c, size_t bytes)
+{
+    bytes = (bytes + c->frame_bytes - 1) / c->frame_bytes * c->frame_bytes;
+    uint64_t covered = bytes;
+    if (c->large_frames && bytes > c->frame_bytes)
+        mb_frame_plan(bytes, c->frame_bytes, NULL, 0, &covered);
+    return (size_t)covered;
+}
+
+/* A slab chunk goes back: it leaves the chunk registry first. */
+static void slab_chunk_put(void *ctx, void *base, size_t bytes)
 {
     mb_client *c = ctx;
-    size_t want = min_bytes > ARENA_BYTES ? min_bytes : ARENA_BYTES;
-    want = (want + c->frame_bytes - 1) / c->frame_bytes * c->frame_bytes;
+    tc_chunk_del(c, base);
+    backing_put(ctx, base, bytes);
+}
+
+static int heap_grow(void *ctx, size_t min_bytes, void **base, size_t *bytes)
+{
+    mb_client *c = ctx;
+    /* Above 8 MiB a request gets an arena of its own size: a fresh large
+     * allocation then owns its frames (and can be exported). */
+    /* Arenas grow with the heap, by a quarter of what it maps (at most
+     * ARENA_BYTES), so a small process holds little more than it uses. */
+    size_t mapped = 0, step;
+    mb_pool_stats(c->pool, NULL, &mapped);
+    step = mapped / 4 > ARENA_BYTES ? ARENA_BYTES : mapped / 4;
+    size_t want = backing_bytes(c, min_bytes > OWN_ARENA_ABOVE || min_bytes > step ? min_bytes : step);
     int rc = backing_get(ctx, want, base);
-    if ((rc == MB_ENOMEM || rc == MB_EQUOTA) && want > min_bytes) {
+    if ((rc == MB_ENOMEM || rc == MB_EQUOTA) && want > backing_bytes(c, min_bytes)) {
         /* Near the budget or the tenant's quota: an arena just big enough
          * may still fit. */
-        want = (min_bytes + c->frame_bytes - 1) / c->frame_bytes * c->frame_bytes;
+        want = backing_bytes(c, min_bytes);
         rc = backing_get(ctx, want, base);
     }
     if (rc == 0)
@@ -86,121 +189,212 @@ static void ev_release(void *ctx, void *ev)
     c->be->ops->event_destroy(c->be, ev);
 }
 
-static const struct mb_pool_ops pool_ops_streams = {
-    .grow = pool_grow, .shrink = backing_put,
+static const struct mb_pool_ops heap_ops_streams = {
+    .grow = heap_grow, .shrink = backing_put,
     .event_record = ev_record, .event_query = ev_query, .event_release = ev_release,
 };
 /* Host memory has no streams: frees are ready for everyone at once. */
-static const struct mb_pool_ops pool_ops_host = { .grow = pool_grow, .shrink = backing_put };
-
-static bool host_backend(const mb_client *c) { return c->be->ops->event_record == NULL ||
-                                                      c->be->name[0] == 'h'; }
+static const struct mb_pool_ops heap_ops_host = { .grow = heap_grow, .shrink = backing_put };
 
 int tiers_init(mb_client *c)
 {
     size_t fb = c->frame_bytes;
     if ((fb & (fb - 1)) == 0 && fb >= MB_SLAB_MIN_CHUNK && fb <= MB_SLAB_MAX_CHUNK) {
-        int rc = mb_slab_new(&c->slab, fb, backing_get, backing_put, c);
+        int rc = mb_slab_new(&c->slab, fb, backing_get, slab_chunk_put, c);
         if (rc != 0)
             return rc;
         c->slab_max = mb_slab_max_size(c->slab);
     }
-    c->pool_max = POOL_MAX_BYTES;
-    /* The pool asks for what the request needs; pool_grow picks the arena
+    /* The heap asks for what the request needs; heap_grow picks the arena
      * size, so it can fall back to a smaller one near the budget. */
-    return mb_pool_new(&c->pool, host_backend(c) ? &pool_ops_host : &pool_ops_streams, c, 256, fb);
+    return mb_pool_new(&c->pool, host_backend(c) ? &heap_ops_host : &heap_ops_streams, c, 256, fb);
 }
 
-/* Release slab objects whose stream work is known complete; with wait, wait
- * for each (only when the client closes). */
-static void reap_deferred(mb_client *c, bool wait)
+/* ---- slab objects waiting for their stream's work ---- */
+
+static bool sd_done(mb_client *c, const struct sdefer *d)
 {
-    for (struct deferred_free **pp = &c->deferred; *pp;) {
-        struct deferred_free *d = *pp;
-        int done = c->be->ops->event_query(c->be, d->event);
-        while (wait && done == 0) {
-            sched_yield();
-            done = c->be->ops->event_query(c->be, d->event);
-        }
-        if (done == 0) {
+    return d->ev ? c->be->ops->event_query(c->be, d->ev) == 1 : d->ticket && d->ticket <= c->synced;
+}
+
+static void sd_release(mb_client *c, struct sdefer *d)
+{
+    for (uint32_t i = 0; i < d->n; i++)
+        mb_slab_release(c->slab, d->ptrs[i]);
+    c->n_deferred -= d->n;
+    if (d->ev)
+        c->be->ops->event_destroy(c->be, d->ev);
+    free(d);
+}
+
+/* Release the slab objects of every fenced batch known complete. */
+static void sd_reap(mb_client *c)
+{
+    for (struct sdefer **pp = &c->sd_fenced; *pp;) {
+        struct sdefer *d = *pp;
+        if (!sd_done(c, d)) {
             pp = &d->next;
             continue;
         }
         *pp = d->next;
-        c->be->ops->event_destroy(c->be, d->event);
-        mb_slab_release(c->slab, d->ptr);
-        c->n_deferred--;
-        free(d);
+        if (!*pp)
+            c->sd_fenced_tail = pp;
+        sd_release(c, d);
     }
 }
 
-void tiers_destroy(mb_client *c)
+size_t tiers_slab_take(mb_client *c, size_t size, size_t n, void **out)
 {
-    if (c->slab)
-        reap_deferred(c, true);
-    mb_slab_free(c->slab);
-    mb_pool_free(c->pool);
-    c->slab = NULL;
-    c->pool = NULL;
-    for (size_t i = 0; i < c->backing.cap; i++)   /* nothing should be left */
-        if (c->backing.slots[i].key > 1)
-            stitch_free(c, c->backing.slots[i].val, NULL);
-    ptrmap_destroy(&c->backing);
+    if (c->n_deferred)
+        sd_reap(c);
+    size_t k = 0;
+    c->slab_err = 0;
+    for (; k < n; k++) {
+        int rc = mb_slab_alloc(c->slab, size, &out[k]);
+        if (rc == 0) {
+            uintptr_t base = (uintptr_t)out[k] & ~(uintptr_t)(c->frame_bytes - 1);
+            rc = tc_chunk_add(c, (void *)base, mb_slab_class_of(c->slab, size), size, c->frame_bytes);
+            if (rc != 0)
+                mb_slab_release(c->slab, out[k]);
+        }
+        if (rc != 0) {
+            c->slab_err = rc;
+            break;
+        }
+    }
+    return k;
 }
 
-int tiers_alloc(mb_client *c, size_t size, void *stream, void **ptr)
+void tiers_slab_put(mb_client *c, void **ptrs, size_t n, void *ev, bool pending)
 {
-    if (c->slab && size <= c->slab_max) {
-        if (c->n_deferred >= DEFERRED_CHECK)
-            reap_deferred(c, false);
-        return mb_slab_alloc(c->slab, size, ptr);
+    if (!pending || n == 0) {
+        for (size_t i = 0; i < n; i++)
+            mb_slab_release(c->slab, ptrs[i]);
+        if (ev)
+            c->be->ops->event_destroy(c->be, ev);
+        return;
     }
-    if (size <= c->pool_max)
-        return mb_pool_alloc(c->pool, size, stream, ptr);
-    return MB_ENOENT;
+    struct sdefer *d = calloc(1, sizeof(*d) + n * sizeof(void *));
+    if (!d) {
+        /* No memory to keep them apart: they stay out of use. */
+        mb_log(MB_LOG_ERR, "failed to defer %zu freed objects: out of memory", n);
+        if (ev)
+            c->be->ops->event_destroy(c->be, ev);
+        return;
+    }
+    memcpy(d->ptrs, ptrs, n * sizeof(void *));
+    d->n = (uint32_t)n;
+    d->ev = ev;
+    d->ticket = ev ? 0 : ++c->sync_ticket;   /* settled by the next device sync */
+    *c->sd_fenced_tail = d;
+    c->sd_fenced_tail = &d->next;
+    c->n_deferred += n;
+}
+
+/* ---- allocation and free ---- */
+
+int tiers_alloc(mb_client *c, size_t size, void *stream, bool sync, void **ptr)
+{
+    uint64_t misses = mb_pool_misses(c->pool);
+    int rc = mb_pool_alloc(c->pool, size, sync ? MB_POOL_SYNC : stream, ptr);
+    if (mb_pool_misses(c->pool) == misses)
+        c->st.heap_hits++;
+    else if (mb_pool_pending(c->pool, NULL))
+        c->want_sync = true;    /* memory freed on streams may settle soon */
+    return rc;
 }
 
 int tiers_free(mb_client *c, void *ptr, void *stream)
 {
-    size_t sz;
-    if (c->slab && mb_slab_usable_size(c->slab, ptr, &sz) == 0) {
-        if (stream == NULL || host_backend(c))
-            return mb_slab_release(c->slab, ptr);
-        /* Freed on a stream: reusable once the work queued there is done. */
-        struct deferred_free *d = malloc(sizeof(*d));
-        if (!d)
-            return MB_ENOMEM;
-        int rc = ev_record(c, stream, &d->event);
-        if (rc != 0) {
-            free(d);
-            return rc;
-        }
-        d->ptr = ptr;
-        d->next = c->deferred;
-        c->deferred = d;
-        c->n_deferred++;
-        return 0;
-    }
     return mb_pool_release(c->pool, ptr, stream);
 }
 
 size_t tiers_usable_size(mb_client *c, const void *ptr)
 {
     size_t sz = 0;
-    if (c->slab && mb_slab_usable_size(c->slab, ptr, &sz) == 0)
-        return sz;
-    if (mb_pool_usable_size(c->pool, ptr, &sz) == 0)
-        return sz;
+    return mb_pool_usable_size(c->pool, ptr, &sz) == 0 ? sz : 0;
+}
+
+int tiers_adopt(mb_client *c, struct stitched *s, void *stream)
+{
+    int rc = ptrmap_put(&c->backing, s->va, s);
+    if (rc == 0 && (rc = mb_pool_adopt(c->pool, s->va, s->bytes, stream)) != 0)
+        ptrmap_del(&c->backing, s->va);
+    return rc;
+}
+
+int tiers_detach(mb_client *c, void *ptr, struct stitched **out)
+{
+    void *base;
+    size_t bytes;
+    int rc = mb_pool_detach(c->pool, ptr, &base, &bytes);
+    if (rc != 0)
+        return rc;
+    *out = ptrmap_del(&c->backing, base);
     return 0;
 }
 
-void tiers_trim(mb_client *c)
+/* ---- settling and giving back ---- */
+
+uint64_t tiers_sync_begin(mb_client *c, uint64_t *pool_ticket)
+{
+    uint64_t ticket = ++c->sync_ticket;   /* covers every ticket issued before it */
+    *pool_ticket = mb_pool_sync_begin(c->pool);
+    c->want_sync = false;
+    return ticket;
+}
+
+void tiers_sync_end(mb_client *c, uint64_t ticket, uint64_t pool_ticket)
+{
+    if (ticket > c->synced)
+        c->synced = ticket;
+    mb_pool_sync_end(c->pool, pool_ticket);
+    sd_reap(c);
+}
+
+bool tiers_unsettled(mb_client *c)
+{
+    bool unfenced = false;
+    mb_pool_pending(c->pool, &unfenced);
+    return unfenced || c->sync_ticket > c->synced;
+}
+
+void tiers_trim(mb_client *c, int64_t idle_ms)
 {
     if (c->slab) {
-        reap_deferred(c, false);
+        sd_reap(c);
         mb_slab_trim(c->slab, 0);
     }
-    mb_pool_trim(c->pool, 0);
+    if (idle_ms < 0)
+        mb_pool_trim(c->pool, 0);
+    else
+        mb_pool_trim_idle(c->pool, idle_ms);
+}
+
+size_t tiers_take_idle(mb_client *c, int64_t idle_ms, int64_t since_ms, struct stitched ***out)
+{
+    int64_t now = tiers_now_ms();
+    size_t n = 0, cap = 0;
+    struct stitched **v = NULL;
+    for (struct idle_range **pp = &c->idle; *pp;) {
+        struct idle_range *r = *pp;
+        if (idle_ms >= 0 && now - r->since_ms < idle_ms && r->since_ms < since_ms) {
+            pp = &r->next;
+            continue;
+        }
+        if (n == cap) {
+            struct stitched **nv = realloc(v, (cap = cap ? 2 * cap : 16) * sizeof(*v));
+            if (!nv)
+                break;
+            v = nv;
+        }
+        v[n++] = r->s;
+        c->idle_bytes -= r->s->bytes;
+        *pp = r->next;
+        free(r);
+    }
+    *out = v;
+    return n;
 }
 
 void tiers_stats(mb_client *c, mb_client_stats *st)
@@ -208,4 +402,16 @@ void tiers_stats(mb_client *c, mb_client_stats *st)
     if (c->slab)
         mb_slab_stats(c->slab, &st->slab_live, &st->slab_mapped);
     mb_pool_stats(c->pool, &st->pool_live, &st->pool_mapped);
+    st->bytes_idle = (st->slab_mapped - st->slab_live) + (st->pool_mapped - st->pool_live) +
+                     c->idle_bytes;
+}
+
+void tiers_destroy(mb_client *c)
+{
+    c->synced = c->sync_ticket;   /* the caller synchronised the device */
+    sd_reap(c);
+    mb_slab_free(c->slab);
+    mb_pool_free(c->pool);
+    c->slab = NULL;
+    c->pool = NULL;
 }

@@ -262,7 +262,7 @@ static int pool_grow(struct vs_pool *p, size_t pages)
     x->next = p->extents;
     p->extents = x;
     p->n_total += np;
-    c->st.bytes_mapped += n * fb;
+    c->fst.bytes_mapped += n * fb;
     return 0;
 }
 
@@ -352,7 +352,7 @@ static void pool_trim(struct vs_pool *p, size_t keep)
             fcache_put(c, x->frames[f]);
             x->frames[f] = NULL;
             x->live--;
-            c->st.bytes_mapped -= fb;
+            c->fst.bytes_mapped -= fb;
         }
         free(cnt);
         if (x->live == 0) {
@@ -418,13 +418,13 @@ static void pool_unref(struct vs_pool *p, size_t keep)
             }
     }
     pthread_mutex_unlock(&g_reg_lock);
-    pthread_mutex_lock(&c->lock);
+    pthread_mutex_lock(&c->flock);
     pool_reclaim(p, last);
     pool_trim(p, last ? 0 : keep);
     if (last && (p->n_total || p->pending))
         mb_log(MB_LOG_ERR, "failed to return every frame of a %zu KiB page pool: "
                            "%zu pages still held", p->page_bytes >> 10, p->n_total);
-    pthread_mutex_unlock(&c->lock);
+    pthread_mutex_unlock(&c->flock);
     if (last && !p->n_total && !p->pending) {
         free(p->free);
         free(p);
@@ -737,9 +737,9 @@ int mb_vspace_map_async(mb_vspace *v, size_t first, size_t n, void *stream)
         rc = reserve_nodes(v, nodes_missing(v, first, n));
     bool taken = false;
     if (rc == 0 && want) {
-        pthread_mutex_lock(&c->lock);
+        pthread_mutex_lock(&c->flock);
         rc = pool_take(v->pool, want, pages);
-        pthread_mutex_unlock(&c->lock);
+        pthread_mutex_unlock(&c->flock);
         taken = rc == 0;
     }
     size_t k = 0;   /* pages[0..k) entered at where[0..k) */
@@ -770,9 +770,9 @@ int mb_vspace_map_async(mb_vspace *v, size_t first, size_t n, void *stream)
             l->used--;
         }
         if (taken) {
-            pthread_mutex_lock(&c->lock);
+            pthread_mutex_lock(&c->flock);
             pool_give(v->pool, pages, want);
-            pthread_mutex_unlock(&c->lock);
+            pthread_mutex_unlock(&c->flock);
         }
     }
     VS_CHECK(v, vspace_is_valid);
@@ -813,9 +813,9 @@ int mb_vspace_unmap_async(mb_vspace *v, size_t first, size_t n, void *stream)
         rc = flush(v, stream);
     if (rc == 0 && k) {
         v->mapped -= k;
-        pthread_mutex_lock(&c->lock);
+        pthread_mutex_lock(&c->flock);
         pool_defer(v->pool, pages, k, stream);
-        pthread_mutex_unlock(&c->lock);
+        pthread_mutex_unlock(&c->flock);
     } else if (rc != 0) {
         /* The device still holds the old entries: so does the mirror. */
         for (size_t j = 0; j < k; j++) {
@@ -873,13 +873,13 @@ void mb_vspace_destroy(mb_vspace *v)
     size_t k = 0;
     if (pages && v->root)
         collect_pages(v->root, pages, &k);
-    pthread_mutex_lock(&c->lock);
+    pthread_mutex_lock(&c->flock);
     if (pages)
         pool_give(v->pool, pages, k);
     else if (v->mapped)
         mb_log(MB_LOG_ERR, "failed to return %zu pages of a vspace: out of memory", v->mapped);
     size_t keep = v->pool->n_used / 4;
-    pthread_mutex_unlock(&c->lock);
+    pthread_mutex_unlock(&c->flock);
     free(pages);
     pool_unref(v->pool, keep);
     for (struct vs_chunk *ch = v->chunks; ch;) {

@@ -4,7 +4,7 @@
 
 #include <string.h>
 
-#include <moonbright/mbclient.h>
+#include <moonbright/status.h>
 
 #include "faults.h"
 #include "log.h"

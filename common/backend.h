@@ -71,6 +71,9 @@ struct mb_backend_ops {
     int (*event_record)(mb_backend *b, void *ev, void *stream);
     int (*event_query)(mb_backend *b, void *ev);
     int (*stream_sync)(mb_backend *b, void *stream);
+    /* Wait for all work on the device, every stream included (only ever
+     * called off the request path). NULL: nothing to wait for. */
+    int (*device_sync)(mb_backend *b);
 
     void (*close)(mb_backend *b);
 
@@ -92,6 +95,7 @@ struct mb_backend {
     const char *name;                  /* "cuda" or "host" */
     int device;                        /* ordinal this backend serves */
     size_t granularity;                /* smallest mem size, a power of two */
+    uint64_t total_bytes;              /* device memory (host: physical memory); 0 unknown */
     const struct mb_backend_ops *ops;
     void *priv;
 };

@@ -12,7 +12,7 @@
 
 #include <cuda.h>
 
-#include <moonbright/mbclient.h>
+#include <moonbright/status.h>
 
 #include "log.h"
 
@@ -29,9 +29,10 @@
     X(cuCtxPopCurrent) X(cuMemGetAllocationGranularity) X(cuMemCreate) X(cuMemRelease)             \
     X(cuMemExportToShareableHandle) X(cuMemImportFromShareableHandle) X(cuMemAddressReserve)       \
     X(cuMemAddressFree) X(cuMemMap) X(cuMemUnmap) X(cuMemSetAccess) X(cuMemsetD8Async)             \
-    X(cuStreamCreate) X(cuStreamDestroy) X(cuStreamSynchronize) X(cuEventCreate)                   \
+    X(cuStreamCreate) X(cuStreamDestroy) X(cuStreamSynchronize) X(cuCtxSynchronize) X(cuEventCreate)                   \
     X(cuEventDestroy) X(cuEventRecord) X(cuEventQuery) X(cuMemHostAlloc) X(cuMemFreeHost)         \
-    X(cuMemHostGetDevicePointer) X(cuStreamWaitValue32) X(cuStreamWriteValue32)
+    X(cuMemHostGetDevicePointer) X(cuStreamWaitValue32) X(cuStreamWriteValue32)                 \
+    X(cuDeviceTotalMem)
 
 static struct {
 #define X(name) __typeof__(&name) p_##name;
@@ -586,6 +587,14 @@ static int cuda_stream_sync(mb_backend *b, void *stream)
     return r == CUDA_SUCCESS ? 0 : cu_fail(r, "synchronize stream");
 }
 
+static int cuda_device_sync(mb_backend *b)
+{
+    ENTER(b);
+    CUresult r = CU(cuCtxSynchronize)();
+    LEAVE();
+    return r == CUDA_SUCCESS ? 0 : cu_fail(r, "synchronize the device");
+}
+
 /* ---- stream memory operations ---- */
 
 static int cuda_host_mapped_alloc(mb_backend *b, size_t bytes, void **host, uint64_t *dev)
@@ -692,6 +701,7 @@ static const struct mb_backend_ops cuda_ops = {
     .event_record = cuda_event_record,
     .event_query = cuda_event_query,
     .stream_sync = cuda_stream_sync,
+    .device_sync = cuda_device_sync,
     .close = cuda_close,
     .host_mapped_alloc = cuda_host_mapped_alloc,
     .host_mapped_free = cuda_host_mapped_free,
@@ -805,6 +815,9 @@ int mb_backend_cuda_open(int device, mb_backend **out)
         return rc;
     }
     b->granularity = gran;
+    size_t total = 0;
+    if (CU(cuDeviceTotalMem)(&total, p->dev) == CUDA_SUCCESS)
+        b->total_bytes = total;
     mb_log(MB_LOG_INFO,
            "cuda backend: device %d (%s), frame granularity %zu KiB (recommended %zu KiB)", device,
            name, gran >> 10, recommended >> 10);

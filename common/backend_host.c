@@ -10,7 +10,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include <moonbright/mbclient.h>
+#include <moonbright/status.h>
 
 #include "log.h"
 
@@ -191,6 +191,8 @@ int mb_backend_host_open(int device, mb_backend **out)
     b->name = "host";
     b->device = device;
     b->granularity = (size_t)sysconf(_SC_PAGESIZE);
+    long pages = sysconf(_SC_PHYS_PAGES);
+    b->total_bytes = pages > 0 ? (uint64_t)pages * b->granularity : 0;
     b->ops = &host_ops;
     *out = b;
     return 0;

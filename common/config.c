@@ -12,7 +12,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include <moonbright/mbclient.h>
+#include <moonbright/status.h>
 
 #include "log.h"
 #include "size.h"
@@ -38,7 +38,7 @@ void mb_config_defaults(struct mb_config *cfg)
 {
     memset(cfg, 0, sizeof(*cfg));
     strcpy(cfg->backend, "auto");
-    cfg->budget = 64ull << 30;
+    cfg->budget = 0;   /* unset: the daemon takes the device's memory once its backend is open */
     cfg->frame_size = 2u << 20;
     cfg->reserve = 0;
     cfg->reserve_idle_ms = 5000;
@@ -148,7 +148,7 @@ static int set_budget(struct mb_config *cfg, const char *key, const char *v,
                       char *why, size_t whylen)
 {
     uint64_t b;
-    if (mb_parse_size(v, &b) != 0) {
+    if (mb_parse_size(v, &b) != 0 || b == 0) {
         set_err(why, whylen, "bad size '%s' for %s", v, key);
         return MB_EINVAL;
     }
@@ -483,6 +483,8 @@ static int check(const struct mb_config *cfg, int *which, char *why, size_t whyl
 {
     char a[32], b[32];
     *which = CHECK_OK;
+    if (cfg->budget == 0)   /* not known yet: checked again once it is */
+        return 0;
     if (cfg->budget < cfg->frame_size) {
         *which = CHECK_FRAME;
         set_err(why, whylen, "budget (%s) is smaller than one frame (%s)",

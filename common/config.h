@@ -17,7 +17,7 @@
  *
  * Global keys (default in brackets):
  *   backend      auto | cuda | host                                 [auto]
- *   budget       most bytes of frames the daemon creates            [64G]
+ *   budget       most bytes of frames the daemon creates  [device memory]
  *   frame_size   bytes per frame: a multiple of 4K; the daemon also
  *                needs a multiple of its device's granularity       [2M]
  *   reserve      bytes of frames created ahead of demand            [0]
@@ -75,7 +75,7 @@ struct mb_config_policy {
 
 struct mb_config {
     char backend[8];        /* "auto", "cuda" or "host" */
-    uint64_t budget;        /* >= frame_size */
+    uint64_t budget;        /* >= frame_size; 0: unset, the device's memory */
     uint64_t frame_size;    /* a non-zero multiple of 4096 */
     uint64_t reserve;       /* <= budget; sum of every policy's min <= budget */
     int64_t reserve_idle_ms; /* 0..86400000; 0: idle frames are kept */

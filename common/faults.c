@@ -10,7 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include <moonbright/mbclient.h>
+#include <moonbright/status.h>
 
 #include "backend.h"
 #include "log.h"

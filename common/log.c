@@ -1,19 +1,28 @@
 /* log.c: the logging sink shared by every MoonBright program: level filter,
- * identity prefix, journald priority prefix when stderr is the journal. */
+ * identity prefix, journald priority prefix when stderr is the journal,
+ * syslog once a daemon has let go of its stderr. */
 #include "log.h"
 
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <syslog.h>
 
 static int g_level = MB_LOG_INFO;
 static const char *g_ident = "moonbright";
 static int g_journal = -1;   /* -1 unknown, 0 no, 1 stderr is the journal */
+static int g_syslog;         /* 1: lines go to syslog(3), not stderr */
 
 void mb_log_set_level(int level) { g_level = level; }
 int mb_log_level(void) { return g_level; }
 void mb_log_set_ident(const char *ident) { g_ident = ident; }
+
+void mb_log_to_syslog(void)
+{
+    openlog(g_ident, LOG_PID | LOG_NDELAY, LOG_DAEMON);
+    g_syslog = 1;
+}
 
 int mb_log_parse_level(const char *s)
 {
@@ -39,7 +48,9 @@ void mb_log(int level, const char *fmt, ...)
     vsnprintf(line, sizeof(line), fmt, ap);
     va_end(ap);
     static const char *tags[8] = { "", "", "", "error: ", "warning: ", "", "", "debug: " };
-    if (g_journal)
+    if (g_syslog)
+        syslog(level, "%s", line);
+    else if (g_journal)
         fprintf(stderr, "<%d>%s\n", level, line);
     else
         fprintf(stderr, "%s: %s%s\n", g_ident, tags[level & 7], line);

@@ -12,6 +12,9 @@ void mb_log_set_level(int level);
 int mb_log_level(void);
 /* Name printed before each line ("moonbrightd", "mbclient", ...). */
 void mb_log_set_ident(const char *ident);
+/* From now on send lines to syslog(3) (facility daemon), not stderr: for a
+ * daemon that has detached its stdio. */
+void mb_log_to_syslog(void);
 /* Parse "err|warn|info|debug" into a level; -1 if unknown. */
 int mb_log_parse_level(const char *s);
 

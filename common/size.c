@@ -5,7 +5,7 @@
 #include <stdio.h>
 #include <strings.h>
 
-#include <moonbright/mbclient.h>
+#include <moonbright/status.h>
 
 int mb_parse_size(const char *s, uint64_t *out)
 {

@@ -11,7 +11,7 @@
 #include <unistd.h>
 #include <zmq.h>
 
-#include <moonbright/mbclient.h>
+#include <moonbright/status.h>
 
 #include "faults.h"
 #include "fdpass.h"
@@ -122,7 +122,7 @@ void mb_wire_hello(Mb__Request *req, Mb__Hello *h, const uint8_t *token, const c
     h->token.data = (uint8_t *)token;
     h->token.len = MB_TOKEN_BYTES;
     h->tenant = (char *)tenant;
-    h->version = 1;
+    h->version = MB_PROTOCOL_VERSION;
     req->body_case = MB__REQUEST__BODY_HELLO;
     req->hello = h;
 }

@@ -10,6 +10,8 @@
 #include "moonbright.pb-c.h"
 
 /* Largest control message accepted (the ROUTER's ZMQ_MAXMSGSIZE too). */
+#include "protocol.h"
+
 #define MB_WIRE_MAX_BYTES (256 * 1024)
 #define MB_WIRE_MAX_IDENT 255
 

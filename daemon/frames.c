@@ -13,7 +13,7 @@
 #include <unistd.h>
 #include <string.h>
 
-#include <moonbright/mbclient.h>
+#include <moonbright/status.h>
 
 #include "daemon.h"
 #include "log.h"
@@ -319,7 +319,7 @@ int frame_pool_open_journal(struct frame_pool *p, const char *path)
         if (rc != 0)
             return rc;
         p->next_unused = p->id_limit;
-        mb_log(MB_LOG_INFO, "state journal: ids below %u may be reported by running clients", p->id_limit);
+        mb_log(MB_LOG_DEBUG, "state journal %s: new frame ids start at %u", path, p->id_limit);
     }
     return write_journal(p, p->next_unused + JOURNAL_STEP);
 }

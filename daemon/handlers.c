@@ -6,7 +6,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include <moonbright/mbclient.h>
+#include <moonbright/status.h>
 
 #include "commands.h"
 #include "daemon.h"
@@ -15,9 +15,9 @@
 
 /* A grant moves at most this many frames, so its descriptors fit the handle
  * channel's buffer while the client waits for the reply. */
-#define MAX_GRANT_FRAMES 256u
+#define MAX_GRANT_FRAMES MB_GRANT_MAX_FRAMES
 /* Largest page of the frame table (each entry up to ~160 bytes packed). */
-#define MAX_FRAMES_PAGE 1024u
+#define MAX_FRAMES_PAGE MB_FRAMES_PAGE_MAX
 
 const uint64_t mb_lat_bounds_us[MB_LAT_BUCKETS] = {
     50, 100, 250, 500, 1000, 2500, 5000, 10000, 25000, 50000, 100000, 250000, 500000,
@@ -66,6 +66,12 @@ static void h_hello(struct request_ctx *rc, const Mb__Request *req, Mb__Reply *r
     if (rc->s) {
         mb_reply_error(rep, MB_EINVAL, "this connection is already bound to session %llu",
                        (unsigned long long)rc->s->id);
+        return;
+    }
+    if (h->version != MB_PROTOCOL_VERSION) {
+        mb_reply_error(rep, MB_EPROTO, "client speaks protocol version %u, this moonbrightd speaks "
+                       "version %u: use libmbclient and mbctl from the daemon's release",
+                       h->version, MB_PROTOCOL_VERSION);
         return;
     }
     if (h->token.len != MB_TOKEN_BYTES) {

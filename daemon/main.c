@@ -19,7 +19,7 @@
 #include <systemd/sd-daemon.h>
 #include <zmq.h>
 
-#include <moonbright/mbclient.h>
+#include <moonbright/status.h>
 
 #include "daemon.h"
 #include "log.h"
@@ -33,6 +33,7 @@ struct options {
     int64_t drain_timeout_ms;    /* --drain-timeout */
     int64_t reclaim_timeout_ms;  /* --reclaim-timeout */
     const char *state_dir;       /* --state-dir: the journal */
+    const char *config_read;     /* the file settings came from; NULL: none */
     /* Command-line settings, applied over the file with mb_config_set. */
     const char *keys[16], *values[16];
     int n;
@@ -47,7 +48,8 @@ static void usage(FILE *f)
         "                      used when present)\n"
         "  --backend KIND      auto, cuda or host (default auto: cuda when a GPU is usable)\n"
         "  --runtime-dir DIR   sockets live here (default $MOONBRIGHT_RUNTIME_DIR, else /run/moonbright)\n"
-        "  --budget SIZE       most bytes of frames to create (default 64G)\n"
+        "  --budget SIZE       most bytes of frames to create (default: the device's memory;\n"
+        "                      host backend: half of physical memory)\n"
         "  --frame-size SIZE   bytes per frame (default 2M; a multiple of the device granularity)\n"
         "  --reserve SIZE      frames created ahead of demand at least (default 0; the\n"
         "                      reserve grows to what recent grants took)\n"
@@ -143,11 +145,13 @@ static int parse_options(int argc, char **argv, struct options *o)
 }
 
 /* The file (the default one only when present), then the command line. */
-static int load_config(const struct options *o, struct mb_config *cfg)
+static int load_config(struct options *o, struct mb_config *cfg)
 {
     char err[512];
     const char *path = o->config ? o->config : MB_CONFIG_DEFAULT_PATH;
     int rc = mb_config_load(path, cfg, err, sizeof(err));
+    if (rc == 0)
+        o->config_read = path;
     if (rc == MB_ENOENT && !o->config) {
         rc = 0;
     } else if (rc == MB_ENOENT) {
@@ -245,6 +249,53 @@ static int open_signals(struct daemon *d)
     signal(SIGPIPE, SIG_IGN);
     d->sigfd = signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC);
     return d->sigfd < 0 ? -1 : 0;
+}
+
+/* Without a budget in the file or on the command line: the device's memory;
+ * on the host backend half of physical memory (frames are shared memory
+ * the rest of the machine also needs). Then the checks that need it. */
+static int resolve_budget(struct daemon *d)
+{
+    if (d->cfg.budget == 0) {
+        uint64_t total = d->be->total_bytes;
+        if (total == 0) {
+            total = 8ull << 30;
+            mb_log(MB_LOG_WARN, "the %s backend did not report its memory; budget %s "
+                   "(set --budget or budget = in the config)", d->be->name, "8 GiB");
+        } else if (strcmp(d->be->name, "host") == 0) {
+            total /= 2;
+        }
+        d->cfg.budget = total < d->cfg.frame_size ? d->cfg.frame_size : total;
+    }
+    char err[512];
+    if (mb_config_check(&d->cfg, err, sizeof(err)) != 0) {
+        mb_log(MB_LOG_ERR, "%s", err);
+        return -1;
+    }
+    return 0;
+}
+
+/* Once serving in the background, let go of the inherited stdio: a pipe or
+ * terminal on stderr would otherwise stay open as long as the daemon runs
+ * (`moonbrightd ... 2>&1 | grep ...` would never end). A regular file on
+ * stderr is a log file the caller chose and stays; anything else gives way
+ * to syslog (the journal on systemd hosts). */
+static void detach_stdio(void)
+{
+    struct stat st;
+    bool keep_stderr = fstat(2, &st) == 0 && S_ISREG(st.st_mode);
+    if (!keep_stderr) {
+        mb_log(MB_LOG_INFO, "serving in the background; logging to syslog from now on");
+        mb_log_to_syslog();
+    }
+    int devnull = open("/dev/null", O_RDWR | O_CLOEXEC);
+    if (devnull < 0)
+        return;
+    dup2(devnull, 0);
+    dup2(devnull, 1);
+    if (!keep_stderr)
+        dup2(devnull, 2);
+    close(devnull);
 }
 
 /* Without --foreground: fork, and let the parent exit once the child is
@@ -372,6 +423,8 @@ int main(int argc, char **argv)
         mb_log(MB_LOG_ERR, "failed to open the %s backend for device %d", cfg->backend, o.device);
         goto out;
     }
+    if (resolve_budget(&d) != 0)
+        goto out;
     if (cfg->frame_size % d.be->granularity) {
         mb_log(MB_LOG_ERR, "bad frame size %llu: must be a multiple of %zu (%s granularity)",
                (unsigned long long)cfg->frame_size, d.be->granularity, d.be->name);
@@ -387,11 +440,25 @@ int main(int argc, char **argv)
             goto out;
     }
     /* Each frame holds a descriptor: keep 1024 for sessions and sockets, so
-     * running out of frames never means running out of descriptors. */
+     * running out of frames never means running out of descriptors. Large
+     * allocations get frames of up to 2^MB_MAX_ORDER units, so the limit
+     * binds only when many small frames are live: say so where one-unit
+     * frames alone could not fill the budget, and warn only where not even
+     * the largest frames could. */
     d.pool.max_frames = fd_limit > 2048 ? (uint32_t)(fd_limit - 1024) : (uint32_t)(fd_limit / 2);
-    if ((uint64_t)d.pool.max_frames * cfg->frame_size < d.pool.budget_bytes)
-        mb_log(MB_LOG_WARN, "the descriptor limit (%lu) allows %u frames, less than the budget; "
-               "raise LimitNOFILE (ulimit -n) to use all of it", fd_limit, d.pool.max_frames);
+    {
+        uint64_t unit_cover = (uint64_t)d.pool.max_frames * cfg->frame_size;
+        if (unit_cover >= d.pool.budget_bytes)
+            ;
+        else if (unit_cover << MB_MAX_ORDER < d.pool.budget_bytes)
+            mb_log(MB_LOG_WARN, "the descriptor limit (%lu) allows %u frames, too few for the "
+                   "budget even as the largest frames; raise LimitNOFILE (ulimit -n) or use a "
+                   "larger --frame-size", fd_limit, d.pool.max_frames);
+        else
+            mb_log(MB_LOG_INFO, "the descriptor limit (%lu) allows %u frames: the budget is "
+                   "reachable with large frames, not with one-unit frames alone", fd_limit,
+                   d.pool.max_frames);
+    }
     d.pool.scrub = cfg->scrub;
     d.pool.idle_ms = cfg->reserve_idle_ms;
     /* The workers run even without a configured reserve: its target
@@ -403,9 +470,11 @@ int main(int argc, char **argv)
         goto out;
     d.started_ms = mb_now_ms();
     char a[32], b[32];
-    mb_log(MB_LOG_INFO, "serving device %d (%s backend) in %s: %s frames, budget %s, scrub %s",
-           d.device, d.be->name, d.runtime_dir, mb_format_size(cfg->frame_size, a, sizeof(a)),
-           mb_format_size(d.pool.budget_bytes, b, sizeof(b)), cfg->scrub ? "on" : "off");
+    mb_log(MB_LOG_INFO, "serving device %d (%s backend) in %s: %s frames, budget %s, scrub %s, "
+           "config %s", d.device, d.be->name, d.runtime_dir,
+           mb_format_size(cfg->frame_size, a, sizeof(a)),
+           mb_format_size(d.pool.budget_bytes, b, sizeof(b)), cfg->scrub ? "on" : "off",
+           o.config_read ? o.config_read : "none (no " MB_CONFIG_DEFAULT_PATH ")");
     /* The ROUTER is bound: a request sent now is answered once the loop
      * turns, so READY=1 means the control socket answers. */
     snprintf(d.last_status, sizeof(d.last_status), "serving device %d (%s backend)", d.device,
@@ -416,12 +485,7 @@ int main(int argc, char **argv)
             mb_log(MB_LOG_WARN, "failed to tell the parent we are ready");
         close(ready_fd);
         ready_fd = -1;
-        int devnull = open("/dev/null", O_RDWR);
-        if (devnull >= 0) {
-            dup2(devnull, 0);
-            dup2(devnull, 1);
-            close(devnull);
-        }
+        detach_stdio();
     }
     rc = daemon_serve(&d) == 0 ? 0 : 1;
 out:

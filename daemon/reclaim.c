@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <moonbright/mbclient.h>
+#include <moonbright/status.h>
 
 #include "daemon.h"
 #include "log.h"

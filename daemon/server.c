@@ -16,7 +16,7 @@
 #include <systemd/sd-daemon.h>
 #include <zmq.h>
 
-#include <moonbright/mbclient.h>
+#include <moonbright/status.h>
 
 #include "daemon.h"
 #include "faults.h"

@@ -13,7 +13,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include <moonbright/mbclient.h>
+#include <moonbright/status.h>
 
 #include "daemon.h"
 #include "faults.h"

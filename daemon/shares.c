@@ -9,13 +9,13 @@
 #include <string.h>
 #include <sys/random.h>
 
-#include <moonbright/mbclient.h>
+#include <moonbright/status.h>
 
 #include "daemon.h"
 #include "log.h"
 
-#define SHARE_TOKEN_BYTES 32
-#define SHARE_MAX_FRAMES 65536u
+#define SHARE_TOKEN_BYTES MB_SHARE_TOKEN_BYTES
+#define SHARE_MAX_FRAMES MB_SHARE_MAX_FRAMES
 /* Unredeemed tokens one session, and all sessions of one uid, may have. */
 #define SHARE_MAX_TOKENS_SESSION 64u
 #define SHARE_MAX_TOKENS_UID 256u

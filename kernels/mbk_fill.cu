@@ -7,7 +7,7 @@
 
 #include <cuda_runtime.h>
 
-#include <moonbright/mbclient.h>
+#include <moonbright/status.h>
 
 namespace {
 

@@ -1,7 +1,8 @@
 /* mbk_vspace.cu: the vspace kernels of mbk_vspace.h: the PTE kernel that
  * writes page-table entries from runs passed in its parameters, and the
  * consumers that translate through a table (paged gather, pattern fill and
- * check), with the small helpers the GPU tests and bench_vspace need. */
+ * check), with the small helpers the GPU tests and bench_vspace need
+ * (compare and spin, which only tests use, are in mbk_test.cu). */
 #include "mbk_vspace.h"
 
 #include <stdio.h>
@@ -9,7 +10,7 @@
 
 #include <cuda_runtime.h>
 
-#include <moonbright/mbclient.h>
+#include <moonbright/status.h>
 
 #include "mb_vspace.cuh"
 
@@ -172,27 +173,6 @@ __global__ void vcheck_kernel(struct mb_vspace_dev t, uint64_t offset, uint64_t 
         atomicAdd(bad, n);
 }
 
-__global__ void compare_kernel(const uint8_t *a, const uint8_t *b, uint64_t bytes,
-                               unsigned long long *bad)
-{
-    uint64_t stride = (uint64_t)gridDim.x * blockDim.x;
-    unsigned long long n = 0;
-    for (uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; i < bytes; i += stride)
-        n += a[i] != b[i];
-    if (n)
-        atomicAdd(bad, n);
-}
-
-__global__ void spin_kernel(uint64_t ns)
-{
-    uint64_t t0 = 0, t = 0;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
-    do {
-        __nanosleep(1000);
-        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    } while (t - t0 < ns);
-}
-
 /* Run a counting kernel that adds into one device counter; wait; fetch it. */
 template <class Launch> int count(void *stream, unsigned long long *out, Launch launch)
 {
@@ -255,8 +235,6 @@ extern "C" int mbk_vspace_warm(void)
                                                                0, 16, nullptr);
         vfill_kernel<<<1, 32, 0, s>>>(t, 0, 0, 0);
         vcheck_kernel<<<1, 32, 0, s>>>(t, 0, 0, 0, nullptr);
-        compare_kernel<<<1, 32, 0, s>>>(nullptr, nullptr, 0, nullptr);
-        spin_kernel<<<1, 1, 0, s>>>(0);
         rc = launched("launch the vspace kernels once");
     }
     err = cudaStreamSynchronize(s);
@@ -322,26 +300,6 @@ extern "C" int mbk_vspace_check_pattern(struct mb_vspace_dev t, uint64_t offset,
     return count(stream, mismatches, [&](unsigned long long *dev, cudaStream_t s) {
         vcheck_kernel<<<blocks_for(words), kThreads, 0, s>>>(t, offset, words, seed, dev);
     });
-}
-
-extern "C" int mbk_compare(const void *a, const void *b, size_t bytes, void *stream,
-                           unsigned long long *mismatches)
-{
-    if (!mismatches || (bytes && (!a || !b)))
-        return MB_EINVAL;
-    *mismatches = 0;
-    if (!bytes)
-        return 0;
-    return count(stream, mismatches, [&](unsigned long long *dev, cudaStream_t s) {
-        compare_kernel<<<blocks_for(bytes), kThreads, 0, s>>>((const uint8_t *)a,
-                                                              (const uint8_t *)b, bytes, dev);
-    });
-}
-
-extern "C" int mbk_spin(uint64_t ns, void *stream)
-{
-    spin_kernel<<<1, 1, 0, (cudaStream_t)stream>>>(ns);
-    return launched("launch the spin kernel");
 }
 
 extern "C" int mbk_dev_alloc(size_t bytes, void **p)

@@ -65,12 +65,16 @@ int mbk_vspace_fill_pattern(struct mb_vspace_dev t, uint64_t offset, size_t byte
 int mbk_vspace_check_pattern(struct mb_vspace_dev t, uint64_t offset, size_t bytes, uint32_t seed,
                              void *stream, unsigned long long *mismatches);
 
-/* Count differing bytes of two device buffers (waits). */
+/* Test kernels (kernels/mbk_test.cu, library mbkernels_test: never part of
+ * libmbclient). Count differing bytes of two device buffers (waits). */
 int mbk_compare(const void *a, const void *b, size_t bytes, void *stream,
                 unsigned long long *mismatches);
 
 /* A one-thread kernel that spins for ns nanoseconds of GPU time. */
 int mbk_spin(uint64_t ns, void *stream);
+/* Launch the test kernels once (before any stream is gated; see
+ * mbk_vspace_warm). */
+int mbk_test_warm(void);
 
 /* Device malloc/free (cudaMalloc) and pinned host memory, for benchmarks. */
 int mbk_dev_alloc(size_t bytes, void **p);

@@ -129,6 +129,10 @@ int mbt_run(const struct mbt_daemon *d, const char *const *argv, char *buf, size
     while ((r = read(p[0], buf + n, len - 1 - n)) > 0 && n + 1 < len)
         n += (size_t)r;
     buf[n] = '\0';
+    /* Read the rest (dropped) so a long output never ends in SIGPIPE. */
+    char rest[4096];
+    while ((r = read(p[0], rest, sizeof(rest))) > 0)
+        ;
     close(p[0]);
     return mbt_wait(pid);
 }

@@ -35,3 +35,17 @@ endif()
 add_test(NAME test_install
   COMMAND sh ${PROJECT_SOURCE_DIR}/tests/test_install.sh ${CMAKE_BINARY_DIR} ${CMAKE_C_COMPILER})
 set_tests_properties(test_install PROPERTIES LABELS integration TIMEOUT 120)
+
+# moonbrightd started as a user would: detaches from a pipe on stderr, names
+# the config file it read, a default budget without warnings.
+add_test(NAME test_daemon_start
+  COMMAND sh ${PROJECT_SOURCE_DIR}/tests/test_daemon_start.sh $<TARGET_FILE:moonbrightd>)
+set_tests_properties(test_daemon_start PROPERTIES LABELS integration TIMEOUT 120
+  ENVIRONMENT "${MB_TEST_ENV}")
+
+# A second configure of a build directory rebuilds nothing.
+add_test(NAME test_reconfigure
+  COMMAND sh ${PROJECT_SOURCE_DIR}/tests/test_reconfigure.sh ${PROJECT_SOURCE_DIR}
+          ${CMAKE_C_COMPILER} -G ${CMAKE_GENERATOR} -DCMAKE_BUILD_TYPE=${CMAKE_BUILD_TYPE}
+          -DMB_ASAN=${MB_ASAN} -DMB_WERROR=${MB_WERROR})
+set_tests_properties(test_reconfigure PROPERTIES LABELS integration TIMEOUT 300)

@@ -54,7 +54,7 @@ static void test_defaults(void **state)
     struct mb_config cfg;
     mb_config_defaults(&cfg);
     assert_string_equal(cfg.backend, "auto");
-    assert_int_equal(cfg.budget, 64 * GiB);
+    assert_int_equal(cfg.budget, 0);   /* unset: the daemon takes the device's memory */
     assert_int_equal(cfg.frame_size, 2 * MiB);
     assert_int_equal(cfg.reserve, 0);
     assert_true(cfg.scrub);
@@ -217,6 +217,7 @@ static void test_bad_sizes(void **state)
         snprintf(want, sizeof(want), "bad size '%s' for max in [tenant t]", junk[i]);
         expect_error(text, 3, want);
     }
+    expect_error("budget = 0\n", 1, "bad size '0' for budget");
     expect_error("reserve = lots\n", 1, "bad size 'lots' for reserve");
     expect_error("reserve_idle = soon\n", 1, "bad duration 'soon' for reserve_idle");
     expect_error("reserve_idle = 5m\n", 1, "bad duration '5m' for reserve_idle");
@@ -280,15 +281,23 @@ static void test_cross_field(void **state)
     expect_error("reserve = 64M\nbudget = 32M\n", 2, "reserve (64 MiB) is above budget (32 MiB)");
     expect_error("budget = 16000000T\n[tenant a]\nmin = 15000000T\n[tenant b]\nmin = 15000000T\n", 5,
                  "guarantees (sum of every min,");
-    expect_error("[tenant a]\nmin = 40G\n[tenant b]\nmin = 40G\n", 4,
-                 "are above budget (64 GiB)");
     expect_error("budget = 1M\n", 1, "budget (1 MiB) is smaller than one frame (2 MiB)");
     expect_error("budget = 10G\n[tenant a]\nmin = 6G\n[tenant b]\nmin = 6G\n", 5,
                  "guarantees (sum of every min, 12 GiB) are above budget (10 GiB)");
     expect_error("[uid 1]\nmin = 6G\n[tenant b]\nmin = 6G\n[tenant c]\nbudget = 1G\n", 6,
                  "unknown key 'budget' in [tenant c]");
-    /* at the limits */
+    /* without a budget the file is checked again once the daemon knows the
+     * device's memory */
     struct mb_config cfg;
+    char err[256] = "";
+    assert_int_equal(mb_config_parse_string("[tenant a]\nmin = 40G\n[tenant b]\nmin = 40G\n", "x",
+                                            &cfg, NULL, 0), 0);
+    assert_int_equal(cfg.budget, 0);
+    cfg.budget = 64 * GiB;
+    assert_int_equal(mb_config_check(&cfg, err, sizeof(err)), MB_EINVAL);
+    assert_non_null(strstr(err, "are above budget (64 GiB)"));
+    mb_config_free(&cfg);
+    /* at the limits */
     assert_int_equal(mb_config_parse_string("budget = 32M\n", "x", &cfg, NULL, 0), 0);
     mb_config_free(&cfg);
     assert_int_equal(mb_config_parse_string("budget = 2T\nreserve = 100G\n[tenant a]\nmin = 1T\n"

@@ -28,6 +28,46 @@ lib=$(find "$dest" -name 'libmbclient.so*' | head -n 1)
 [ -n "$lib" ] || fail "no libmbclient.so installed"
 conf=$(find "$dest" -name moonbrightd.conf | head -n 1)
 [ -n "$conf" ] || fail "no moonbrightd.conf installed"
+# A system prefix puts the config in /etc, where the daemon looks by default.
+case $prefix in
+/usr|/usr/local)
+    [ "$conf" = "$dest/etc/moonbright/moonbrightd.conf" ] || fail "config installed at $conf, not /etc/moonbright"
+    "$root/bin/moonbrightd" --help | grep -q "default /etc/moonbright/moonbrightd.conf" \
+        || fail "the installed moonbrightd does not default to /etc/moonbright/moonbrightd.conf"
+    ;;
+esac
+# A reinstall keeps an edited config.
+echo "# edited" >> "$conf"
+DESTDIR=$dest cmake --install "$build" >/dev/null || fail "second cmake --install failed"
+grep -q "^# edited" "$conf" || fail "a reinstall overwrote the edited $conf"
+
+# moonbright_torch: installed as a package that python3 finds (a .pth in its
+# site-packages names the package's directory), importable without torch,
+# and it finds the libmbclient installed with it.
+if command -v python3 >/dev/null 2>&1; then
+    pydir=$(find "$dest" -type d -name moonbright_torch | head -n 1)
+    [ -n "$pydir" ] || fail "moonbright_torch is not installed"
+    pth=$(find "$dest" -name moonbright.pth | head -n 1)
+    [ -n "$pth" ] || fail "no moonbright.pth installed"
+    [ "$dest$(cat "$pth")" = "$(dirname "$pydir")" ] || fail "moonbright.pth names $(cat "$pth"), not $(dirname "$pydir")"
+    purelib=$(python3 -c "import sysconfig; print(sysconfig.get_path('purelib'))")
+    [ "$(dirname "$pth")" = "$dest$purelib" ] || fail "moonbright.pth is in $(dirname "$pth"), not python3's $purelib"
+    got=$(cd / && env -u MOONBRIGHT_LIB PYTHONPATH="$(dirname "$pydir")" python3 -c '
+import sys
+sys.modules["torch"] = None          # as if PyTorch were not installed
+import moonbright_torch
+print(moonbright_torch.library_path())
+try:
+    moonbright_torch.enable()
+except RuntimeError as e:
+    print("enable:", e)
+') || fail "import moonbright_torch failed: $got"
+    want=$(readlink -f "$lib")
+    [ "$(readlink -f "$(echo "$got" | head -n 1)")" = "$want" ] \
+        || fail "moonbright_torch.library_path() gave '$got', not the installed $want"
+    echo "$got" | grep -q "enable: moonbright_torch.enable() needs PyTorch" \
+        || fail "enable() without torch did not say it needs PyTorch: $got"
+fi
 
 cat > "$dest/app.c" <<'APP'
 #include <stdio.h>
@@ -61,7 +101,7 @@ if ldd "$lib" | grep -q libubsan; then san="$san -fsanitize=undefined"; fi
 
 mkdir -p "$rt"
 "$root/bin/moonbrightd" --foreground --config "$conf" --backend host --runtime-dir "$rt" \
-    --budget 64M --log-level warn &
+    --budget 64M --log-level info 2>"$dest/daemon.log" &
 pid=$!
 i=0
 until "$root/bin/mbctl" --runtime-dir "$rt" status >/dev/null 2>&1; do
@@ -76,4 +116,6 @@ out=$(LD_LIBRARY_PATH=$(dirname "$lib") MOONBRIGHT_RUNTIME_DIR=$rt ASAN_OPTIONS=
 kill "$pid"
 wait "$pid" || fail "moonbrightd exited with $?"
 pid=
+grep -q "serving device 0 .*config $conf\$" "$dest/daemon.log" \
+    || fail "the start-up line does not name $conf: $(cat "$dest/daemon.log")"
 echo "test_install: installed library, header, pkg-config file and daemon work"

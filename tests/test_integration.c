@@ -208,6 +208,7 @@ static void hostile_bytes_leave_daemon_serving(void **state)
     uint8_t tok[16] = { 1 };
     h.token.data = tok;
     h.token.len = 16;
+    h.version = MB_PROTOCOL_VERSION;
     req.body_case = MB__REQUEST__BODY_HELLO;
     req.hello = &h;
     req.id = 9;
@@ -572,6 +573,48 @@ static void large_frames_by_plan(void **state)
     assert_int_equal(mbt_daemon_stop(&d), 0);
 }
 
+/* A hello of another protocol version: refused with both versions named,
+ * the token still unused (the right hello then binds it), daemon serving. */
+static void hello_of_another_version_is_refused(void **state)
+{
+    struct mbt_daemon d;
+    assert_int_equal(mbt_daemon_start(&d, NULL), 0);
+    struct mbt_session s = { .chan = -1 };
+    struct mb_chan_msg w;
+    assert_int_equal(mb_chan_open(d.dir, 0, 5000, &s.chan, &w), 0);
+    char ep[300];
+    assert_int_equal(mb_ctl_endpoint(ep, sizeof(ep), d.dir, 0), 0);
+    s.zctx = zmq_ctx_new();
+    s.dealer = zmq_socket(s.zctx, ZMQ_DEALER);
+    int zero = 0;
+    zmq_setsockopt(s.dealer, ZMQ_LINGER, &zero, sizeof(zero));
+    assert_int_equal(zmq_connect(s.dealer, ep), 0);
+
+    Mb__Request req;
+    Mb__Hello h;
+    mb_wire_hello(&req, &h, w.token, "old-client");
+    h.version = MB_PROTOCOL_VERSION + 1;
+    Mb__Reply *rep = NULL;
+    assert_int_equal(mbt_session_call(&s, &req, &rep), MB_EPROTO);
+    char want[128];
+    snprintf(want, sizeof(want), "client speaks protocol version %u, this moonbrightd speaks version %u",
+             MB_PROTOCOL_VERSION + 1, MB_PROTOCOL_VERSION);
+    assert_non_null(rep->error);
+    if (!strstr(rep->error, want))
+        fail_msg("error '%s' lacks '%s'", rep->error, want);
+    mb__reply__free_unpacked(rep, NULL);
+    h.version = 0;   /* a client that never set it */
+    assert_int_equal(mbt_session_call(&s, &req, NULL), MB_EPROTO);
+
+    h.version = MB_PROTOCOL_VERSION;
+    assert_int_equal(mbt_session_call(&s, &req, &rep), 0);
+    assert_int_equal(rep->body_case, MB__REPLY__BODY_HELLO);
+    mb__reply__free_unpacked(rep, NULL);
+    mbt_session_close(&s);
+    assert_true(mbt_daemon_alive(&d));
+    assert_int_equal(mbt_daemon_stop(&d), 0);
+}
+
 static void mbctl_without_daemon(void **state)
 {
     struct mbt_daemon d = { .dir = "/tmp/mbtest-no-such-dir" };
@@ -601,6 +644,7 @@ int main(void)
         cmocka_unit_test(second_daemon_refuses),
         cmocka_unit_test(bad_options_are_refused),
         cmocka_unit_test(config_errors_name_file_and_line),
+        cmocka_unit_test(hello_of_another_version_is_refused),
         cmocka_unit_test(mbctl_without_daemon),
         cmocka_unit_test(large_frames_by_plan),
     };

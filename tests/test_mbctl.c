@@ -1,7 +1,8 @@
 /* test_mbctl.c: every mbctl command against a running moonbrightd, with
  * --json parsed and checked against what the test set up; Prometheus text
- * from metrics; top's refreshes; --help for every command; exit codes for
- * usage errors and for a daemon that is not running. */
+ * from metrics; top's refreshes and q; --help for every command; exit codes
+ * for usage errors and for a daemon that is not running or was killed;
+ * options after the command word; the wording of counts and refusals. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -9,6 +10,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
+#include <time.h>
 #include <unistd.h>
 #include <cmocka.h>
 
@@ -252,12 +255,139 @@ static void help_usage_and_no_daemon(void **state)
         assert_int_equal(ctl(&none, buf, sizeof(buf), bad[i]), 2);
 }
 
+/* After SIGKILL the sockets stay behind: mbctl reads the lock file's pid
+ * and says the daemon is not running at once (an hour's --timeout would
+ * otherwise be waited out). */
+static void stale_runtime_dir(void **state)
+{
+    struct mbt_daemon d;
+    assert_int_equal(mbt_daemon_start(&d, NULL), 0);
+    pid_t pid = d.pid;
+    assert_int_equal(kill(pid, SIGKILL), 0);
+    /* Dead but not yet reaped: /proc says Z. */
+    char stat_path[64], st[256] = "";
+    snprintf(stat_path, sizeof(stat_path), "/proc/%d/stat", (int)pid);
+    for (int i = 0; i < 500; i++) {
+        FILE *f = fopen(stat_path, "r");
+        assert_non_null(f);
+        assert_non_null(fgets(st, sizeof(st), f));
+        fclose(f);
+        if (strstr(st, ") Z "))
+            break;
+        usleep(10000);
+    }
+    assert_non_null(strstr(st, ") Z "));
+    char sock[200];
+    snprintf(sock, sizeof(sock), "%s/gpu0.fds", d.dir);
+    assert_int_equal(access(sock, F_OK), 0);   /* the stale socket is there */
+
+    static char buf[4096];
+    char want[128];
+    snprintf(want, sizeof(want), "moonbrightd (pid %d) is not running", (int)pid);
+    const char *const runs[][4] = { { "status" }, { "top", "--once" }, { "kill", "1" } };
+    for (size_t i = 0; i < sizeof(runs) / sizeof(runs[0]); i++) {
+        const char *argv[16] = { MB_CTL_BIN, "--runtime-dir", d.dir, "--timeout", "3600000" };
+        int n = 5;
+        for (int k = 0; k < 4 && runs[i][k]; k++)
+            argv[n++] = runs[i][k];
+        argv[n] = NULL;
+        struct timespec t0, t1;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        assert_int_equal(mbt_run(&d, argv, buf, sizeof(buf), true), 3);
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        if (!strstr(buf, want))
+            fail_msg("mbctl %s said '%s', not '%s'", runs[i][0], buf, want);
+        /* Sanity only: an answer at all proves the hour-long timeout was
+         * not waited out; this bound is far from any machine's speed. */
+        assert_true(t1.tv_sec - t0.tv_sec < 60);
+    }
+    assert_int_equal(mbt_daemon_wait(&d, 5000), 128 + SIGKILL);
+}
+
+/* top quits on q (from a pipe here; a terminal is read key by key). */
+static void top_quits_on_q(void **state)
+{
+    struct mbt_daemon d;
+    assert_int_equal(mbt_daemon_start(&d, NULL), 0);
+    const char *argv[] = { MB_CTL_BIN, "--runtime-dir", d.dir, "top", "--interval", "50", NULL };
+    int out, in;
+    pid_t pid = mbt_spawn(&d, argv, &out, &in);
+    assert_true(pid > 0);
+    char line[512];
+    bool drawn = false;
+    while (!drawn && mbt_read_line(out, line, sizeof(line), 10000) >= 0)
+        drawn = strstr(line, "mbctl top,") && strstr(line, "q quits");
+    assert_true(drawn);
+    assert_int_equal(write(in, "q", 1), 1);
+    /* Drain what it still prints, until it exits and closes its output. */
+    while (mbt_read_line(out, line, sizeof(line), 10000) >= 0)
+        ;
+    assert_int_equal(mbt_wait(pid), 0);
+    close(in);
+    close(out);
+    assert_int_equal(mbt_daemon_stop(&d), 0);
+}
+
+/* Options after the command word; plurals; what kill says of an unknown
+ * id; drain's help matches its arguments. */
+static void options_anywhere_and_wording(void **state)
+{
+    struct mbt_daemon d;
+    assert_int_equal(mbt_daemon_start(&d, NULL), 0);
+    struct mbt_session a;
+    assert_int_equal(mbt_session_open(&d, "solo", &a), 0);
+    assert_int_equal(mbt_session_grant(&a, 2u << 20), 0);
+    assert_int_equal(mbt_session_cache(&a, 2u << 20), 0);   /* so reclaim asks it */
+    /* The runner's environment points elsewhere: only the option finds d. */
+    struct mbt_daemon none = { .dir = "/tmp/mbtest-no-such-dir" };
+    static char buf[1 << 16];
+    const char *after[] = { MB_CTL_BIN, "status", "--json", "--runtime-dir", d.dir, NULL };
+    assert_int_equal(mbt_run(&none, after, buf, sizeof(buf), false), 0);
+    struct json *j = json_parse(buf);
+    assert_non_null(j);
+    assert_int_equal((int)json_num(j, "device"), 0);
+    json_free(j);
+    char eq[200];
+    snprintf(eq, sizeof(eq), "--runtime-dir=%s", d.dir);
+    const char *after_eq[] = { MB_CTL_BIN, "--timeout", "5000", "tenants", eq, "--device", "0", NULL };
+    assert_int_equal(mbt_run(&none, after_eq, buf, sizeof(buf), true), 0);
+    assert_non_null(strstr(buf, "solo"));
+    const char *bad_dev[] = { MB_CTL_BIN, "status", "--device", "nine", NULL };
+    assert_int_equal(mbt_run(&none, bad_dev, buf, sizeof(buf), true), 2);
+    assert_non_null(strstr(buf, "bad device 'nine'"));
+    const char *no_val[] = { MB_CTL_BIN, "status", "--runtime-dir", NULL };
+    assert_int_equal(mbt_run(&none, no_val, buf, sizeof(buf), true), 2);
+
+    const char *rcl[] = { "reclaim", NULL };
+    assert_int_equal(ctl(&d, buf, sizeof(buf), rcl), 0);
+    if (!strstr(buf, "asked 1 session to"))
+        fail_msg("reclaim said: %s", buf);
+    const char *dr[] = { "drain", "on", NULL };
+    assert_int_equal(ctl(&d, buf, sizeof(buf), dr), 0);
+    if (!strstr(buf, "2 sessions open"))   /* solo and mbctl's own */
+        fail_msg("drain said: %s", buf);
+    const char *undr[] = { "drain", "off", NULL };
+    assert_int_equal(ctl(&d, buf, sizeof(buf), undr), 0);
+    const char *ki[] = { "kill", "999", NULL };
+    assert_int_equal(ctl(&d, buf, sizeof(buf), ki), 1);
+    if (!strstr(buf, "no session 999") || strstr(buf, "pointer"))
+        fail_msg("kill 999 said: %s", buf);
+    const char *help[] = { "drain", "--help", NULL };
+    assert_int_equal(ctl(&d, buf, sizeof(buf), help), 0);
+    assert_non_null(strstr(buf, "drain [on|off]"));
+    mbt_session_close(&a);
+    assert_int_equal(mbt_daemon_stop(&d), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(every_command_json),
         cmocka_unit_test(text_metrics_and_top),
         cmocka_unit_test(help_usage_and_no_daemon),
+        cmocka_unit_test(stale_runtime_dir),
+        cmocka_unit_test(top_quits_on_q),
+        cmocka_unit_test(options_anywhere_and_wording),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -118,6 +118,12 @@ static void dev_release(void *ctx, void *ev)
 static const struct mb_pool_ops dev_ops = { dev_grow, dev_shrink, dev_record, dev_query, dev_release };
 static const struct mb_pool_ops dev_ops_nostream = { dev_grow, dev_shrink, NULL, NULL, NULL };
 
+/* The device was synchronised: device-sync fences complete. */
+static void settle(struct mb_pool *p)
+{
+    mb_pool_sync_end(p, mb_pool_sync_begin(p));
+}
+
 static void complete(struct dev *d, int s) { d->done[s] = d->clock[s]; }
 static void launch(struct dev *d, int s) { d->clock[s]++; }
 
@@ -161,6 +167,7 @@ static void test_basic(void **state)
     assert_int_equal(live, 0);
     complete(&d, 0);
     complete(&d, 1);
+    settle(p);                                     /* frees no event covers */
     assert_int_equal(mb_pool_trim(p, 0), 1 << 20);
     mb_pool_stats(p, &live, &mapped);
     assert_int_equal(mapped, 0);
@@ -179,6 +186,95 @@ static void test_basic(void **state)
     mb_pool_free(p);
     assert_int_equal(d.arenas, 0);
     assert_int_equal(d.ev_live, 0);
+}
+
+/* One event covers a batch of frees; a miss never records on a stream
+ * other than the legacy one; the tail of a batch settles by a device sync. */
+static void test_batched_fences(void **state)
+{
+    (void)state;
+    struct dev d = { 0 };
+    struct mb_pool *p;
+    const size_t K = 4096;
+    assert_int_equal(mb_pool_new(&p, &dev_ops, &d, 256, 1 << 20), 0);
+    void *A = stream_of(0), *B = stream_of(1), *v[40], *y;
+    void *filler;
+    for (int i = 0; i < 40; i++)
+        assert_int_equal(mb_pool_alloc(p, K, A, &v[i]), 0);
+    assert_int_equal(mb_pool_alloc(p, (1 << 20) - 40 * K, A, &filler), 0);   /* arena full */
+    launch(&d, 0);
+    for (int i = 0; i < 31; i++)
+        assert_int_equal(mb_pool_release(p, v[i], A), 0);
+    assert_int_equal(d.ev_recorded, 0);                   /* frees record nothing */
+    assert_int_equal(mb_pool_release(p, v[31], A), 0);
+    assert_int_equal(d.ev_recorded, 1);                   /* the 32nd closes the batch */
+    complete(&d, 0);
+    /* B misses: A is not touched (it may be gone); the batch is reusable */
+    size_t arenas = d.arenas;
+    assert_int_equal(mb_pool_alloc(p, 32 * K, B, &y), 0);
+    assert_int_equal(d.ev_recorded, 1);
+    assert_int_equal(d.arenas, arenas);
+    assert_ptr_equal(y, v[0]);
+    launch(&d, 0);
+    for (int i = 32; i < 40; i++)
+        assert_int_equal(mb_pool_release(p, v[i], A), 0);
+    complete(&d, 0);
+    /* the tail (8 frees) has no event: a device sync settles it */
+    bool unfenced = false;
+    assert_int_equal(mb_pool_pending(p, &unfenced), 8 * K);
+    assert_true(unfenced);
+    settle(p);
+    assert_int_equal(mb_pool_pending(p, &unfenced), 0);
+    assert_false(unfenced);
+    void *z;
+    assert_int_equal(mb_pool_alloc(p, 8 * K, MB_POOL_SYNC, &z), 0);
+    assert_ptr_equal(z, v[32]);
+    assert_int_equal(d.arenas, arenas);
+    /* a synchronous allocation never takes a block pending on a stream */
+    launch(&d, 0);
+    assert_int_equal(mb_pool_release(p, z, A), 0);
+    assert_int_equal(mb_pool_alloc(p, 8 * K, MB_POOL_SYNC, &z), 0);
+    assert_ptr_not_equal(z, v[32]);
+    assert_true(mb_pool_is_valid(p));
+    complete(&d, 0);
+    settle(p);
+    assert_int_equal(mb_pool_release(p, y, B), 0);
+    assert_int_equal(mb_pool_release(p, z, B), 0);
+    assert_int_equal(mb_pool_release(p, filler, B), 0);
+    complete(&d, 1);
+    settle(p);
+    mb_pool_free(p);
+    assert_int_equal(d.arenas, 0);
+    assert_int_equal(d.ev_live, 0);
+}
+
+/* A mapped range joins as a free arena; a block spanning its arena leaves. */
+static void test_adopt_detach(void **state)
+{
+    (void)state;
+    struct dev d = { 0 };
+    struct mb_pool *p;
+    assert_int_equal(mb_pool_new(&p, &dev_ops, &d, 256, 1 << 20), 0);
+    static char range[1 << 16] __attribute__((aligned(256)));
+    assert_int_equal(mb_pool_adopt(p, range, sizeof(range), stream_of(0)), 0);
+    void *x, *y, *base;
+    size_t bytes;
+    assert_int_equal(mb_pool_alloc(p, sizeof(range), stream_of(0), &x), 0);
+    assert_ptr_equal(x, range);                            /* pending on its stream: at once */
+    assert_int_equal(mb_pool_detach(p, x, &base, &bytes), 0);
+    assert_ptr_equal(base, range);
+    assert_int_equal(bytes, sizeof(range));
+    assert_int_equal(mb_pool_detach(p, x, &base, &bytes), MB_ENOENT);
+    assert_int_equal(mb_pool_alloc(p, 4096, stream_of(0), &x), 0);
+    assert_int_equal(mb_pool_alloc(p, 4096, stream_of(0), &y), 0);
+    assert_int_equal(mb_pool_detach(p, x, &base, &bytes), MB_EBUSY);  /* shares its arena */
+    assert_true(mb_pool_is_valid(p));
+    assert_int_equal(mb_pool_release(p, x, stream_of(0)), 0);
+    assert_int_equal(mb_pool_release(p, y, stream_of(0)), 0);
+    complete(&d, 0);
+    settle(p);
+    mb_pool_free(p);
+    assert_int_equal(d.arenas, 0);
 }
 
 /* The stream rule, step by step. */
@@ -201,6 +297,7 @@ static void test_streams(void **state)
     assert_int_equal(d.ev_recorded, 0);
     launch(&d, 0);
     assert_int_equal(mb_pool_release(p, x, A), 0);
+    assert_int_equal(mb_pool_fence(p, A), 0);      /* the caller vouches for A */
     /* another stream: not while the free's work is pending */
     assert_int_equal(mb_pool_alloc(p, M, B, &y), 0);
     assert_ptr_not_equal(y, x);
@@ -234,6 +331,7 @@ static void test_streams(void **state)
     d.done[0] = e1;
     assert_int_equal(mb_pool_alloc(p, M, C, &z), 0);         /* e1 alone does not free them */
     assert_true((uintptr_t)z + M <= (uintptr_t)x || (uintptr_t)z >= (uintptr_t)x + M);
+    assert_int_equal(mb_pool_fence(p, A), 0);                /* e2 covers s[1] */
     complete(&d, 0);
     void *h;
     assert_int_equal(mb_pool_alloc(p, M / 2, B, &h), 0);     /* both halves, merged */
@@ -514,6 +612,7 @@ static void run_model(size_t ops, size_t target, size_t max_size, size_t align,
                 do_free(&m, p, rnd_below(m.nlive), (int)rnd_below(NSTREAMS));
             for (int s = 0; s < NSTREAMS; s++)
                 complete(&d, s);
+            settle(p);
             mb_pool_trim(p, 0);
             size_t live, mapped;
             mb_pool_stats(p, &live, &mapped);
@@ -562,6 +661,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_basic),
         cmocka_unit_test(test_streams),
+        cmocka_unit_test(test_batched_fences),
+        cmocka_unit_test(test_adopt_detach),
         cmocka_unit_test(test_no_streams),
         cmocka_unit_test(test_model_every_step),
         cmocka_unit_test(test_model_long),

@@ -68,9 +68,9 @@ static void test_classes(void **state)
     assert_int_equal(mb_slab_new(&s, 3 << 20, prov_get, prov_put, &v), MB_EINVAL);
     assert_int_equal(mb_slab_new(&s, 2048, prov_get, prov_put, &v), MB_EINVAL);
     assert_int_equal(mb_slab_new(&s, 2 << 20, prov_get, prov_put, &v), 0);
-    assert_int_equal(mb_slab_max_size(s), 256 << 10);
+    assert_int_equal(mb_slab_max_size(s), 1 << 20);
     unsigned n = mb_slab_class_count(s);
-    assert_int_equal(n, 4 + 4 * 8);
+    assert_int_equal(n, 4 + 4 * 10);
     for (unsigned i = 0; i < n; i++) {
         size_t c = mb_slab_class_size(s, i);
         assert_int_equal(c % 256, 0);
@@ -103,10 +103,10 @@ static void test_classes(void **state)
     mb_slab_free(s);
     assert_int_equal(v.out, 0);
 
-    /* a small chunk caps the largest class at chunk / 8 */
+    /* a small chunk caps the largest class at chunk / 2 */
     assert_int_equal(mb_slab_new(&s, 64 << 10, prov_get, prov_put, &v), 0);
-    assert_int_equal(mb_slab_max_size(s), 8 << 10);
-    assert_int_equal(mb_slab_class_count(s), 4 + 4 * 3);
+    assert_int_equal(mb_slab_max_size(s), 32 << 10);
+    assert_int_equal(mb_slab_class_count(s), 4 + 4 * 5);
     assert_true(mb_slab_is_valid(s));
     mb_slab_free(s);
 }

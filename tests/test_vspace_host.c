@@ -265,18 +265,21 @@ static void test_amap_host(void **state)
 {
     (void)state;
     struct stitched *s = NULL;
-    pthread_mutex_lock(&g_c->lock);
     assert_int_equal(amap_take_error(g_c), 0);
+    pthread_mutex_lock(&g_c->flock);
     int rc = amap_alloc(g_c, 5 << 20, NULL, &s);
-    pthread_mutex_unlock(&g_c->lock);
+    pthread_mutex_unlock(&g_c->flock);
     assert_int_equal(rc, 0);
     assert_true(s->bytes >= (size_t)5 << 20);
     memset(s->va, 0x5A, 5 << 20);
     assert_int_equal(amap_in_flight(g_c), 0);
-    pthread_mutex_lock(&g_c->lock);
-    assert_int_equal(amap_free(g_c, s, NULL), 0);
+    bool failed, unmapped;
+    amap_settle(g_c, s, &failed, &unmapped);
+    assert_false(failed);
+    pthread_mutex_lock(&g_c->flock);
+    assert_int_equal(stitch_free(g_c, s, NULL), 0);
+    pthread_mutex_unlock(&g_c->flock);
     amap_close(g_c);
-    pthread_mutex_unlock(&g_c->lock);
 }
 
 int main(void)

@@ -2,7 +2,7 @@
 # tools/gpu_check.sh: everything checked on a GPU host in one go: build
 # (Release), the GPU tests (ctest -L gpu), then the GPU benchmarks, with logs
 # under $OUT (default ./gpu-out) and a short summary last. On a host without
-# the build dependencies, source .gpu/use-deps.sh first (see README).
+# the build dependencies, source tools/gpu/use-deps.sh first (see README).
 set -u
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/gpu-out}

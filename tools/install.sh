@@ -14,7 +14,8 @@ cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DBUILD_TESTING=OFF -DCMAK
 cmake --build build -j"$(nproc)"
 $SUDO cmake --install build >/dev/null
 $SUDO ldconfig
-echo "install: binaries in $prefix/bin, library in $prefix/lib, config in $prefix/etc/moonbright"
+conf=$("$prefix/bin/moonbrightd" --help | sed -n 's/.*(default \(.*moonbrightd\.conf\),.*/\1/p')
+echo "install: binaries in $prefix/bin, library in $prefix/lib, config $conf"
 
 if [ -d /run/systemd/system ]; then
   echo "install: starting the service with systemctl"

@@ -433,6 +433,8 @@ static void usage(FILE *f)
             "                     with and without large frames, cuMemAlloc, in-process create+map\n"
             "  rpc                daemon round trips with 1, 4, 16, 64 client processes\n"
             "  replay TRACE       LLM KV-cache replay of a request trace (Azure CSV or JSONL)\n"
+            "  threads            pairs per second from threads sharing one client, and\n"
+            "                     streams destroyed under it\n"
             "  tenants            tenants with alternating peaks against static partitioning\n"
             "\n"
             "Every subcommand takes:\n" BENCH_COMMON_HELP
@@ -464,6 +466,7 @@ int main(int argc, char **argv)
         { "latency", bench_latency },     { "grant", bench_grant },
         { "rpc", bench_rpc },
         { "replay", bench_replay },       { "tenants", bench_tenants },
+        { "threads", bench_threads },
         { "rpc-worker", bench_rpc_worker }, { "tenants-worker", bench_tenants_worker },
     };
     for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++)

@@ -46,6 +46,7 @@ int bench_rpc_worker(int argc, char **argv);
 int bench_replay(int argc, char **argv);
 int bench_tenants(int argc, char **argv);
 int bench_tenants_worker(int argc, char **argv);
+int bench_threads(int argc, char **argv);
 
 /* Timing. */
 uint64_t bench_now_ns(void);
@@ -134,5 +135,7 @@ enum { BENCH_POOL_RELEASE_THRESHOLD = 4, BENCH_POOL_RESERVED_CURRENT = 5,
  * set to the maximum). On failure why says what was missing. */
 int bench_cuda_open(int device, struct bench_cuda **out, char *why, size_t why_len);
 void bench_cuda_close(struct bench_cuda *cu);
+/* Another libcuda symbol (NULL when missing). */
+void *bench_cuda_sym(struct bench_cuda *cu, const char *name);
 
 #endif

@@ -95,3 +95,8 @@ void bench_cuda_close(struct bench_cuda *cu)
     /* libcuda stays loaded: unloading the driver under a live process is not supported. */
     free(cu);
 }
+
+void *bench_cuda_sym(struct bench_cuda *cu, const char *name)
+{
+    return cu && cu->lib ? dlsym(cu->lib, name) : NULL;
+}

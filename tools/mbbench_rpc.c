@@ -79,8 +79,8 @@ int bench_rpc_worker(int argc, char **argv)
         mb_stats(c, &a);
         for (int i = 0; rc == 0 && i < 4; i++) {
             void *p;
-            if ((rc = mb_malloc(c, size, &p)) == 0)
-                rc = mb_free(c, p);
+            if ((rc = mb_malloc(c, size, &p)) == 0 && (rc = mb_free(c, p)) == 0)
+                rc = mb_trim(c, 0);
         }
         mb_stats(c, &b);
         if (rc == 0 && b.daemon_requests - a.daemon_requests >= 8)
@@ -102,8 +102,8 @@ int bench_rpc_worker(int argc, char **argv)
             uint64_t t0 = bench_now_ns();
             rc = mb_malloc(c, fb, &p);
             uint64_t t1 = bench_now_ns();
-            if (rc == 0)
-                rc = mb_free(c, p);
+            if (rc == 0 && (rc = mb_free(c, p)) == 0)
+                rc = mb_trim(c, 0);   /* freed memory stays mapped until trimmed */
             uint64_t t2 = bench_now_ns();
             v[n++] = t1 - t0;
             v[n++] = t2 - t1;
@@ -253,7 +253,7 @@ static void usage(FILE *f)
     fprintf(f, "usage: mbbench rpc [options]\n"
                "  --clients LIST      concurrent client processes (default 1,4,16,64; --quick 1,4)\n"
                "  --cycles K          cycles per client (default 2000; --quick 20)\n"
-               "  --op alloc|status   alloc: mb_malloc+mb_free with MOONBRIGHT_CACHE=0 of the smallest\n"
+               "  --op alloc|status   alloc: mb_malloc+mb_free+mb_trim with MOONBRIGHT_CACHE=0 of the smallest\n"
                "                      size (frames, doubling) the library takes from the daemon, so\n"
                "                      each call is one round trip (grant, return); status: the\n"
                "                      daemon's status request, no session (default alloc)\n" BENCH_COMMON_HELP);

@@ -5,7 +5,10 @@
  * caller's uid from the socket. Exit codes: 0 success, 1 the daemon
  * refused, 2 usage error, 3 the daemon is not running or did not answer. */
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
+#include <poll.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -14,6 +17,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <termios.h>
 #include <time.h>
 #include <unistd.h>
 #include <zmq.h>
@@ -69,6 +73,12 @@ static void json_max(uint64_t v)
         printf("%llu", (unsigned long long)v);
 }
 
+/* "1 session", "2 sessions". */
+static const char *plural(unsigned long long n, const char *one, const char *many)
+{
+    return n == 1 ? one : many;
+}
+
 static const char *size_or_unlimited(uint64_t v, char *buf, size_t len)
 {
     return v == UNLIMITED ? "unlimited" : mb_format_size(v, buf, len);
@@ -89,6 +99,63 @@ static void prom_label(const char *s)
 
 /* ---- talking to the daemon -------------------------------------------- */
 
+/* A daemon killed with SIGKILL leaves its sockets behind, and ZeroMQ would
+ * wait the whole timeout for an answer: the lock file names the daemon's
+ * pid, so a pid that is gone (or is another program now), with a handle
+ * channel that refuses connections, means "not running" at once. 0 when a
+ * daemon may be running. */
+static int check_lock_pid(const struct ctl *ctl)
+{
+    char path[300], buf[32] = "";
+    snprintf(path, sizeof(path), "%s/gpu%d.lock", ctl->runtime_dir, ctl->device);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    ssize_t n = read(fd, buf, sizeof(buf) - 1);
+    close(fd);
+    buf[n > 0 ? n : 0] = '\0';
+    char *end;
+    long pid = strtol(buf, &end, 10);
+    if (end == buf || (*end && *end != '\n') || pid <= 0)
+        return 0;   /* empty or being written: let the sockets decide */
+    bool gone = kill((pid_t)pid, 0) != 0 && errno == ESRCH;
+    if (!gone) {
+        /* A dead daemon not yet reaped, or a reused pid: another program. */
+        char stat_path[64], st[256] = "";
+        snprintf(stat_path, sizeof(stat_path), "/proc/%ld/stat", pid);
+        FILE *f = fopen(stat_path, "re");
+        if (f) {
+            if (fgets(st, sizeof(st), f)) {
+                const char *comm = strchr(st, '(');
+                const char *close_paren = strrchr(st, ')');
+                if (comm && close_paren && close_paren[1] == ' ')
+                    gone = strncmp(comm + 1, "moonbrightd", 11) != 0 || close_paren[2] == 'Z' ||
+                           close_paren[2] == 'X';
+            }
+            fclose(f);
+        }
+    }
+    if (!gone)
+        return 0;
+    /* A daemon in another pid namespace has a pid we cannot see: its
+     * handle channel still accepts, a dead daemon's refuses at once. */
+    char chan[256];
+    if (mb_chan_path(chan, sizeof(chan), ctl->runtime_dir, ctl->device) == 0) {
+        struct sockaddr_un sa;
+        mb_chan_sockaddr(&sa, chan);
+        int s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+        bool refused = s >= 0 && connect(s, (struct sockaddr *)&sa, sizeof(sa)) != 0 &&
+                       errno == ECONNREFUSED;
+        if (s >= 0)
+            close(s);
+        if (!refused)
+            return 0;
+    }
+    fprintf(stderr, "mbctl: moonbrightd (pid %ld) is not running for device %d (stale sockets in %s)\n",
+            pid, ctl->device, ctl->runtime_dir);
+    return EXIT_NODAEMON;
+}
+
 static int ctl_connect(struct ctl *ctl)
 {
     if (ctl->dealer)
@@ -105,6 +172,9 @@ static int ctl_connect(struct ctl *ctl)
         fprintf(stderr, "mbctl: moonbrightd is not running for device %d (no %s)\n", ctl->device, path);
         return EXIT_NODAEMON;
     }
+    int rc = check_lock_pid(ctl);
+    if (rc)
+        return rc;
     ctl->zctx = zmq_ctx_new();
     ctl->dealer = ctl->zctx ? zmq_socket(ctl->zctx, ZMQ_DEALER) : NULL;
     if (!ctl->dealer) {
@@ -510,8 +580,9 @@ static int cli_reclaim(struct ctl *ctl, int argc, char **argv)
                (unsigned long long)rep->reclaim->cached);
     } else {
         char a[32];
-        printf("asked %u sessions to return cached frames (%s cached, as last reported)\n",
-               rep->reclaim->sessions, mb_format_size(rep->reclaim->cached, a, sizeof(a)));
+        printf("asked %u %s to return cached frames (%s cached, as last reported)\n",
+               rep->reclaim->sessions, plural(rep->reclaim->sessions, "session", "sessions"),
+               mb_format_size(rep->reclaim->cached, a, sizeof(a)));
     }
     mb__reply__free_unpacked(rep, NULL);
     return 0;
@@ -536,9 +607,9 @@ static int cli_drain(struct ctl *ctl, int argc, char **argv)
         printf("{\"draining\":%s,\"sessions\":%u}\n", rep->drain->draining ? "true" : "false",
                rep->drain->sessions);
     else
-        printf("%s; %u sessions open (this one included)\n",
+        printf("%s; %u %s open (this one included)\n",
                rep->drain->draining ? "draining: no new frames are granted" : "granting frames",
-               rep->drain->sessions);
+               rep->drain->sessions, plural(rep->drain->sessions, "session", "sessions"));
     mb__reply__free_unpacked(rep, NULL);
     return 0;
 }
@@ -564,8 +635,9 @@ static int cli_kill(struct ctl *ctl, int argc, char **argv)
         printf("{\"session\":%llu,\"frames\":%u}\n", (unsigned long long)rep->kill->session,
                rep->kill->frames);
     else
-        printf("session %llu ended; %u frames withdrawn until its process exits\n",
-               (unsigned long long)rep->kill->session, rep->kill->frames);
+        printf("session %llu ended; %u %s withdrawn until its process exits\n",
+               (unsigned long long)rep->kill->session, rep->kill->frames,
+               plural(rep->kill->frames, "frame", "frames"));
     mb__reply__free_unpacked(rep, NULL);
     return 0;
 }
@@ -725,11 +797,70 @@ static int cli_metrics(struct ctl *ctl, int argc, char **argv)
 
 /* ---- top --------------------------------------------------------------- */
 
-static void sleep_ms(int ms)
+/* top reads keys from a terminal without waiting for Enter or echoing;
+ * the terminal's settings come back on every exit. */
+static struct termios g_saved_tty;
+static bool g_tty_raw;
+
+static void tty_restore(void)
 {
-    struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
-        ;
+    if (g_tty_raw)
+        tcsetattr(0, TCSANOW, &g_saved_tty);
+    g_tty_raw = false;
+}
+
+static void tty_restore_and_die(int sig)
+{
+    tty_restore();
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+static void tty_keys(void)
+{
+    struct termios t;
+    if (!isatty(0) || tcgetattr(0, &g_saved_tty) != 0)
+        return;
+    t = g_saved_tty;
+    t.c_lflag &= ~(tcflag_t)(ICANON | ECHO);
+    t.c_cc[VMIN] = 1;
+    t.c_cc[VTIME] = 0;
+    if (tcsetattr(0, TCSANOW, &t) != 0)
+        return;
+    g_tty_raw = true;
+    atexit(tty_restore);
+    signal(SIGINT, tty_restore_and_die);
+    signal(SIGTERM, tty_restore_and_die);
+}
+
+/* Wait ms milliseconds, or less when q arrives on standard input (a
+ * terminal or a pipe). True when the user asked to quit. */
+static bool wait_or_quit(int ms, bool *stdin_open)
+{
+    struct timespec start;
+    clock_gettime(CLOCK_MONOTONIC, &start);
+    for (;;) {
+        struct timespec now;
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        long left = ms - ((now.tv_sec - start.tv_sec) * 1000L + (now.tv_nsec - start.tv_nsec) / 1000000L);
+        if (left <= 0)
+            return false;
+        struct pollfd p = { 0, POLLIN, 0 };
+        int n = poll(&p, *stdin_open ? 1 : 0, (int)left);
+        if (n < 0 && errno != EINTR)
+            return false;
+        if (n <= 0)
+            continue;
+        char key[64];
+        ssize_t got = read(0, key, sizeof(key));
+        if (got <= 0) {
+            *stdin_open = false;   /* end of input: keep refreshing */
+            continue;
+        }
+        for (ssize_t i = 0; i < got; i++)
+            if (key[i] == 'q' || key[i] == 'Q')
+                return true;
+    }
 }
 
 static int cli_top(struct ctl *ctl, int argc, char **argv)
@@ -756,10 +887,12 @@ static int cli_top(struct ctl *ctl, int argc, char **argv)
             return EXIT_USAGE;
         }
     }
-    bool tty = isatty(1);
+    bool tty = isatty(1), stdin_open = true;
+    if (tty)
+        tty_keys();
     for (long shown = 0; count < 0 || shown < count; shown++) {
-        if (shown)
-            sleep_ms((int)interval);
+        if (shown && wait_or_quit((int)interval, &stdin_open))
+            break;
         Mb__Reply *srep, *trep;
         int rc = get_status(ctl, &srep);
         if (rc)
@@ -775,7 +908,7 @@ static int cli_top(struct ctl *ctl, int argc, char **argv)
         time_t now = time(NULL);
         char when[32];
         strftime(when, sizeof(when), "%H:%M:%S", localtime(&now));
-        printf("mbctl top, %s (every %ld ms)\n", when, interval);
+        printf("mbctl top, %s (every %ld ms; q quits)\n", when, interval);
         print_status_head(srep->status);
         printf("\n");
         print_tenants(trep->tenants);
@@ -785,6 +918,7 @@ static int cli_top(struct ctl *ctl, int argc, char **argv)
         mb__reply__free_unpacked(srep, NULL);
         mb__reply__free_unpacked(trep, NULL);
     }
+    tty_restore();
     return 0;
 }
 
@@ -807,7 +941,8 @@ static void usage_row(FILE *f, const struct mb_command *c)
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: mbctl [--runtime-dir DIR] [--device N] [--timeout MS] COMMAND [ARGS]\n\ncommands:\n");
+    fprintf(f, "usage: mbctl [--runtime-dir DIR] [--device N] [--timeout MS] COMMAND [ARGS]\n"
+               "(the options may also follow the command)\n\ncommands:\n");
     for (int i = 0; i < MB_CMD_COUNT; i++)
         if (mb_commands[i].flags & MB_CMD_CLI)
             usage_row(f, &mb_commands[i]);
@@ -828,6 +963,64 @@ static void command_help(const struct mb_command *c)
     printf("  Exit codes: 0 success, 1 refused by the daemon, 2 usage error, 3 not running.\n");
 }
 
+/* The options mbctl takes before or after the command word. */
+static int set_option(struct ctl *ctl, int opt, const char *val)
+{
+    char *end;
+    switch (opt) {
+    case 'r': ctl->runtime_dir = val; return 0;
+    case 'd':
+        errno = 0;
+        long dev = strtol(val, &end, 10);
+        if (errno || *end || end == val || dev < 0 || dev > 255) {
+            fprintf(stderr, "mbctl: bad device '%s' (expected 0-255)\n", val);
+            return EXIT_USAGE;
+        }
+        ctl->device = (int)dev;
+        return 0;
+    case 't':
+        errno = 0;
+        long ms = strtol(val, &end, 10);
+        if (errno || *end || end == val || ms <= 0 || ms > 3600000) {
+            fprintf(stderr, "mbctl: bad timeout '%s' (milliseconds, 1 to 3600000)\n", val);
+            return EXIT_USAGE;
+        }
+        ctl->timeout_ms = (int)ms;
+        return 0;
+    }
+    return EXIT_USAGE;
+}
+
+/* argv[*i] after the command word as one of those options ("--device 1"
+ * or "--device=1"): 1 when taken (*i moves past its value), 0 when it is
+ * not one, or an exit code. */
+static int after_command_option(struct ctl *ctl, int argc, char **argv, int *i)
+{
+    static const struct { const char *name; int opt; } opts[] = {
+        { "--runtime-dir", 'r' }, { "--device", 'd' }, { "--timeout", 't' },
+    };
+    for (size_t k = 0; k < sizeof(opts) / sizeof(opts[0]); k++) {
+        size_t len = strlen(opts[k].name);
+        if (strncmp(argv[*i], opts[k].name, len) != 0)
+            continue;
+        const char *val;
+        if (argv[*i][len] == '=') {
+            val = argv[*i] + len + 1;
+        } else if (argv[*i][len] == '\0') {
+            if (*i + 1 >= argc) {
+                fprintf(stderr, "mbctl: %s needs a value\n", opts[k].name);
+                return EXIT_USAGE;
+            }
+            val = argv[++*i];
+        } else {
+            continue;
+        }
+        int rc = set_option(ctl, opts[k].opt, val);
+        return rc ? rc : 1;
+    }
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     mb_log_set_ident("mbctl");
@@ -843,22 +1036,10 @@ int main(int argc, char **argv)
     };
     int c;
     while ((c = getopt_long(argc, argv, "+", longs, NULL)) != -1) {
-        char *end;
         switch (c) {
-        case 'r': ctl.runtime_dir = optarg; break;
-        case 'd':
-            ctl.device = (int)strtol(optarg, &end, 10);
-            if (*end || end == optarg || ctl.device < 0 || ctl.device > 255) {
-                fprintf(stderr, "mbctl: bad device '%s' (expected 0-255)\n", optarg);
+        case 'r': case 'd': case 't':
+            if (set_option(&ctl, c, optarg) != 0)
                 return EXIT_USAGE;
-            }
-            break;
-        case 't':
-            ctl.timeout_ms = (int)strtol(optarg, &end, 10);
-            if (*end || end == optarg || ctl.timeout_ms <= 0) {
-                fprintf(stderr, "mbctl: bad timeout '%s' (milliseconds > 0)\n", optarg);
-                return EXIT_USAGE;
-            }
             break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return EXIT_USAGE;
@@ -885,7 +1066,8 @@ int main(int argc, char **argv)
         usage(stderr);
         return EXIT_USAGE;
     }
-    /* Common flags after the command word: --json and --help. */
+    /* Common flags after the command word: --json, --help, and the options
+     * that may also come before it. */
     int cargc = 0;
     char **cargv = calloc((size_t)(argc - optind + 1), sizeof(*cargv));
     if (!cargv) {
@@ -893,6 +1075,13 @@ int main(int argc, char **argv)
         return EXIT_USAGE;
     }
     for (int i = optind; i < argc; i++) {
+        int taken = i > optind ? after_command_option(&ctl, argc, argv, &i) : 0;
+        if (taken > 1) {
+            free(cargv);
+            return taken;
+        }
+        if (taken == 1)
+            continue;
         if (strcmp(argv[i], "--json") == 0 && (row->flags & MB_CMD_JSON)) {
             ctl.json = true;
         } else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {

@@ -1,16 +1,41 @@
 #!/bin/sh
 # tools/run-tests.sh: the one command that runs every test: installs the
 # build dependencies if missing, builds with AddressSanitizer and UBSan
-# (warnings are errors), and runs ctest. GPU tests skip, and say so, where no
-# GPU is usable; then fuzzes the daemon's request handling for 60 s
-# (libFuzzer, tests/fuzz; MB_FUZZ_SECONDS changes it, 0 skips). Extra
-# arguments go to ctest (e.g. -L unit).
+# (warnings are errors), and runs ctest. GPU tests skip where no GPU is
+# usable, and the reason is printed once after ctest's summary; then runs
+# the threads test again under ThreadSanitizer (MB_TSAN=0 skips) and fuzzes
+# the daemon's request handling for 60 s (libFuzzer, tests/fuzz;
+# MB_FUZZ_SECONDS changes it, 0 skips). Extra arguments go to ctest (e.g.
+# -L unit).
 set -eu
 cd "$(dirname "$0")/.."
 sh tools/deps.sh
 cmake -S . -B build-test -DCMAKE_BUILD_TYPE=Debug -DMB_ASAN=ON -DMB_WERROR=ON >/dev/null
 cmake --build build-test -j"$(nproc)"
-(cd build-test && ctest --output-on-failure --timeout 900 "$@")
+rc=0
+(cd build-test && ctest --output-on-failure --timeout 900 "$@") || rc=$?
+
+# Skipped tests say why on their first line starting "SKIP:"; ctest keeps
+# that in its log only. Say it here, once: the most direct reason (the
+# driver's own words when a test got that far), with the number of tests.
+log=build-test/Testing/Temporary/LastTest.log
+if [ -f "$log" ]; then
+  n=$(grep -c '^SKIP: ' "$log" || true)
+  if [ "$n" -gt 0 ]; then
+    why=$(grep '^SKIP: no usable GPU' "$log" | head -n 1)
+    [ -n "$why" ] || why=$(grep '^SKIP: ' "$log" | head -n 1)
+    echo "$n tests skipped: ${why#SKIP: } (each test's reason: $log)"
+  fi
+fi
+[ "$rc" -eq 0 ] || exit "$rc"
+
+# The threads test again under ThreadSanitizer (MB_TSAN=0 skips).
+if [ "${MB_TSAN:-1}" != 0 ]; then
+  echo "ThreadSanitizer build: threads sharing one client"
+  cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=Debug -DMB_TSAN=ON -DMB_WERROR=ON >/dev/null
+  cmake --build build-tsan -j"$(nproc)" --target test_threads moonbrightd mbctl
+  (cd build-tsan && ctest --output-on-failure --timeout 900 -R '^test_threads$')
+fi
 secs=${MB_FUZZ_SECONDS:-60}
 if [ "$secs" -gt 0 ]; then
   echo "fuzzing the daemon's request handling for $secs s"

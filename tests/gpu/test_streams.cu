@@ -69,7 +69,12 @@ int main()
     hold_block<<<1, 32, 0, A>>>((uint32_t *)nullptr, 0, 0, bad + 1);
     CU(cudaStreamSynchronize(A));
 
-    const size_t blk = 1u << 20;
+    /* 1 MiB: slab objects through the thread cache; 64 MiB: the heap. */
+    const size_t sizes[2] = { 1u << 20, (size_t)64 << 20 };
+    for (int si = 0; si < 2; si++) {
+    const size_t blk = sizes[si];
+    const int nq = si == 0 ? 48 : 8;
+    bad[0] = 0;
     void *p;
     CHECK(mb_malloc_async(c, blk, A, &p) == 0);
     long long cycles = 2000000000ll / 10;   /* ~0.1-0.2 s at GPU clocks */
@@ -80,12 +85,12 @@ int main()
     /* Same stream: reuse at once is correct by stream order. */
     void *r;
     CHECK(mb_malloc_async(c, blk, A, &r) == 0);
-    printf("same-stream reuse: %s\n", r == p ? "yes" : "no");
+    printf("%zu KiB same-stream reuse: %s\n", blk >> 10, r == p ? "yes" : "no");
     CHECK(r == p);
 
     /* Other stream while the kernel runs: never the same bytes. */
     void *q[48];
-    for (int i = 0; i < 48; i++) {
+    for (int i = 0; i < nq; i++) {
         CHECK(mb_malloc_async(c, blk, B, &q[i]) == 0);
         CHECK(!overlaps(q[i], blk, p, blk));
         CU(cudaMemsetAsync(q[i], 0xff, blk, B));
@@ -93,11 +98,12 @@ int main()
     CHECK(cudaStreamQuery(A) == cudaErrorNotReady);   /* the test really overlapped */
     CU(cudaStreamSynchronize(A));
     CU(cudaStreamSynchronize(B));
-    printf("kernel block words disturbed: %llu\n", bad[0]);
+    printf("%zu KiB kernel block words disturbed: %llu\n", blk >> 10, bad[0]);
     CHECK(bad[0] == 0);
     CHECK(mb_free_async(c, r, A) == 0);
-    for (int i = 0; i < 48; i++)
+    for (int i = 0; i < nq; i++)
         CHECK(mb_free_async(c, q[i], B) == 0);
+    }
 
     /* A stitched allocation across frame boundaries, every byte written and
      * read back by kernels. */

@@ -229,6 +229,8 @@ int main(void)
     if (mbk_stream_create(&g_s) != 0 || mbk_stream_create(&g_t) != 0)
         return 1;
     /* Warm the test's own kernels before any stream is gated. */
+    if (mbk_test_warm() != 0)
+        return 1;
     mbk_spin(0, g_s);
     mbk_stream_sync(g_s);
     const struct CMUnitTest tests[] = {

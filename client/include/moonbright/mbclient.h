@@ -3,65 +3,54 @@
  *
  * A process opens a client (one session with moonbrightd, the daemon that
  * owns the GPU's physical frames), then allocates device memory through it.
- * Every function returns 0 or a negative mb_status; mb_strerror() names it.
- * The client is thread-safe. */
+ * Every function returns 0 or a negative mb_status (moonbright/status.h;
+ * mb_strerror() names it) except those documented otherwise: mb_close()
+ * cannot fail, and the queries (mb_usable_size, mb_backend_name,
+ * mb_strerror) and framework hooks return what they say. The client is
+ * thread-safe. Functions marked MB_API are the library's whole interface. */
 #ifndef MOONBRIGHT_MBCLIENT_H
 #define MOONBRIGHT_MBCLIENT_H
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
+
+#include <moonbright/api.h>
+#include <moonbright/status.h>   /* enum mb_status, mb_strerror() */
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-/* Status codes: 0 is success, failures are negative. The same numbers travel
- * in the protocol's replies. */
-enum mb_status {
-    MB_OK = 0,
-    MB_EINVAL = -1,     /* invalid argument */
-    MB_ENOMEM = -2,     /* the daemon's budget (or the device) is exhausted */
-    MB_EQUOTA = -3,     /* the tenant's quota would be exceeded */
-    MB_EUNAVAIL = -4,   /* the daemon is not reachable or did not answer */
-    MB_EPROTO = -5,     /* malformed or unexpected message */
-    MB_EPERM = -6,      /* not permitted for this session or user */
-    MB_ENOENT = -7,     /* no such pointer, frame, session or token */
-    MB_EBACKEND = -8,   /* the CUDA driver (or host backend) failed */
-    MB_ESYS = -9,       /* an operating-system call failed (see errno in the log) */
-    MB_EBUSY = -10,     /* already running, or draining */
-    MB_EDEVICE = -11,   /* the device is lost or unusable */
-    MB_ELIMIT = -12,    /* a hard limit (file descriptors, mappings) was reached */
-};
-#define MB_STATUS_MIN (-12)
 
 typedef struct mb_client mb_client;
 
 /* Open a session with the daemon of device $MOONBRIGHT_DEVICE (default 0)
  * whose sockets live in $MOONBRIGHT_RUNTIME_DIR (default /run/moonbright).
  * tenant_name NULL means $MOONBRIGHT_TENANT, else "default". */
-int mb_open(mb_client **out, const char *tenant_name);
+MB_API int mb_open(mb_client **out, const char *tenant_name);
 /* Unmap everything, return every frame to the daemon, end the session. */
-void mb_close(mb_client *c);
+MB_API void mb_close(mb_client *c);
 
 /* Synchronous, cudaMalloc-like: the memory is usable when the call returns,
  * aligned to at least 256 bytes. mb_free waits for work that may still use
  * the memory only when frames leave the process. */
-int mb_malloc(mb_client *c, size_t size, void **ptr);
-int mb_free(mb_client *c, void *ptr);
+MB_API int mb_malloc(mb_client *c, size_t size, void **ptr);
+MB_API int mb_free(mb_client *c, void *ptr);
 
 /* Stream-ordered: stream is a cudaStream_t / CUstream (NULL: the legacy
  * default stream). On the host backend streams are accepted and ordering is
  * trivially satisfied. */
-int mb_malloc_async(mb_client *c, size_t size, void *stream, void **ptr);
-int mb_free_async(mb_client *c, void *ptr, void *stream);
+MB_API int mb_malloc_async(mb_client *c, size_t size, void *stream, void **ptr);
+MB_API int mb_free_async(mb_client *c, void *ptr, void *stream);
 
 /* Grow in place: reserve max_size bytes of address space, map size bytes
  * now; mb_grow maps more frames at the end of the same range (no copy, the
  * pointer stays). Freed with mb_free. */
-int mb_malloc_growable(mb_client *c, size_t size, size_t max_size, void **ptr);
-int mb_grow(mb_client *c, void *ptr, size_t new_size);
+MB_API int mb_malloc_growable(mb_client *c, size_t size, size_t max_size, void **ptr);
+MB_API int mb_grow(mb_client *c, void *ptr, size_t new_size);
 /* Bytes usable at ptr (a live allocation's start), 0 if unknown. */
-size_t mb_usable_size(mb_client *c, const void *ptr);
+MB_API size_t mb_usable_size(mb_client *c, const void *ptr);
 
 /* Sharing between processes. mb_export makes an unguessable capability
  * (32 random bytes from the daemon) for an allocation of its own range
@@ -72,12 +61,12 @@ size_t mb_usable_size(mb_client *c, const void *ptr);
 typedef struct mb_share_token {
     uint8_t bytes[32];
 } mb_share_token;
-int mb_export(mb_client *c, void *ptr, mb_share_token *out);
-int mb_export_to(mb_client *c, void *ptr, uint32_t uid, mb_share_token *out);
-int mb_import(mb_client *c, const mb_share_token *t, void **ptr, size_t *size);
+MB_API int mb_export(mb_client *c, void *ptr, mb_share_token *out);
+MB_API int mb_export_to(mb_client *c, void *ptr, uint32_t uid, mb_share_token *out);
+MB_API int mb_import(mb_client *c, const mb_share_token *t, void **ptr, size_t *size);
 
 /* Return cached frames to the daemon until at most keep_bytes stay cached. */
-int mb_trim(mb_client *c, size_t keep_bytes);
+MB_API int mb_trim(mb_client *c, size_t keep_bytes);
 
 typedef struct mb_client_stats {
     size_t frame_bytes;       /* size of the daemon's base frame */
@@ -90,19 +79,21 @@ typedef struct mb_client_stats {
     size_t stitch_live;              /* slow tier (whole stitched ranges) */
     uint64_t daemon_requests;        /* round trips made */
     uint64_t frames_imported;        /* handles received over the channel */
+    size_t bytes_idle;               /* mapped, free, kept for reuse (slab, heap, idle ranges) */
+    uint64_t heap_hits;              /* heap allocations served from mapped memory */
+    uint64_t heap_grants;            /* backing ranges obtained (grant and map) */
+    uint64_t unmaps;                 /* ranges unmapped (trim, reclaim, idle policy, frees of ranges of their own) */
+    uint64_t device_syncs;           /* background device syncs that settled frees on streams */
 } mb_client_stats;
-int mb_stats(mb_client *c, mb_client_stats *out);
+MB_API int mb_stats(mb_client *c, mb_client_stats *out);
 
 /* Framework hooks (PyTorch CUDAPluggableAllocator, CuPy): connect lazily
  * to the daemon with the tenant $MOONBRIGHT_TENANT (default "torch"). */
-#include <sys/types.h>
-void *mb_torch_malloc(ssize_t size, int device, void *stream);
-void mb_torch_free(void *ptr, ssize_t size, int device, void *stream);
+MB_API void *mb_torch_malloc(ssize_t size, int device, void *stream);
+MB_API void mb_torch_free(void *ptr, ssize_t size, int device, void *stream);
 
-/* Text for a status code; never NULL. */
-const char *mb_strerror(int err);
 /* The backend this client uses: "cuda" or "host". */
-const char *mb_backend_name(const mb_client *c);
+MB_API const char *mb_backend_name(const mb_client *c);
 
 #ifdef __cplusplus
 }

@@ -61,7 +61,7 @@ typedef struct mb_vspace mb_vspace;
 /* A vspace of max_bytes (rounded up to whole pages) with pages of
  * page_bytes. Allocates the root node and launches each table kernel once
  * (so no first launch happens while a stream is gated). Nothing is mapped. */
-int mb_vspace_create(mb_client *c, size_t max_bytes, size_t page_bytes, mb_vspace **out);
+MB_API int mb_vspace_create(mb_client *c, size_t max_bytes, size_t page_bytes, mb_vspace **out);
 
 /* Back pages [first_page, first_page + npages) with physical pages (this
  * client's free pages first, then frames from its cache or the daemon),
@@ -69,29 +69,29 @@ int mb_vspace_create(mb_client *c, size_t max_bytes, size_t page_bytes, mb_vspac
  * writes their entries. Work enqueued later on stream sees the mapping;
  * other streams are not held up. Pages already mapped keep their memory.
  * Quota and out-of-memory errors come back at once and change nothing. */
-int mb_vspace_map_async(mb_vspace *v, size_t first_page, size_t npages, void *stream);
+MB_API int mb_vspace_map_async(mb_vspace *v, size_t first_page, size_t npages, void *stream);
 
 /* Enqueue on stream the kernel that invalidates the entries of the mapped
  * pages in the range (unmapped ones are skipped). Their physical pages are
  * reused only after that kernel and all work before it on stream completed:
  * a kernel enqueued later on stream reads INVALID, never another owner's data. */
-int mb_vspace_unmap_async(mb_vspace *v, size_t first_page, size_t npages, void *stream);
+MB_API int mb_vspace_unmap_async(mb_vspace *v, size_t first_page, size_t npages, void *stream);
 
 /* The translation descriptor for kernels; NULL when v is NULL. */
-const struct mb_vspace_dev *mb_vspace_device(const mb_vspace *v);
+MB_API const struct mb_vspace_dev *mb_vspace_device(const mb_vspace *v);
 
 /* Wait for the work of every stream this vspace was used on, then give its
  * pages back to the client's free pages and free its table. */
-void mb_vspace_destroy(mb_vspace *v);
+MB_API void mb_vspace_destroy(mb_vspace *v);
 
 /* Inspection: read the leaf entries of pages [first_page, first_page+n) as
  * the device holds them after the work enqueued on stream (waits for it),
  * by walking the table in device memory from the root. Absent directory
  * nodes read as MB_VSPACE_INVALID. For tests and debugging. */
-int mb_vspace_read_entries(mb_vspace *v, size_t first_page, size_t n, void *stream, uint64_t *out);
+MB_API int mb_vspace_read_entries(mb_vspace *v, size_t first_page, size_t n, void *stream, uint64_t *out);
 
 /* Pages of v mapped now (host view, including work not yet run). */
-size_t mb_vspace_mapped_pages(const mb_vspace *v);
+MB_API size_t mb_vspace_mapped_pages(const mb_vspace *v);
 
 #ifdef __cplusplus
 }

@@ -1,0 +1,251 @@
+/* maint.c: the client's background thread and the work it keeps off the
+ * request path: reading the daemon's notices (reconnecting when it went
+ * away) and answering RECLAIM, the idle policy (memory unused for
+ * $MOONBRIGHT_IDLE_MS goes back to the daemon), device-sync fences that
+ * settle frees on streams no event covers, and unmapping ranges of their
+ * own once the work queued before their free has completed. */
+#include <poll.h>
+#include <stdlib.h>
+#include <zmq.h>
+
+#include "async_map.h"
+#include "client.h"
+#include "log.h"
+
+#define TICK_MS 100
+
+/* ---- ranges of their own, retiring ---- */
+
+int maint_retire(mb_client *c, struct stitched *s, void *stream, bool unmapped)
+{
+    struct retiring *r = calloc(1, sizeof(*r));
+    if (!r)
+        return MB_ENOMEM;
+    r->s = s;
+    r->unmapped = unmapped;
+    mb_backend *be = c->be;
+    /* An event recorded now, while the caller vouches for the stream, covers
+     * every use of the range; without events (host) it is done at once. */
+    if (be->ops->event_record && be->name[0] != 'h') {
+        int rc = be->ops->event_create(be, &r->ev);
+        if (rc == 0 && (rc = be->ops->event_record(be, r->ev, stream)) != 0) {
+            be->ops->event_destroy(be, r->ev);
+            r->ev = NULL;
+        }
+        if (rc != 0) {   /* settle it with a device-sync fence instead */
+            r->ticket = ++c->sync_ticket;
+            c->want_sync = true;
+        }
+    }
+    r->next = c->retiring;
+    c->retiring = r;
+    return 0;
+}
+
+static bool retired_done(mb_client *c, const struct retiring *r)
+{
+    if (r->ev)
+        return c->be->ops->event_query(c->be, r->ev) == 1;
+    return r->ticket <= c->synced;
+}
+
+/* Unmap a range whose work is done (flock held). */
+static void drop_range(mb_client *c, struct stitched *s, bool unmapped)
+{
+    if (s->imported) {
+        share_free_imported(c, s, NULL);
+    } else if (unmapped) {
+        c->be->ops->free_va(c->be, s->va, s->reserved);
+        for (size_t i = 0; i < s->n; i++)
+            fcache_put(c, s->frames[i]);
+        c->fst.bytes_mapped -= s->bytes;
+        free(s);
+    } else if (stitch_free(c, s, NULL) != 0) {
+        mb_log(MB_LOG_ERR, "failed to unmap a range at %p: it stays mapped", s->va);
+    }
+}
+
+void maint_reap_retiring(mb_client *c, bool wait)
+{
+    pthread_mutex_lock(&c->lock);
+    struct retiring *done = NULL;
+    for (struct retiring **pp = &c->retiring; *pp;) {
+        struct retiring *r = *pp;
+        if (!wait && !retired_done(c, r)) {
+            pp = &r->next;
+            continue;
+        }
+        *pp = r->next;
+        r->next = done;
+        done = r;
+    }
+    pthread_mutex_unlock(&c->lock);
+    if (!done)
+        return;
+    pthread_mutex_lock(&c->flock);
+    while (done) {
+        struct retiring *r = done;
+        done = r->next;
+        if (r->ev)
+            c->be->ops->event_destroy(c->be, r->ev);
+        drop_range(c, r->s, r->unmapped);
+        c->fst.unmaps++;
+        free(r);
+    }
+    pthread_mutex_unlock(&c->flock);
+}
+
+/* ---- settling and giving back ---- */
+
+/* Synchronise the whole device so frees on streams no event covers settle
+ * (the streams may be gone). Takes c->lock itself; never holds it while
+ * waiting. */
+static void settle(mb_client *c)
+{
+    pthread_mutex_lock(&c->lock);
+    uint64_t pt, t = tiers_sync_begin(c, &pt);
+    pthread_mutex_unlock(&c->lock);
+    int rc = c->be->ops->device_sync ? c->be->ops->device_sync(c->be) : 0;
+    if (rc != 0) {
+        mb_log(MB_LOG_WARN, "failed to synchronise the device to settle frees: %s", mb_strerror(rc));
+        return;
+    }
+    pthread_mutex_lock(&c->lock);
+    tiers_sync_end(c, t, pt);
+    c->st.device_syncs++;
+    pthread_mutex_unlock(&c->lock);
+}
+
+int maint_release(mb_client *c, int64_t idle_ms, size_t keep_bytes)
+{
+    pthread_mutex_lock(&c->lock);
+    bool unsettled = tiers_unsettled(c);
+    pthread_mutex_unlock(&c->lock);
+    if (unsettled && idle_ms < 0)
+        settle(c);
+    maint_reap_retiring(c, false);
+    pthread_mutex_lock(&c->lock);
+    int64_t t0 = tiers_now_ms();
+    tiers_trim(c, idle_ms);
+    struct stitched **v;
+    size_t n = tiers_take_idle(c, idle_ms, t0, &v);
+    mb_client_stats st = { 0 };
+    tiers_stats(c, &st);
+    pthread_mutex_unlock(&c->lock);
+    pthread_mutex_lock(&c->flock);
+    c->fst.unmaps += n;
+    for (size_t i = 0; i < n; i++)
+        if (stitch_free(c, v[i], NULL) != 0)
+            mb_log(MB_LOG_ERR, "failed to unmap an idle range at %p: it stays mapped", v[i]->va);
+    free(v);
+    int rc = 0;
+    if (idle_ms < 0 || tiers_now_ms() - c->fc.last_use_ms >= idle_ms)
+        rc = fcache_trim(c, keep_bytes);
+    c->tier_idle = st.bytes_idle;
+    fcache_report(c, c->tier_idle);
+    pthread_mutex_unlock(&c->flock);
+    return rc;
+}
+
+/* ---- the thread ---- */
+
+static void answer_reclaim(mb_client *c, uint64_t want)
+{
+    /* Whatever the tiers hold idle goes first, then cached frames down to
+     * what the daemon asked for. */
+    pthread_mutex_lock(&c->flock);
+    size_t cached = c->fc.bytes_cached;
+    pthread_mutex_unlock(&c->flock);
+    size_t keep = want == 0 || want >= cached ? 0 : cached - want;
+    if (c->tc_reg)
+        tc_flush_every_thread(c, false);   /* thread caches hold slab objects */
+    maint_release(c, -1, keep);
+    pthread_mutex_lock(&c->flock);
+    c->cache_reported = (uint64_t)-1;   /* always answer with a report */
+    fcache_report(c, c->tier_idle);
+    pthread_mutex_unlock(&c->flock);
+}
+
+static void *maint_main(void *arg)
+{
+    mb_client *c = arg;
+    int64_t last_idle = tiers_now_ms();
+    int unsettled_ticks = 0;
+    pthread_mutex_lock(&c->flock);
+    while (!c->stopping) {
+        int fd = -1;
+        size_t len = sizeof(fd);
+        if (c->dealer)
+            zmq_getsockopt(c->dealer, ZMQ_FD, &fd, &len);
+        int chan = c->chan;
+        pthread_mutex_unlock(&c->flock);
+        /* ZMQ_FD is edge-triggered: wake on it, on the channel closing, or
+         * every tick regardless. */
+        struct pollfd p[2] = { { .fd = fd, .events = POLLIN }, { .fd = chan, .events = POLLIN } };
+        poll(p, 2, TICK_MS);
+        pthread_mutex_lock(&c->flock);
+        if (c->stopping)
+            break;
+        if (!c->lost)
+            rpc_poll_notices(c);   /* a KILLED notice comes before the channel closes */
+        rpc_check_lost(c);
+        if (c->lost) {
+            rpc_ensure_connected(c);
+            continue;
+        }
+        bool reclaim = c->reclaim_due;
+        uint64_t want = c->reclaim_bytes;
+        c->reclaim_due = false;
+        pthread_mutex_unlock(&c->flock);
+
+        if (reclaim)
+            answer_reclaim(c, want);
+        maint_reap_retiring(c, false);
+        /* Frees no event covers settle by a device sync when an allocation
+         * missed while they waited, or when they have waited a while. */
+        pthread_mutex_lock(&c->lock);
+        bool unsettled = tiers_unsettled(c), want_sync = c->want_sync;
+        pthread_mutex_unlock(&c->lock);
+        unsettled_ticks = unsettled ? unsettled_ticks + 1 : 0;
+        if (want_sync || unsettled_ticks * TICK_MS >= (c->idle_ms < 1000 ? c->idle_ms : 1000)) {
+            settle(c);
+            unsettled_ticks = 0;
+        }
+        int64_t now = tiers_now_ms();
+        if (now - last_idle >= c->idle_ms / 4) {
+            maint_release(c, c->idle_ms, 0);
+            last_idle = now;
+        } else {
+            pthread_mutex_lock(&c->lock);
+            mb_client_stats st = { 0 };
+            tiers_stats(c, &st);
+            pthread_mutex_unlock(&c->lock);
+            pthread_mutex_lock(&c->flock);
+            c->tier_idle = st.bytes_idle;
+            fcache_report(c, c->tier_idle);
+            pthread_mutex_unlock(&c->flock);
+        }
+        pthread_mutex_lock(&c->flock);
+    }
+    pthread_mutex_unlock(&c->flock);
+    return NULL;
+}
+
+int maint_start(mb_client *c)
+{
+    if (pthread_create(&c->maint_thread, NULL, maint_main, c) != 0)
+        return MB_ESYS;
+    c->maint_on = true;
+    return 0;
+}
+
+void maint_stop(mb_client *c)
+{
+    if (!c->maint_on)
+        return;
+    pthread_mutex_lock(&c->flock);
+    c->stopping = true;
+    pthread_mutex_unlock(&c->flock);
+    pthread_join(c->maint_thread, NULL);
+    c->maint_on = false;
+}

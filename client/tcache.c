@@ -1,0 +1,528 @@
+/* tcache.c: per-thread caches of slab objects in front of the client's
+ * shared slab (in the manner of jemalloc's tcache and mimalloc's thread-
+ * local heaps): the hits of mb_malloc/mb_free and their stream forms touch
+ * only the calling thread's cache; refills and flushes reach the shared slab
+ * in batches under c->lock. Also the chunk registry that lets a free find
+ * its object's class and live bit without any lock.
+ *
+ * Glossary
+ *   bin      a thread's cached objects of one class: a ring, oldest first.
+ *   gen      when an object entered the cache: objects with gen <= done
+ *            are free of any stream's earlier work (ready); the others were
+ *            freed on the cache's stream and are usable at once only by
+ *            allocations on that same stream.
+ *   tag      the stream of the cache's pending objects (NULL: the legacy
+ *            default stream, which synchronous frees use).
+ *   chunk    a slab chunk: its class and one live bit per object, found by a
+ *            two-level radix table on the address (readers take no lock;
+ *            entries change under c->lock; retired entries live until the
+ *            client closes).
+ *
+ * Invariants (tc_is_valid): every bin's gens are non-decreasing from its
+ * oldest entry; bytes == the sum of the class sizes of the cached objects;
+ * a cached object's live bit is clear, a handed-out object's is set.
+ *
+ * Events: the legacy stream is always alive, so a cache tagged NULL records
+ * one event per TC_FENCE_BATCH frees to make them ready for synchronous
+ * allocations. A cache tagged with an application's stream never records on
+ * it except inside a free that names it (an overflowing bin); when the
+ * thread moves to another stream, exits, or the client trims or closes,
+ * its pending objects go to the shared slab under a device-sync fence. */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "client.h"
+#include "log.h"
+
+#define TC_CAP 32            /* entries per bin */
+#define TC_BIN_BYTES ((size_t)2 << 20)   /* ... and at most this many bytes */
+#define TC_REFILL 8          /* objects taken from the slab per refill */
+#define TC_FENCE_BATCH 32    /* legacy-stream frees per event */
+#define TC_SLOTS 4           /* clients a thread caches for at once */
+#define LEAF_BITS 13
+
+struct tc_ent { void *p; uint64_t gen; };
+
+struct tc_bin {
+    uint32_t head, n;            /* ring: e[(head + i) % TC_CAP], oldest first */
+    struct tc_ent e[TC_CAP];
+};
+
+struct tcache {
+    pthread_mutex_t m;           /* taken by the owner on every call; by others to flush */
+    mb_client *c;                /* NULL once the client closed */
+    uint64_t cid;
+    void *tag;
+    bool host;                   /* no events: every object is ready */
+    uint64_t open_gen, done_gen;
+    void *ev;                    /* legacy tag: event covering gen <= ev_gen */
+    uint64_t ev_gen;
+    uint32_t unfenced;
+    size_t bytes;                /* read by mb_stats without m (atomic) */
+    struct tcache *next;         /* the client's list (g_tc_lock) */
+    struct tc_bin bins[];
+};
+
+struct tc_chunk {
+    uintptr_t base;
+    size_t size;                 /* class size */
+    unsigned cls;
+    uint32_t nslots;
+    struct tc_chunk *next_retired;
+    uint64_t live[];             /* atomic bit per slot: handed out */
+};
+
+struct tc_leaf { struct tc_chunk *e[1u << LEAF_BITS]; };
+
+struct tc_reg {
+    unsigned lg_chunk, l1_bits;
+    struct tc_leaf **l1;         /* atomic pointers */
+    struct tc_chunk *retired;
+};
+
+static pthread_mutex_t g_tc_lock = PTHREAD_MUTEX_INITIALIZER;   /* lists, attach, detach */
+static pthread_key_t g_key;
+static pthread_once_t g_key_once = PTHREAD_ONCE_INIT;
+static uint64_t g_next_cid = 1;
+static __thread struct tcache *tl_slots[TC_SLOTS];
+
+/* ---- the chunk registry ---- */
+
+static size_t chunk_index(const struct tc_reg *r, uintptr_t a) { return (size_t)(a >> r->lg_chunk); }
+
+static struct tc_chunk *chunk_find(const struct tc_reg *r, uintptr_t a)
+{
+    size_t i = chunk_index(r, a), hi = i >> LEAF_BITS;
+    if (hi >> r->l1_bits)
+        return NULL;
+    struct tc_leaf *leaf = __atomic_load_n(&r->l1[hi], __ATOMIC_ACQUIRE);
+    return leaf ? __atomic_load_n(&leaf->e[i & ((1u << LEAF_BITS) - 1)], __ATOMIC_ACQUIRE) : NULL;
+}
+
+int tc_chunk_add(mb_client *c, void *base, unsigned cls, size_t size, size_t chunk_bytes)
+{
+    struct tc_reg *r = c->tc_reg;
+    uintptr_t a = (uintptr_t)base;
+    if (chunk_find(r, a))
+        return 0;
+    size_t i = chunk_index(r, a), hi = i >> LEAF_BITS;
+    if (hi >> r->l1_bits)
+        return MB_EINVAL;
+    struct tc_leaf *leaf = r->l1[hi];
+    if (!leaf) {
+        if (!(leaf = calloc(1, sizeof(*leaf))))
+            return MB_ENOMEM;
+        __atomic_store_n(&r->l1[hi], leaf, __ATOMIC_RELEASE);
+    }
+    uint32_t nslots = (uint32_t)(chunk_bytes / size);
+    struct tc_chunk *k = calloc(1, sizeof(*k) + (nslots + 63) / 64 * sizeof(uint64_t));
+    if (!k)
+        return MB_ENOMEM;
+    k->base = a;
+    k->size = size;
+    k->cls = cls;
+    k->nslots = nslots;
+    __atomic_store_n(&leaf->e[i & ((1u << LEAF_BITS) - 1)], k, __ATOMIC_RELEASE);
+    return 0;
+}
+
+void tc_chunk_del(mb_client *c, void *base)
+{
+    struct tc_reg *r = c->tc_reg;
+    struct tc_chunk *k = chunk_find(r, (uintptr_t)base);
+    if (!k)
+        return;
+    size_t i = chunk_index(r, (uintptr_t)base);
+    __atomic_store_n(&r->l1[i >> LEAF_BITS]->e[i & ((1u << LEAF_BITS) - 1)], NULL, __ATOMIC_RELEASE);
+    k->next_retired = r->retired;   /* a racing reader may still look at it */
+    r->retired = k;
+}
+
+/* The chunk and slot of p, or NULL when p is not an object's start. */
+static struct tc_chunk *object_of(mb_client *c, const void *p, size_t *slot)
+{
+    uintptr_t a = (uintptr_t)p;
+    struct tc_chunk *k = c->tc_reg ? chunk_find(c->tc_reg, a) : NULL;
+    if (!k || (a - k->base) % k->size)
+        return NULL;
+    *slot = (a - k->base) / k->size;
+    return *slot < k->nslots ? k : NULL;
+}
+
+/* Set (on) or clear the live bit; false when it already had that value. */
+static bool live_flip(struct tc_chunk *k, size_t slot, bool on)
+{
+    uint64_t bit = 1ull << (slot % 64);
+    uint64_t old = on ? __atomic_fetch_or(&k->live[slot / 64], bit, __ATOMIC_ACQ_REL)
+                      : __atomic_fetch_and(&k->live[slot / 64], ~bit, __ATOMIC_ACQ_REL);
+    return on ? !(old & bit) : (old & bit) != 0;
+}
+
+/* ---- bins ---- */
+
+static struct tc_ent *bin_at(struct tc_bin *b, uint32_t i) { return &b->e[(b->head + i) % TC_CAP]; }
+
+static uint32_t bin_cap(size_t size)
+{
+    size_t n = TC_BIN_BYTES / size;
+    return n < 2 ? 2 : n > TC_CAP ? TC_CAP : (uint32_t)n;
+}
+
+/* ---- flushing into the shared slab ---- */
+
+/* Move the first n (oldest) entries of b to the shared slab: ready ones
+ * released, pending ones deferred under ev (recorded by the caller on the
+ * tag, which it vouches for) or, with ev NULL, a device-sync fence. */
+static void bin_flush(struct tcache *t, struct tc_bin *b, uint32_t n, size_t size, void *ev)
+{
+    void *ready[TC_CAP], *pending[TC_CAP];
+    uint32_t nr = 0, np = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        struct tc_ent *e = bin_at(b, i);
+        if (t->host || e->gen <= t->done_gen)
+            ready[nr++] = e->p;
+        else
+            pending[np++] = e->p;
+    }
+    b->head = (b->head + n) % TC_CAP;
+    b->n -= n;
+    __atomic_store_n(&t->bytes, t->bytes - n * size, __ATOMIC_RELAXED);
+    mb_client *c = t->c;
+    pthread_mutex_lock(&c->lock);
+    tiers_slab_put(c, ready, nr, NULL, false);
+    tiers_slab_put(c, pending, np, ev, true);
+    pthread_mutex_unlock(&c->lock);
+}
+
+/* Everything cached goes back (the tag may be gone: no event on it). */
+static void flush_all(struct tcache *t)
+{
+    mb_client *c = t->c;
+    unsigned nclasses = c->slab ? mb_slab_class_count(c->slab) : 0;
+    if (t->ev) {
+        /* the legacy event covers gen <= ev_gen: settle by it if done */
+        if (c->be->ops->event_query(c->be, t->ev) == 1)
+            t->done_gen = t->ev_gen;
+        c->be->ops->event_destroy(c->be, t->ev);
+        t->ev = NULL;
+    }
+    for (unsigned k = 0; k < nclasses; k++)
+        if (t->bins[k].n)
+            bin_flush(t, &t->bins[k], t->bins[k].n, mb_slab_class_size(c->slab, k), NULL);
+    t->unfenced = 0;
+    t->done_gen = t->open_gen++;
+}
+
+/* ---- attaching a thread's cache to a client ---- */
+
+static void thread_exit(void *unused)
+{
+    (void)unused;
+    pthread_mutex_lock(&g_tc_lock);
+    for (int i = 0; i < TC_SLOTS; i++) {
+        struct tcache *t = tl_slots[i];
+        if (!t)
+            continue;
+        if (t->c) {
+            pthread_mutex_lock(&t->m);
+            flush_all(t);
+            pthread_mutex_unlock(&t->m);
+            for (struct tcache **pp = &t->c->tcaches; *pp; pp = &(*pp)->next)
+                if (*pp == t) {
+                    *pp = t->next;
+                    break;
+                }
+        }
+        pthread_mutex_destroy(&t->m);
+        free(t);
+        tl_slots[i] = NULL;
+    }
+    pthread_mutex_unlock(&g_tc_lock);
+}
+
+static void key_once(void) { pthread_key_create(&g_key, thread_exit); }
+
+static struct tcache *attach(mb_client *c)
+{
+    pthread_once(&g_key_once, key_once);
+    unsigned nclasses = mb_slab_class_count(c->slab);
+    struct tcache *t = calloc(1, sizeof(*t) + nclasses * sizeof(struct tc_bin));
+    if (!t)
+        return NULL;
+    pthread_mutex_init(&t->m, NULL);
+    t->c = c;
+    t->cid = c->cid;
+    t->host = c->be->ops->event_record == NULL || c->be->name[0] == 'h';
+    t->open_gen = 1;
+    pthread_mutex_lock(&g_tc_lock);
+    int slot = -1;
+    for (int i = 0; i < TC_SLOTS && slot < 0; i++)
+        if (!tl_slots[i] || !tl_slots[i]->c)
+            slot = i;
+    if (slot < 0) {
+        slot = 0;   /* every slot serves a live client: hand the first back */
+        struct tcache *old = tl_slots[0];
+        pthread_mutex_lock(&old->m);
+        flush_all(old);
+        pthread_mutex_unlock(&old->m);
+        for (struct tcache **pp = &old->c->tcaches; *pp; pp = &(*pp)->next)
+            if (*pp == old) {
+                *pp = old->next;
+                break;
+            }
+        old->c = NULL;
+    }
+    if (tl_slots[slot]) {
+        pthread_mutex_destroy(&tl_slots[slot]->m);
+        free(tl_slots[slot]);
+    }
+    tl_slots[slot] = t;
+    t->next = c->tcaches;
+    c->tcaches = t;
+    pthread_mutex_unlock(&g_tc_lock);
+    pthread_setspecific(g_key, t);   /* any non-NULL value runs thread_exit */
+    return t;
+}
+
+/* The calling thread's cache for c, locked; NULL when there is none. */
+static struct tcache *tc_get(mb_client *c)
+{
+    for (int i = 0; i < TC_SLOTS; i++) {
+        struct tcache *t = tl_slots[i];
+        if (t && t->cid == c->cid) {
+            pthread_mutex_lock(&t->m);
+            if (t->c == c)
+                return t;
+            pthread_mutex_unlock(&t->m);
+            return NULL;
+        }
+    }
+    struct tcache *t = attach(c);
+    if (t)
+        pthread_mutex_lock(&t->m);
+    return t;
+}
+
+/* ---- the fast paths ---- */
+
+/* Objects freed on the legacy stream become ready once an event recorded
+ * after them completes. */
+static void legacy_poll(struct tcache *t)
+{
+    mb_backend *be = t->c->be;
+    if (t->ev && be->ops->event_query(be, t->ev) == 1) {
+        t->done_gen = t->ev_gen;
+        be->ops->event_destroy(be, t->ev);
+        t->ev = NULL;
+    }
+}
+
+static int refill(struct tcache *t, unsigned k, size_t size, void **ptr)
+{
+    mb_client *c = t->c;
+    struct tc_bin *b = &t->bins[k];
+    uint32_t want = bin_cap(size) / 2;
+    if (want > TC_REFILL)
+        want = TC_REFILL;
+    if (want > TC_CAP - b->n)
+        want = TC_CAP - b->n;
+    void *got[TC_REFILL + 1];
+    pthread_mutex_lock(&c->lock);
+    size_t n = tiers_slab_take(c, size, want + 1, got);
+    int rc = n ? 0 : c->slab_err;
+    pthread_mutex_unlock(&c->lock);
+    if (n == 0)
+        return rc ? rc : MB_ENOMEM;
+    /* ready objects go in at the oldest end */
+    for (size_t i = 1; i < n; i++) {
+        b->head = (b->head + TC_CAP - 1) % TC_CAP;
+        b->e[b->head] = (struct tc_ent){ got[i], 0 };
+        b->n++;
+    }
+    __atomic_store_n(&t->bytes, t->bytes + (n - 1) * size, __ATOMIC_RELAXED);
+    *ptr = got[0];
+    return 0;
+}
+
+int tc_alloc(mb_client *c, size_t size, void *stream, bool sync, void **ptr)
+{
+    struct tcache *t = tc_get(c);
+    if (!t)
+        return MB_ENOENT;   /* no cache: the caller takes the shared path */
+    unsigned k = mb_slab_class_of(c->slab, size);
+    size_t csize = mb_slab_class_size(c->slab, k);
+    struct tc_bin *b = &t->bins[k];
+    int rc = 0;
+    void *p = NULL;
+    if (b->n && (t->host || (!sync && stream == t->tag))) {
+        p = bin_at(b, --b->n)->p;              /* the newest: stream order */
+    } else {
+        if (b->n && !t->host && t->tag == NULL)
+            legacy_poll(t);
+        if (b->n && (t->host || bin_at(b, 0)->gen <= t->done_gen)) {
+            p = bin_at(b, 0)->p;               /* the oldest, ready */
+            b->head = (b->head + 1) % TC_CAP;
+            b->n--;
+        }
+    }
+    if (p)
+        __atomic_store_n(&t->bytes, t->bytes - csize, __ATOMIC_RELAXED);
+    else
+        rc = refill(t, k, csize, &p);
+    if (rc == 0) {
+        size_t slot;
+        struct tc_chunk *ck = object_of(c, p, &slot);
+        if (!ck || !live_flip(ck, slot, true)) {
+            mb_log(MB_LOG_ERR, "failed to hand out %p: the slab's books disagree", p);
+            rc = MB_EPROTO;
+        } else {
+            *ptr = p;
+        }
+    }
+    pthread_mutex_unlock(&t->m);
+    return rc;
+}
+
+int tc_free(mb_client *c, void *ptr, void *stream)
+{
+    size_t slot;
+    struct tc_chunk *ck = object_of(c, ptr, &slot);
+    if (!ck)
+        return 1;                              /* not a slab object */
+    struct tcache *t = tc_get(c);
+    if (!t)
+        return 1;
+    if (!live_flip(ck, slot, false)) {
+        pthread_mutex_unlock(&t->m);
+        return MB_ENOENT;                      /* not live: a double free */
+    }
+    if (!t->host && stream != t->tag) {
+        flush_all(t);                          /* the old tag may be gone */
+        t->tag = stream;
+    }
+    struct tc_bin *b = &t->bins[ck->cls];
+    uint32_t cap = bin_cap(ck->size);
+    if (b->n >= cap) {
+        /* Full: the older half goes to the shared slab, pending ones under
+         * an event recorded now on the stream this free names. */
+        void *ev = NULL;
+        if (!t->host) {
+            mb_backend *be = c->be;
+            if (be->ops->event_create(be, &ev) == 0 && be->ops->event_record(be, ev, stream) != 0) {
+                be->ops->event_destroy(be, ev);
+                ev = NULL;
+            }
+        }
+        bin_flush(t, b, b->n - cap / 2, ck->size, ev);
+    }
+    *bin_at(b, b->n++) = (struct tc_ent){ ptr, t->open_gen };
+    __atomic_store_n(&t->bytes, t->bytes + ck->size, __ATOMIC_RELAXED);
+    if (!t->host && t->tag == NULL && ++t->unfenced >= TC_FENCE_BATCH) {
+        legacy_poll(t);
+        if (!t->ev) {
+            mb_backend *be = c->be;
+            if (be->ops->event_create(be, &t->ev) == 0 &&
+                be->ops->event_record(be, t->ev, NULL) != 0) {
+                be->ops->event_destroy(be, t->ev);
+                t->ev = NULL;
+            }
+            if (t->ev) {
+                t->ev_gen = t->open_gen++;
+                t->unfenced = 0;
+            }
+        }
+    }
+    pthread_mutex_unlock(&t->m);
+    return 0;
+}
+
+size_t tc_usable(mb_client *c, const void *ptr)
+{
+    size_t slot;
+    struct tc_chunk *ck = object_of(c, ptr, &slot);
+    if (!ck)
+        return 0;
+    return (__atomic_load_n(&ck->live[slot / 64], __ATOMIC_ACQUIRE) >> (slot % 64)) & 1 ? ck->size : 0;
+}
+
+bool tc_is_object(mb_client *c, const void *ptr)
+{
+    size_t slot;
+    return object_of(c, ptr, &slot) != NULL;
+}
+
+/* ---- the client's side ---- */
+
+int tc_client_init(mb_client *c)
+{
+    if (!c->slab)
+        return 0;
+    struct tc_reg *r = calloc(1, sizeof(*r));
+    if (!r)
+        return MB_ENOMEM;
+    r->lg_chunk = (unsigned)__builtin_ctzll(c->frame_bytes);
+    unsigned bits = 47 > r->lg_chunk + LEAF_BITS ? 47 - r->lg_chunk - LEAF_BITS : 1;
+    r->l1_bits = bits;
+    if (!(r->l1 = calloc((size_t)1 << bits, sizeof(*r->l1)))) {
+        free(r);
+        return MB_ENOMEM;
+    }
+    pthread_mutex_lock(&g_tc_lock);
+    c->cid = g_next_cid++;
+    pthread_mutex_unlock(&g_tc_lock);
+    c->tc_reg = r;
+    return 0;
+}
+
+void tc_flush_every_thread(mb_client *c, bool detach)
+{
+    pthread_mutex_lock(&g_tc_lock);
+    for (struct tcache **pp = &c->tcaches; *pp;) {
+        struct tcache *t = *pp;
+        pthread_mutex_lock(&t->m);
+        if (t->c)
+            flush_all(t);
+        if (detach) {
+            t->c = NULL;   /* the thread frees it when it exits or needs the slot */
+            *pp = t->next;
+        } else {
+            pp = &t->next;
+        }
+        pthread_mutex_unlock(&t->m);
+    }
+    pthread_mutex_unlock(&g_tc_lock);
+}
+
+size_t tc_cached_bytes(mb_client *c)
+{
+    size_t n = 0;
+    pthread_mutex_lock(&g_tc_lock);
+    for (struct tcache *t = c->tcaches; t; t = t->next)
+        n += __atomic_load_n(&t->bytes, __ATOMIC_RELAXED);
+    pthread_mutex_unlock(&g_tc_lock);
+    return n;
+}
+
+void tc_client_free(mb_client *c)
+{
+    struct tc_reg *r = c->tc_reg;
+    if (!r)
+        return;
+    for (size_t i = 0; i < ((size_t)1 << r->l1_bits); i++) {
+        struct tc_leaf *leaf = r->l1[i];
+        if (!leaf)
+            continue;
+        for (size_t j = 0; j < (1u << LEAF_BITS); j++)
+            free(leaf->e[j]);
+        free(leaf);
+    }
+    while (r->retired) {
+        struct tc_chunk *k = r->retired;
+        r->retired = k->next_retired;
+        free(k);
+    }
+    free(r->l1);
+    free(r);
+    c->tc_reg = NULL;
+}

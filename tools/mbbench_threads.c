@@ -1,0 +1,290 @@
+/* mbbench_threads.c: `mbbench threads`: alloc+free pairs from T threads
+ * sharing one client, each on a stream of its own, sizes cycling over
+ * 256 B, 4 KiB, 64 KiB and 1 MiB with 8 blocks live per thread: total pairs
+ * per second through mb_malloc/mb_free, mb_malloc_async/mb_free_async and
+ * cuMemAllocAsync/cuMemFreeAsync (same run). Every thread frees on its
+ * stream, synchronizes and destroys it when done; the stream-destruction
+ * scenario repeats that for rounds of new threads with new streams and then
+ * checks that no freed block stayed out of the client's caches. */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <moonbright/mbclient.h>
+
+#include "mbbench.h"
+
+#define LIVE 8
+#define MAX_THREADS 64
+static const size_t g_sizes[4] = { 256, 4096, 64 << 10, 1 << 20 };
+
+enum kind { K_SYNC, K_STREAM, K_CU, K_COUNT };
+static const char *const kind_name[K_COUNT] = {
+    "mb_malloc/mb_free", "mb_malloc_async/mb_free_async", "cuMemAllocAsync/cuMemFreeAsync",
+};
+
+struct shared {
+    mb_client *c;
+    struct bench_cuda *cu;
+    enum kind kind;
+    long pairs;
+    pthread_barrier_t start;
+    int err;                    /* first failure (atomic) */
+};
+
+struct cu_streams {             /* stream calls loaded beside bench_cuda's */
+    int (*create)(void **s, unsigned flags);
+    int (*destroy)(void *s);
+    int (*set_ctx)(void *ctx);
+};
+static struct cu_streams g_cs;
+
+static int make_stream(struct shared *x, void **s, uintptr_t fake)
+{
+    if (!x->cu) {
+        *s = (void *)fake;      /* host backend: any handle orders nothing */
+        return 0;
+    }
+    return g_cs.set_ctx(x->cu->ctx) || g_cs.create(s, 1 /* CU_STREAM_NON_BLOCKING */) ? MB_EBACKEND : 0;
+}
+
+static int one_alloc(struct shared *x, void *s, size_t size, void **p)
+{
+    bench_cuptr d;
+    switch (x->kind) {
+    case K_SYNC: return mb_malloc(x->c, size, p);
+    case K_STREAM: return mb_malloc_async(x->c, size, s, p);
+    default:
+        if (x->cu->cuMemAllocAsync(&d, size, s) != 0)
+            return MB_EBACKEND;
+        *p = (void *)(uintptr_t)d;
+        return 0;
+    }
+}
+
+static int one_free(struct shared *x, void *s, void *p)
+{
+    switch (x->kind) {
+    case K_SYNC: return mb_free(x->c, p);
+    case K_STREAM: return mb_free_async(x->c, p, s);
+    default: return x->cu->cuMemFreeAsync((bench_cuptr)(uintptr_t)p, s) ? MB_EBACKEND : 0;
+    }
+}
+
+static void *worker(void *arg)
+{
+    struct shared *x = *(struct shared **)arg;
+    uintptr_t id = (uintptr_t)((struct shared **)arg)[1];
+    void *s = NULL, *live[LIVE] = { 0 };
+    int rc = make_stream(x, &s, 0x1000 * (id + 1));
+    pthread_barrier_wait(&x->start);
+    for (long i = 0; rc == 0 && i < x->pairs; i++) {
+        int k = (int)(i % LIVE);
+        if (live[k] && (rc = one_free(x, s, live[k])) != 0)
+            break;
+        live[k] = NULL;
+        rc = one_alloc(x, s, g_sizes[i % 4], &live[k]);
+    }
+    for (int k = 0; k < LIVE; k++)
+        if (live[k]) {
+            int e = one_free(x, s, live[k]);
+            rc = rc ? rc : e;
+        }
+    if (x->cu && s) {
+        /* The application's side of the contract: its work on the stream
+         * is done, then the stream goes (the client never touches it again). */
+        x->cu->cuStreamSynchronize(s);
+        g_cs.destroy(s);
+    }
+    if (rc)
+        __atomic_compare_exchange_n(&x->err, &(int){ 0 }, rc, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED);
+    return NULL;
+}
+
+/* T threads, pairs each; returns total pairs per second (0 on failure). */
+static double run(struct shared *x, int threads)
+{
+    pthread_t t[MAX_THREADS];
+    void *args[MAX_THREADS][2];
+    x->err = 0;
+    pthread_barrier_init(&x->start, NULL, (unsigned)threads + 1);
+    for (int i = 0; i < threads; i++) {
+        args[i][0] = x;
+        args[i][1] = (void *)(uintptr_t)i;
+        pthread_create(&t[i], NULL, worker, args[i]);
+    }
+    pthread_barrier_wait(&x->start);
+    uint64_t t0 = bench_now_ns();
+    for (int i = 0; i < threads; i++)
+        pthread_join(t[i], NULL);
+    uint64_t t1 = bench_now_ns();
+    pthread_barrier_destroy(&x->start);
+    return x->err ? 0 : (double)threads * (double)x->pairs * 1e9 / (double)(t1 - t0);
+}
+
+int bench_threads(int argc, char **argv)
+{
+    enum { OPT_THREADS = OPT_FIRST_OWN, OPT_PAIRS, OPT_ROUNDS, OPT_NO_CUDA };
+    static const struct option lo[] = {
+        BENCH_COMMON_LONGOPTS,
+        { "threads", required_argument, 0, OPT_THREADS }, { "pairs", required_argument, 0, OPT_PAIRS },
+        { "rounds", required_argument, 0, OPT_ROUNDS }, { "no-cuda", no_argument, 0, OPT_NO_CUDA },
+        { "help", no_argument, 0, 'h' }, { 0, 0, 0, 0 },
+    };
+    int counts[16] = { 1, 2, 4, 8, 16 }, ncounts = 5, rounds = 10;
+    long pairs = 200000;
+    bool no_cuda = false;
+    optind = 1;
+    for (int o; (o = getopt_long(argc, argv, "h", lo, NULL)) != -1;) {
+        int r = bench_common_opt(o, optarg);
+        if (r < 0)
+            return 2;
+        if (r > 0)
+            continue;
+        switch (o) {
+        case OPT_THREADS: {
+            ncounts = 0;
+            for (char *s = optarg, *e; *s && ncounts < 16; s = *e ? e + 1 : e) {
+                long v = strtol(s, &e, 10);
+                if (e == s || v < 1 || v > MAX_THREADS || (*e && *e != ',')) {
+                    fprintf(stderr, "mbbench threads: bad --threads '%s' (1..%d, comma-separated)\n",
+                            optarg, MAX_THREADS);
+                    return 2;
+                }
+                counts[ncounts++] = (int)v;
+            }
+            break;
+        }
+        case OPT_PAIRS:
+            if ((pairs = strtol(optarg, NULL, 10)) < 1) {
+                fprintf(stderr, "mbbench threads: bad --pairs '%s'\n", optarg);
+                return 2;
+            }
+            break;
+        case OPT_ROUNDS:
+            if ((rounds = atoi(optarg)) < 0) {
+                fprintf(stderr, "mbbench threads: bad --rounds '%s'\n", optarg);
+                return 2;
+            }
+            break;
+        case OPT_NO_CUDA: no_cuda = true; break;
+        case 'h':
+            printf("usage: mbbench threads [options]\n"
+                   "  --threads LIST      thread counts (default 1,2,4,8,16)\n"
+                   "  --pairs N           alloc+free pairs per thread (default 200000)\n"
+                   "  --rounds R          stream-destruction rounds of the largest count (default 10)\n"
+                   "  --no-cuda           skip the cuMemAllocAsync rows\n" BENCH_COMMON_HELP);
+            return 0;
+        default: return 2;
+        }
+    }
+    if (bench_opt.quick) {
+        pairs = pairs > 2000 ? 2000 : pairs;
+        rounds = rounds > 2 ? 2 : rounds;
+    }
+    bench_raise_nofile();
+    struct shared x = { .pairs = pairs };
+    int rc = mb_open(&x.c, "mbbench-threads");
+    if (rc != 0) {
+        fprintf(stderr, "mbbench threads: failed to open a client: %s\n", mb_strerror(rc));
+        return 1;
+    }
+    char why[256] = "--no-cuda";
+    bool cuda = strcmp(mb_backend_name(x.c), "cuda") == 0 && !no_cuda &&
+                bench_cuda_open(bench_opt.device, &x.cu, why, sizeof(why)) == 0;
+    if (cuda) {
+        *(void **)&g_cs.create = bench_cuda_sym(x.cu, "cuStreamCreate");
+        *(void **)&g_cs.destroy = bench_cuda_sym(x.cu, "cuStreamDestroy_v2");
+        *(void **)&g_cs.set_ctx = bench_cuda_sym(x.cu, "cuCtxSetCurrent");
+        if (!g_cs.create || !g_cs.destroy || !g_cs.set_ctx) {
+            snprintf(why, sizeof(why), "libcuda lacks the stream calls");
+            bench_cuda_close(x.cu);
+            x.cu = NULL;
+            cuda = false;
+        }
+    } else if (strcmp(mb_backend_name(x.c), "cuda") != 0) {
+        snprintf(why, sizeof(why), "the daemon's backend is %s", mb_backend_name(x.c));
+    }
+    struct jw w;
+    jw_init(&w, stdout);
+    if (bench_opt.json) {
+        jw_header(&w, "threads");
+        jw_u64(&w, "pairs_per_thread", (uint64_t)pairs);
+        jw_arr(&w, "rows");
+    } else {
+        printf("# mbbench threads: %ld pairs per thread, sizes 256 B/4 KiB/64 KiB/1 MiB, %d live\n"
+               "| threads | %s M/s | %s M/s | %s M/s |\n|---|---|---|---|\n",
+               pairs, LIVE, kind_name[0], kind_name[1], kind_name[2]);
+    }
+    int fails = 0;
+    for (int i = 0; i < ncounts; i++) {
+        double r[K_COUNT] = { 0 };
+        int err[K_COUNT] = { 0 };
+        for (int k = 0; k < K_COUNT; k++) {
+            if (k == K_CU && !cuda)
+                continue;
+            x.kind = (enum kind)k;
+            r[k] = run(&x, counts[i]);
+            err[k] = x.err;
+            fails += x.err != 0;
+            bench_progress(false, "threads %d %s: %.2f M pairs/s", counts[i], kind_name[k], r[k] / 1e6);
+        }
+        if (bench_opt.json) {
+            for (int k = 0; k < K_COUNT; k++) {
+                if (k == K_CU && !cuda)
+                    continue;
+                jw_obj(&w, NULL);
+                jw_u64(&w, "threads", (uint64_t)counts[i]);
+                jw_str(&w, "calls", kind_name[k]);
+                jw_dbl(&w, "pairs_per_s", r[k]);
+                jw_ok(&w, err[k]);
+                jw_end(&w, '}');
+            }
+        } else {
+            char cu[32] = "skipped";
+            if (cuda)
+                snprintf(cu, sizeof(cu), "%.2f", r[K_CU] / 1e6);
+            printf("| %d | %.2f | %.2f | %s |\n", counts[i], r[K_SYNC] / 1e6, r[K_STREAM] / 1e6, cu);
+        }
+    }
+    /* Streams destroyed under the client: rounds of new threads, new streams. */
+    int tmax = counts[ncounts - 1];
+    x.kind = K_STREAM;
+    int destroy_err = 0;
+    for (int round = 0; round < rounds && !destroy_err; round++) {
+        run(&x, tmax);
+        destroy_err = x.err;
+    }
+    mb_client_stats st = { 0 };
+    if (destroy_err == 0)
+        destroy_err = mb_stats(x.c, &st);
+    if (destroy_err == 0 && st.bytes_live != 0)
+        destroy_err = MB_EPROTO;   /* memory stranded: freed blocks not back */
+    fails += destroy_err != 0;
+    if (bench_opt.json) {
+        jw_end(&w, ']');
+        jw_obj(&w, "stream_destruction");
+        jw_u64(&w, "rounds", (uint64_t)rounds);
+        jw_u64(&w, "threads", (uint64_t)tmax);
+        jw_u64(&w, "bytes_live_after", st.bytes_live);
+        jw_u64(&w, "bytes_idle_after", st.bytes_idle);
+        jw_u64(&w, "device_syncs", st.device_syncs);
+        jw_ok(&w, destroy_err);
+        jw_end(&w, '}');
+        if (!cuda)
+            jw_skipped(&w, "cuMemAllocAsync", why);
+        jw_end(&w, '}');
+        printf("\n");
+    } else {
+        if (!cuda)
+            printf("(cuMemAllocAsync rows skipped: %s)\n", why);
+        printf("stream destruction: %d rounds of %d threads, new streams each round: %s; "
+               "after: %zu bytes live, %zu idle, %llu background device syncs\n",
+               rounds, tmax, destroy_err ? mb_strerror(destroy_err) : "ok", st.bytes_live,
+               st.bytes_idle, (unsigned long long)st.device_syncs);
+    }
+    if (x.cu)
+        bench_cuda_close(x.cu);
+    mb_close(x.c);
+    return fails ? 1 : 0;
+}
