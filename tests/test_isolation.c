@@ -484,7 +484,7 @@ static void reattach_only_by_the_uid_that_held(void **state)
     if (!mbt_can_setpriv())
         skip();
     char conf[64];
-    write_config(conf, sizeof(conf), "[uid 65534]\nmax = 128K\n");
+    write_config(conf, sizeof(conf), "[uid 65534]\nmax = 192K\n");
     const char *extra[] = { "--frame-size", "64K", "--budget", "1M", "--config", conf, NULL };
     struct mbt_daemon d;
     assert_int_equal(mbt_daemon_start(&d, extra), 0);
@@ -500,6 +500,23 @@ static void reattach_only_by_the_uid_that_held(void **state)
     unsigned r[4], e[2];
     assert_int_equal(sscanf(rids, "%u %u %u %u", &r[0], &r[1], &r[2], &r[3]), 4);
     assert_int_equal(sscanf(eids, "%u %u", &e[0], &e[1]), 2);
+    /* Root shares one frame with the attacker's uid, which imports it. */
+    char tok[128];
+    Mb__Request req = MB__REQUEST__INIT;
+    Mb__Share sh = MB__SHARE__INIT;
+    uint32_t shared = r[3];
+    sh.ids = &shared;
+    sh.n_ids = 1;
+    sh.restrict_uid = true;
+    sh.uid = ATTACKER;
+    req.body_case = MB__REQUEST__BODY_SHARE;
+    req.share = &sh;
+    Mb__Reply *rep;
+    assert_int_equal(mbt_session_call(&root.s[0], &req, &rep), 0);
+    for (size_t i = 0; i < 32; i++)
+        sprintf(tok + 2 * i, "%02x", rep->share->token.data[i]);
+    mb__reply__free_unpacked(rep, NULL);
+    assert_int_equal(att(&a, NULL, 0, "import 0 %s", tok), 0);
 
     /* The daemon dies; clients keep their memory. It comes back with the
      * uid's max lowered below what the attacker holds. */
@@ -517,6 +534,11 @@ static void reattach_only_by_the_uid_that_held(void **state)
     /* Its own frames: accepted, charged over its quota: it cannot grow. */
     assert_int_equal(att(&a, rest, sizeof(rest), "reattach 0 %u:%u %u:%u", e[0], FRAME, e[1], FRAME), 0);
     assert_string_equal(rest, "2 0");
+    /* The frame root shared with it: accepted as an import, not as its own. */
+    assert_int_equal(att(&a, rest, sizeof(rest), "reattach 0 %u:%u", r[3], FRAME), 0);
+    assert_string_equal(rest, "0 1");
+    assert_int_equal(att(&a, rest, sizeof(rest), "reattach 0 %u:%u:i", r[3], FRAME), 0);
+    assert_string_equal(rest, "1 0");
     assert_int_equal(att(&a, NULL, 0, "grant 0 %u", FRAME), MB_EQUOTA);
     /* The owner's report is accepted: nothing of its was booked by another. */
     struct mbt_session s;
