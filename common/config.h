@@ -21,9 +21,10 @@
  *   frame_size   bytes per frame: a multiple of 4K; the daemon also
  *                needs a multiple of its device's granularity       [2M]
  *   reserve      bytes of frames created ahead of demand            [0]
- *   reserve_idle free frames above the reserve's target for this long
- *                are released to the driver: milliseconds, or with an
- *                "ms" or "s" suffix; 0 keeps them                   [5s]
+ *   reserve_idle free frames nobody took for this long are released
+ *                to the driver, down to the reserve's target:
+ *                milliseconds, or with an "ms" or "s" suffix; 0 keeps
+ *                them                                               [5s]
  *   scrub        zero a frame before another tenant gets it        [on]
  *   watchdog     send WATCHDOG=1 when systemd asks for it           [on]
  *   log_level    err | warn | info | debug                          [info]

@@ -58,6 +58,7 @@ struct frame {
                                   * to the driver once free, never granted again */
     uid_t importer_uid;          /* the last such uid (valid when tainted) */
     uint32_t next_free;          /* free-list link while FREE, 0 ends it */
+    int64_t freed_ms;            /* when it last became FREE (mb_now_ms) */
 };
 
 /* Free frames by order: the fresh ones (held by nobody yet), or those one
@@ -113,7 +114,9 @@ struct frame_pool {
                                   * (0: never) */
     uint64_t demand[16];         /* [second % 16] */
     int64_t demand_sec;          /* the second demand[demand_sec % 16] counts */
-    int64_t excess_since_ms;     /* free bytes above the target since (0: not above) */
+    int64_t excess_since_ms;     /* free bytes above the target since (0: not above);
+                                  * after idle_ms of it, frames free for idle_ms
+                                  * are released down to the target */
     uint32_t next_unused;        /* lowest slot never used or released */
     uint32_t id_limit;           /* ids below this may have been handed out by an
                                   * earlier daemon (the journal); 0: no journal */
@@ -160,9 +163,9 @@ int frame_pool_grant(struct frame_pool *p, uint32_t n, uint64_t session, uid_t u
 void frame_pool_note_importer(struct frame_pool *p, uint32_t id, uid_t uid);
 /* The reserve follows demand: the target becomes the most order-0 bytes
  * taken from fresh frames in one second of the last idle period (at least
- * the configured reserve), and free frames above the target for the idle
- * period are released to the driver. Call from the poll loop; returns when
- * to call again. */
+ * the configured reserve); once free bytes have exceeded the target for the
+ * idle period, frames free for that long are released to the driver down to
+ * the target. Call from the poll loop; returns when to call again. */
 int64_t frame_pool_tick(struct frame_pool *p, int64_t now_ms);
 /* Bytes of frame id (which must exist). */
 uint64_t frame_pool_bytes(const struct frame_pool *p, uint32_t id);

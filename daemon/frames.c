@@ -225,6 +225,7 @@ static void push_free(struct frame_pool *p, uint32_t id)
     }
     f->state = FRAME_FREE;
     f->owner = 0;
+    f->freed_ms = mb_now_ms();
     f->next_free = l->head[f->order];
     l->head[f->order] = id;
     __atomic_add_fetch(&l->n[f->order], 1, __ATOMIC_RELAXED);
@@ -235,17 +236,24 @@ static void push_free(struct frame_pool *p, uint32_t id)
 }
 
 /* Take the first free frame of an order off list l (which has one). */
-static uint32_t pop_free(struct frame_pool *p, struct free_list *l, unsigned order)
+/* Take the free frame *link points at (a head or a next_free) off list l. */
+static uint32_t unlink_free(struct frame_pool *p, struct free_list *l, unsigned order,
+                            uint32_t *link)
 {
-    uint32_t id = l->head[order];
+    uint32_t id = *link;
     struct frame *f = &p->frames[id];
-    l->head[order] = f->next_free;
+    *link = f->next_free;
     __atomic_sub_fetch(&l->n[order], 1, __ATOMIC_RELAXED);
     f->next_free = 0;
     p->bytes_free -= obytes(p, order);
     __atomic_sub_fetch(&p->n_free_order[order], 1, __ATOMIC_RELAXED);
     __atomic_sub_fetch(&p->n_free, 1, __ATOMIC_RELAXED);
     return id;
+}
+
+static uint32_t pop_free(struct frame_pool *p, struct free_list *l, unsigned order)
+{
+    return unlink_free(p, l, order, &l->head[order]);
 }
 
 static int make_mem(struct frame_pool *p, unsigned order, struct mb_mem *m)
@@ -339,23 +347,37 @@ static void count_demand(struct frame_pool *p, uint64_t bytes)
 
 /* Release free frames, other uids' first, then fresh ones of larger orders,
  * then fresh order-0 frames, until free bytes are at most `target`. */
-static void trim_to(struct frame_pool *p, uint64_t target)
+/* Release the frames of list l's order k free since `cutoff` or before,
+ * while free bytes exceed target. */
+static void trim_list(struct frame_pool *p, struct free_list *l, unsigned k, int64_t cutoff,
+                      uint64_t target)
+{
+    uint32_t *link = &l->head[k];
+    while (*link && p->bytes_free > target) {
+        if (p->frames[*link].freed_ms > cutoff) {
+            link = &p->frames[*link].next_free;   /* used lately: kept */
+            continue;
+        }
+        end_frame(p, unlink_free(p, l, k, link));
+        p->released_idle++;
+    }
+}
+
+/* Release frames free since `cutoff` or before until free bytes are at most
+ * `target`: frames users returned first, then fresh ones of larger orders,
+ * then fresh one-unit frames (what the reserve keeps). */
+static void trim_to(struct frame_pool *p, uint64_t target, int64_t cutoff)
 {
     for (uint32_t i = 0; i < p->n_by_uid && p->bytes_free > target; i++)
         for (int k = MB_MAX_ORDER; k >= 0 && p->bytes_free > target; k--)
-            while (p->by_uid[i]->n[k] && p->bytes_free > target) {
-                end_frame(p, pop_free(p, p->by_uid[i], (unsigned)k));
-                p->released_idle++;
-            }
+            trim_list(p, p->by_uid[i], (unsigned)k, cutoff, target);
     for (int k = MB_MAX_ORDER; k >= 0 && p->bytes_free > target; k--) {
-        if (k > 0 && p->fresh.n[k]) {
+        uint32_t before = p->fresh.n[k];
+        trim_list(p, &p->fresh, (unsigned)k, cutoff, target);
+        if (k > 0 && p->fresh.n[k] < before) {
             pthread_mutex_lock(&p->lock);
             p->spare[k] = false;   /* no demand for it lately */
             pthread_mutex_unlock(&p->lock);
-        }
-        while (p->fresh.n[k] && p->bytes_free > target) {
-            end_frame(p, pop_free(p, &p->fresh, (unsigned)k));
-            p->released_idle++;
         }
     }
 }
@@ -391,11 +413,13 @@ int64_t frame_pool_tick(struct frame_pool *p, int64_t now_ms)
     } else if (p->excess_since_ms == 0) {
         p->excess_since_ms = now_ms;
     } else if (now_ms - p->excess_since_ms >= p->idle_ms) {
+        /* Above the target for the idle period: frames nobody took for
+         * that long go (each tick, until free bytes are down to it). */
         uint64_t before = p->released_idle;
-        trim_to(p, target);
-        p->excess_since_ms = 0;
-        mb_log(MB_LOG_DEBUG, "released %llu idle free frames to the driver",
-               (unsigned long long)(p->released_idle - before));
+        trim_to(p, target, now_ms - p->idle_ms);
+        if (p->released_idle != before)
+            mb_log(MB_LOG_DEBUG, "released %llu idle free frames to the driver",
+                   (unsigned long long)(p->released_idle - before));
         POOL_CHECK(p);
     }
     return now_ms + TICK_MS;

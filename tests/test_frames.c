@@ -179,11 +179,20 @@ static void idle_frames_released(void **state)
     p.idle_ms = 1000;
     uint32_t ids[6];
     assert_int_equal(frame_pool_grant(&p, 6, 1, 0, 1, ids), 0);
-    assert_int_equal(frame_pool_return(&p, ids, 6, 1), 0);
-    frame_pool_tick(&p, 100000);
-    frame_pool_tick(&p, 100500);
-    assert_int_equal(p.bytes_free, 6 * FB);   /* not idle long enough */
-    frame_pool_tick(&p, 101000);
+    assert_int_equal(frame_pool_return(&p, ids, 3, 1), 0);
+    int64_t t0 = mb_now_ms();   /* the frames came free at or before t0 */
+    frame_pool_tick(&p, t0 + 100);
+    frame_pool_tick(&p, t0 + 600);
+    assert_int_equal(p.bytes_free, 3 * FB);   /* not idle long enough */
+    /* Three more come free later (as if at t0 + 900): the first three go,
+     * these stay until they too have been idle for the period. */
+    assert_int_equal(frame_pool_return(&p, ids + 3, 3, 1), 0);
+    for (int i = 3; i < 6; i++)
+        p.frames[ids[i]].freed_ms = t0 + 900;
+    frame_pool_tick(&p, t0 + 1100);
+    assert_int_equal(p.bytes_free, 3 * FB);
+    assert_int_equal(p.released_idle, 3);
+    frame_pool_tick(&p, t0 + 2000);
     assert_int_equal(p.bytes_free, 0);
     assert_int_equal(p.bytes_total, 0);
     assert_int_equal(p.released_idle, 6);
