@@ -8,15 +8,20 @@
 #include "async_map.h"
 #include "client.h"
 #include "faults.h"
+#include "grow.h"
 #include "log.h"
+#include "refill.h"
 #include "size.h"
 
 /* Cached frames kept after frees unless $MOONBRIGHT_CACHE says otherwise. */
-#define DEFAULT_CACHE_BYTES ((size_t)1 << 30)
+#define DEFAULT_CACHE_BYTES ((size_t)256 << 20)
 #define DEFAULT_TIMEOUT_MS 5000
 #define DEFAULT_IDLE_MS 2000
-/* Stream requests above this that the heap cannot serve are mapped behind
- * a gate on the stream (async_map.c) instead of on the caller's thread. */
+/* With $MOONBRIGHT_ASYNC_MAP=1, stream requests above this that the heap
+ * cannot serve are mapped behind a gate on the stream (async_map.c) instead
+ * of on the caller's thread. Off by default: until the mapping is done the
+ * range is not valid for the runtime's own checks (cudaMemsetAsync and
+ * cudaMemcpyAsync refuse it with "invalid argument"), only for kernels. */
 #define ASYNC_MAP_ABOVE ((size_t)8 << 20)
 
 static long env_long(const char *name, long dflt, long lo, long hi)
@@ -54,6 +59,7 @@ int mb_open(mb_client **out, const char *tenant_name)
     c->idle_ms = env_long("MOONBRIGHT_IDLE_MS", DEFAULT_IDLE_MS, 1, 86400000);
     c->fc.keep_bytes = DEFAULT_CACHE_BYTES;
     c->large_frames = env_long("MOONBRIGHT_LARGE_FRAMES", 1, 0, 1) != 0;
+    c->async_map = env_long("MOONBRIGHT_ASYNC_MAP", 0, 0, 1) != 0;
     const char *cache = getenv("MOONBRIGHT_CACHE");
     uint64_t v;
     if (cache && *cache) {
@@ -108,6 +114,7 @@ void mb_close(mb_client *c)
     /* Work that may still use this process's memory finishes first. */
     if (c->be->ops->device_sync)
         c->be->ops->device_sync(c->be);
+    refill_close(c);
     maint_reap_retiring(c, true);
     pthread_mutex_lock(&c->lock);
     if (c->pool)
@@ -176,7 +183,7 @@ static int own_range(mb_client *c, size_t size, size_t reserve, void *stream, st
  * heap miss that would otherwise map on the caller's thread? */
 static bool wants_async_map(mb_client *c, size_t size, void *stream)
 {
-    return stream && size > ASYNC_MAP_ABOVE && c->be->ops->stream_wait_value32 &&
+    return c->async_map && stream && size > ASYNC_MAP_ABOVE && c->be->ops->stream_wait_value32 &&
            mb_pool_would_miss(c->pool, size, stream);
 }
 
@@ -216,6 +223,9 @@ static int do_free(mb_client *c, void *ptr, void *stream)
     int rc = tc_free(c, ptr, stream);
     if (rc <= 0)
         return rc;            /* a slab object (or a double free of one) */
+    rc = grow_free(c, ptr, stream);
+    if (rc != MB_ENOENT)
+        return rc;
     pthread_mutex_lock(&c->lock);
     rc = tiers_free(c, ptr, stream);
     struct stitched *s;
@@ -260,34 +270,14 @@ int mb_malloc_growable(mb_client *c, size_t size, size_t max_size, void **ptr)
 {
     if (!c || !ptr || size == 0 || max_size < size)
         return MB_EINVAL;
-    pthread_mutex_lock(&c->lock);
-    struct stitched *s;
-    int rc = own_range(c, size, max_size, NULL, &s);
-    if (rc == 0)
-        *ptr = s->va;
-    pthread_mutex_unlock(&c->lock);
-    return rc;
+    return grow_alloc(c, size, max_size, ptr);
 }
 
 int mb_grow(mb_client *c, void *ptr, size_t new_size)
 {
     if (!c || !ptr)
         return MB_EINVAL;
-    pthread_mutex_lock(&c->lock);
-    struct stitched *s = ptrmap_del(&c->live, ptr);   /* ours until it is back */
-    pthread_mutex_unlock(&c->lock);
-    if (!s)
-        return MB_ENOENT;
-    size_t before = s->bytes;
-    pthread_mutex_lock(&c->flock);
-    int rc = stitch_grow(c, &s, new_size);
-    pthread_mutex_unlock(&c->flock);
-    pthread_mutex_lock(&c->lock);
-    if (ptrmap_put(&c->live, s->va, s) != 0)
-        mb_log(MB_LOG_ERR, "failed to keep track of %p after growing it", s->va);
-    c->st.stitch_live += s->bytes - before;
-    pthread_mutex_unlock(&c->lock);
-    return rc;
+    return grow_extend(c, ptr, new_size);
 }
 
 size_t mb_usable_size(mb_client *c, const void *ptr)
@@ -296,6 +286,9 @@ size_t mb_usable_size(mb_client *c, const void *ptr)
         return 0;
     if (tc_is_object(c, ptr))
         return tc_usable(c, ptr);
+    size_t gsz = grow_usable(c, ptr);
+    if (gsz)
+        return gsz;
     pthread_mutex_lock(&c->lock);
     size_t sz = tiers_usable_size(c, ptr);
     if (sz == 0) {
@@ -333,6 +326,7 @@ int mb_stats(mb_client *c, mb_client_stats *out)
     out->daemon_requests = c->fst.daemon_requests;
     out->frames_imported = c->fst.frames_imported;
     out->unmaps = c->fst.unmaps;
+    refill_stats(c, out);
     out->bytes_cached = c->fc.bytes_cached;
     out->bytes_granted = c->fc.bytes_held;
     pthread_mutex_unlock(&c->flock);

@@ -69,6 +69,7 @@ struct stitched {
 struct sdefer {
     void *ev;
     uint64_t ticket;             /* ev == NULL: done once c->synced >= ticket */
+    size_t bytes;                /* the objects' class sizes */
     uint32_t n;
     struct sdefer *next;
     void *ptrs[];
@@ -132,6 +133,7 @@ struct mb_client {
     bool lost;                   /* the daemon went away (its channel closed) */
     bool large_frames;           /* plain allocations ask for large frames
                                   * (MOONBRIGHT_LARGE_FRAMES=0 turns it off) */
+    bool async_map;              /* $MOONBRIGHT_ASYNC_MAP: heap misses on a stream map behind a gate */
     int64_t next_reconnect_ms;   /* back-off: earliest next attempt */
     int reconnect_wait_ms;       /* current back-off step */
     char tenant[64];
@@ -156,6 +158,7 @@ struct mb_client {
     size_t idle_bytes;
     struct sdefer *sd_fenced, **sd_fenced_tail;   /* FIFO */
     size_t n_deferred;           /* objects in sd_fenced */
+    size_t deferred_bytes;       /* their class sizes */
     uint64_t sync_ticket, synced;/* device-sync fences: issued, completed */
     bool want_sync;              /* an allocation missed while frees were unsettled */
     struct retiring *retiring;   /* ranges of their own waiting for their stream */
@@ -171,6 +174,8 @@ struct mb_client {
         size_t bytes_mapped;
         uint64_t daemon_requests, frames_imported, unmaps;
     } fst;
+    struct refill *refill;       /* vspace page pools, growable ranges and their
+                                  * background thread (refill.h), once used */
 };
 
 /* rpc.c (flock held by every caller) */
@@ -196,6 +201,10 @@ int fcache_take(mb_client *c, size_t n, struct cframe **out);
  * the planned orders, the rest granted as large frames (falling back to
  * order-0 frames when that fails for memory or quota). *out is malloc'd. */
 int fcache_take_plan(mb_client *c, size_t bytes, struct cframe ***out, size_t *n);
+/* At least `bytes` in frames of any size the cache holds (fragmentation
+ * repair: frames of ranges given back, whatever plan made them), the rest
+ * by fcache_take_plan. *out is malloc'd. */
+int fcache_take_any(mb_client *c, size_t bytes, struct cframe ***out, size_t *n);
 void fcache_put(mb_client *c, struct cframe *f);
 int fcache_trim(mb_client *c, size_t keep_bytes);
 void fcache_release_all(mb_client *c);
@@ -221,8 +230,9 @@ int stitch_map(mb_backend *be, struct stitched *s, size_t from, size_t to, size_
 /* Take the frame plan's frames for bytes (largest first) into a new range
  * that is neither reserved nor mapped yet (va NULL). */
 int stitch_take_large(mb_client *c, size_t bytes, struct stitched **out);
-/* Map more frames at the end of s, up to its reservation; *s may move. */
-int stitch_grow(mb_client *c, struct stitched **s, size_t new_bytes);
+/* Map at least bytes now from whatever frames the cache holds (largest
+ * first), the rest by the frame plan; s->bytes may exceed bytes. */
+int stitch_alloc_any(mb_client *c, size_t bytes, struct stitched **out);
 int stitch_free(mb_client *c, struct stitched *s, void *stream);
 bool stitch_is_valid(const mb_client *c, const struct stitched *s);
 /* Map frames this process already holds (an import) into a new range. */

@@ -10,6 +10,7 @@
 #include "frame_plan.h"
 #include "log.h"
 #include "protocol.h"
+#include "refill.h"
 
 #ifdef MB_DEBUG
 #define FC_CHECK(fc) do { if (!fcache_is_valid(fc)) abort(); } while (0)
@@ -65,6 +66,7 @@ static int return_ids(mb_client *c, uint32_t *ids, size_t n)
 void fcache_report(mb_client *c, uint64_t tier_idle)
 {
     uint64_t now = c->fc.bytes_cached + tier_idle;
+    now += refill_reclaimable(c);   /* free vspace pages, growable tails */
     if (now == c->cache_reported || c->broken)
         return;
     Mb__Request req = MB__REQUEST__INIT;
@@ -288,6 +290,86 @@ static int grant_plan_again(mb_client *c, size_t bytes, const uint8_t *orders, s
     }
     *out = fr;
     *count = n;
+    return 0;
+}
+
+/* Take the cached frame the fill of `left` bytes wants next: the largest
+ * no bigger than left, else the smallest bigger one if it is at most 1/8
+ * larger (it finishes); NULL when none qualifies (the plan does the rest). */
+static struct cframe *take_fitting(struct frame_cache *fc, size_t left)
+{
+    struct cframe **best = NULL;
+    bool best_fits = false;
+    struct cframe **lists[2] = { &fc->cached_large, &fc->cached };
+    for (int l = 0; l < 2; l++)
+        for (struct cframe **pp = lists[l]; *pp; pp = &(*pp)->next_cached) {
+            size_t b = (*pp)->mem.bytes;
+            bool fits = b <= left;
+            if (!best || (fits && (!best_fits || b > (*best)->mem.bytes)) ||
+                (!fits && !best_fits && b < (*best)->mem.bytes)) {
+                best = pp;
+                best_fits = fits;
+            }
+        }
+    if (!best || (!best_fits && (*best)->mem.bytes - left > left / 8))
+        return NULL;
+    struct cframe *f = *best;
+    *best = f->next_cached;
+    f->next_cached = NULL;
+    f->in_use = true;
+    fc->n_cached--;
+    fc->n_in_use++;
+    fc->bytes_cached -= f->mem.bytes;
+    fc->last_use_ms = tiers_now_ms();
+    return f;
+}
+
+int fcache_take_any(mb_client *c, size_t bytes, struct cframe ***out, size_t *count)
+{
+    struct frame_cache *fc = &c->fc;
+    size_t n = 0, cap = 16, left = bytes;
+    struct cframe **fr = malloc(cap * sizeof(*fr));
+    if (!fr)
+        return MB_ENOMEM;
+    struct cframe *f;
+    while (left && (f = take_fitting(fc, left)) != NULL) {
+        if (n == cap) {
+            struct cframe **nf = realloc(fr, (cap *= 2) * sizeof(*fr));
+            if (!nf) {
+                fcache_put(c, f);
+                break;
+            }
+            fr = nf;
+        }
+        fr[n++] = f;
+        left -= f->mem.bytes < left ? f->mem.bytes : left;
+    }
+    if (left) {
+        /* The rest by the frame plan (cached ones of its orders first). */
+        struct cframe **more = NULL;
+        size_t m = 0;
+        int rc = fcache_take_plan(c, left, &more, &m);
+        struct cframe **nf = rc == 0 ? realloc(fr, (n + m) * sizeof(*fr)) : NULL;
+        if (rc == 0 && !nf) {
+            for (size_t i = 0; i < m; i++)
+                fcache_put(c, more[i]);
+            rc = MB_ENOMEM;
+        }
+        if (rc != 0) {
+            free(more);
+            while (n)
+                fcache_put(c, fr[--n]);
+            free(fr);
+            return rc;
+        }
+        fr = nf;
+        memcpy(fr + n, more, m * sizeof(*fr));
+        n += m;
+        free(more);
+    }
+    *out = fr;
+    *count = n;
+    FC_CHECK(fc);
     return 0;
 }
 

@@ -11,6 +11,7 @@
 #include "async_map.h"
 #include "client.h"
 #include "log.h"
+#include "refill.h"
 
 #define TICK_MS 100
 
@@ -133,6 +134,8 @@ int maint_release(mb_client *c, int64_t idle_ms, size_t keep_bytes)
     tiers_stats(c, &st);
     pthread_mutex_unlock(&c->lock);
     pthread_mutex_lock(&c->flock);
+    if (idle_ms < 0)
+        refill_trim_held(c);   /* free vspace pages, growable tails (their own idle policy) */
     c->fst.unmaps += n;
     for (size_t i = 0; i < n; i++)
         if (stitch_free(c, v[i], NULL) != 0)

@@ -96,6 +96,7 @@ struct mb_pool {
     uint64_t sync_ticket;        /* last ticket of mb_pool_sync_begin */
     uint64_t synced;             /* tickets <= synced are complete */
     uint64_t misses;             /* allocations that needed a new arena */
+    size_t close_fit_min;        /* requests this large take a block at most 1/8 larger (0: off) */
 };
 
 static int64_t now_ms(void)
@@ -394,7 +395,12 @@ static struct blk *best_fit(struct mb_pool *p, struct pstream *s, size_t size)
 {
     struct blk *a = s && s->fl.count ? fl_find(p, &s->fl, size) : NULL;
     struct blk *r = p->ready.count ? fl_find(p, &p->ready, size) : NULL;
-    return a && (!r || a->size <= r->size) ? a : r;
+    struct blk *b = a && (!r || a->size <= r->size) ? a : r;
+    /* A large request does not split a much larger block: the remainder
+     * would strand; a miss lets the owner rebuild instead (close_fit). */
+    if (b && p->close_fit_min && size >= p->close_fit_min && b->size - size > size / 8)
+        return NULL;
+    return b;
 }
 
 static bool mergeable_for(const struct blk *b, const struct pstream *s)
@@ -633,25 +639,30 @@ static void arena_unlink(struct mb_pool *p, struct arena *a)
     if (a->next) a->next->prev = a->prev;
 }
 
-static size_t trim(struct mb_pool *p, size_t keep_bytes, int64_t idle_ms);
+static size_t trim(struct mb_pool *p, size_t keep_bytes, int64_t idle_ms, size_t want);
 
 size_t mb_pool_trim(struct mb_pool *p, size_t keep_bytes)
 {
-    return trim(p, keep_bytes, -1);
+    return trim(p, keep_bytes, -1, SIZE_MAX);
 }
 
 size_t mb_pool_trim_idle(struct mb_pool *p, int64_t idle_ms)
 {
-    return trim(p, 0, idle_ms);
+    return trim(p, 0, idle_ms, SIZE_MAX);
 }
 
-static size_t trim(struct mb_pool *p, size_t keep_bytes, int64_t idle_ms)
+size_t mb_pool_trim_for(struct mb_pool *p, size_t want)
+{
+    return trim(p, 0, -1, want);
+}
+
+static size_t trim(struct mb_pool *p, size_t keep_bytes, int64_t idle_ms, size_t want)
 {
     size_t freed = 0;
     int64_t now = now_ms();
     if (p->ops.event_record)
         poll_streams(p);
-    for (struct arena *a = p->arenas, *nx; a && p->mapped - p->live > keep_bytes; a = nx) {
+    for (struct arena *a = p->arenas, *nx; a && p->mapped - p->live > keep_bytes && freed < want; a = nx) {
         nx = a->next;
         struct blk *b = a->first;
         if (b->anext || b->state != B_READY || (idle_ms >= 0 && now - a->idle_since_ms < idle_ms))
@@ -780,6 +791,8 @@ int mb_pool_detach(struct mb_pool *p, void *ptr, void **base, size_t *bytes)
 }
 
 uint64_t mb_pool_misses(const struct mb_pool *p) { return p->misses; }
+
+void mb_pool_set_close_fit(struct mb_pool *p, size_t min_size) { p->close_fit_min = min_size; }
 
 bool mb_pool_would_miss(struct mb_pool *p, size_t size, void *stream)
 {

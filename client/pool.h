@@ -98,6 +98,8 @@ size_t mb_pool_pending(const struct mb_pool *p, bool *unfenced_any);
 size_t mb_pool_trim(struct mb_pool *p, size_t keep_bytes);
 /* The same for arenas entirely free for at least idle_ms. */
 size_t mb_pool_trim_idle(struct mb_pool *p, int64_t idle_ms);
+/* The same until at least want bytes were given back (or none is left). */
+size_t mb_pool_trim_for(struct mb_pool *p, size_t want);
 /* Take a mapped range as a new arena, free: pending on stream (usable by
  * it at once), or ready with MB_POOL_SYNC or without streams. */
 int  mb_pool_adopt(struct mb_pool *p, void *base, size_t bytes, void *stream);
@@ -105,6 +107,11 @@ int  mb_pool_adopt(struct mb_pool *p, void *base, size_t bytes, void *stream);
  * block shares its arena, MB_ENOENT when not live): the pool forgets it
  * without calling shrink, *base and *bytes say what the caller now owns. */
 int  mb_pool_detach(struct mb_pool *p, void *ptr, void **base, size_t *bytes);
+/* Requests of min_size and more take a free block at most 1/8 larger than
+ * themselves, or miss (0: any block that fits). The remainder of a large
+ * block split for a much smaller request strands memory that only a trim
+ * could give back; a miss lets the caller rebuild from whole free arenas. */
+void mb_pool_set_close_fit(struct mb_pool *p, size_t min_size);
 /* Allocations that needed a new arena. */
 uint64_t mb_pool_misses(const struct mb_pool *p);
 /* Would an allocation of size on stream need a new arena? (Collects

@@ -14,6 +14,7 @@
 
 #include "client.h"
 #include "log.h"
+#include "refill.h"
 #include "wire.h"
 
 int rpc_connect(mb_client *c, const char *tenant)

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "client.h"
+#include "grow.h"
 #include "log.h"
 #include "protocol.h"
 
@@ -26,6 +27,8 @@ static int export(mb_client *c, void *ptr, bool restrict_uid, uint32_t uid, mb_s
     pthread_mutex_lock(&c->lock);
     struct stitched *s = ptrmap_get(&c->live, ptr);
     int rc = 0;
+    if (!s)
+        s = grow_find_held(c, ptr);   /* a growable range of its own */
     if (!s) {
         /* A heap block that spans its arena becomes a range of its own. */
         size_t before;

@@ -32,13 +32,13 @@ static int by_size_desc(const void *a, const void *b)
     return x < y ? 1 : x > y ? -1 : 0;
 }
 
-int stitch_take_large(mb_client *c, size_t bytes, struct stitched **out)
+static int take_frames(mb_client *c, size_t bytes, bool any, struct stitched **out)
 {
     if (bytes == 0 || bytes > SIZE_MAX / 2)
         return MB_EINVAL;
     struct cframe **fr;
     size_t n;
-    int rc = fcache_take_plan(c, bytes, &fr, &n);
+    int rc = any ? fcache_take_any(c, bytes, &fr, &n) : fcache_take_plan(c, bytes, &fr, &n);
     if (rc != 0)
         return rc;
     /* Largest first: every frame then lies at a multiple of its size. */
@@ -64,10 +64,15 @@ int stitch_take_large(mb_client *c, size_t bytes, struct stitched **out)
     return 0;
 }
 
-int stitch_alloc_large(mb_client *c, size_t bytes, struct stitched **out)
+int stitch_take_large(mb_client *c, size_t bytes, struct stitched **out)
+{
+    return take_frames(c, bytes, false, out);
+}
+
+static int alloc_frames(mb_client *c, size_t bytes, bool any, struct stitched **out)
 {
     struct stitched *s;
-    int rc = stitch_take_large(c, bytes, &s);
+    int rc = take_frames(c, bytes, any, &s);
     if (rc != 0)
         return rc;
     rc = c->be->ops->reserve(c->be, s->reserved, &s->va);
@@ -82,6 +87,16 @@ int stitch_alloc_large(mb_client *c, size_t bytes, struct stitched **out)
     c->fst.bytes_mapped += s->bytes;
     *out = s;
     return 0;
+}
+
+int stitch_alloc_large(mb_client *c, size_t bytes, struct stitched **out)
+{
+    return alloc_frames(c, bytes, false, out);
+}
+
+int stitch_alloc_any(mb_client *c, size_t bytes, struct stitched **out)
+{
+    return alloc_frames(c, bytes, true, out);
 }
 
 int stitch_alloc(mb_client *c, size_t bytes, size_t reserve_bytes, struct stitched **out)
@@ -146,29 +161,6 @@ int stitch_adopt(mb_client *c, struct cframe **frames, size_t n, struct stitched
     }
     c->fst.bytes_mapped += s->bytes;
     *out = s;
-    return 0;
-}
-
-int stitch_grow(mb_client *c, struct stitched **sp, size_t new_bytes)
-{
-    struct stitched *s = *sp;
-    size_t fb = c->frame_bytes;
-    if (new_bytes <= s->bytes)
-        return 0;
-    if (new_bytes > s->reserved)
-        return MB_EINVAL;
-    size_t n = (new_bytes + fb - 1) / fb;
-    int rc = fcache_take(c, n - s->n, s->frames + s->n);
-    if (rc != 0)
-        return rc;
-    if ((rc = stitch_map(c->be, s, s->n, n, s->n * fb)) != 0) {
-        for (size_t i = s->n; i < n; i++)
-            fcache_put(c, s->frames[i]);
-        return rc;
-    }
-    c->fst.bytes_mapped += (n - s->n) * fb;
-    s->n = n;
-    s->bytes = n * fb;
     return 0;
 }
 

@@ -22,9 +22,9 @@
  * oldest entry; bytes == the sum of the class sizes of the cached objects;
  * a cached object's live bit is clear, a handed-out object's is set.
  *
- * Events: the legacy stream is always alive, so a cache tagged NULL records
- * one event per TC_FENCE_BATCH frees to make them ready for synchronous
- * allocations. A cache tagged with an application's stream never records on
+ * Events: the legacy stream is always alive, so a cache tagged NULL keeps
+ * one event in flight over its latest frees (recorded by a free once the
+ * previous one completed) to make them ready for synchronous allocations. A cache tagged with an application's stream never records on
  * it except inside a free that names it (an overflowing bin); when the
  * thread moves to another stream, exits, or the client trims or closes,
  * its pending objects go to the shared slab under a device-sync fence. */
@@ -36,9 +36,8 @@
 #include "log.h"
 
 #define TC_CAP 32            /* entries per bin */
-#define TC_BIN_BYTES ((size_t)2 << 20)   /* ... and at most this many bytes */
+#define TC_BIN_BYTES ((size_t)8 << 20)   /* ... and at most this many bytes */
 #define TC_REFILL 8          /* objects taken from the slab per refill */
-#define TC_FENCE_BATCH 32    /* legacy-stream frees per event */
 #define TC_SLOTS 4           /* clients a thread caches for at once */
 #define LEAF_BITS 13
 
@@ -58,7 +57,6 @@ struct tcache {
     uint64_t open_gen, done_gen;
     void *ev;                    /* legacy tag: event covering gen <= ev_gen */
     uint64_t ev_gen;
-    uint32_t unfenced;
     size_t bytes;                /* read by mb_stats without m (atomic) */
     struct tcache *next;         /* the client's list (g_tc_lock) */
     struct tc_bin bins[];
@@ -166,7 +164,7 @@ static struct tc_ent *bin_at(struct tc_bin *b, uint32_t i) { return &b->e[(b->he
 static uint32_t bin_cap(size_t size)
 {
     size_t n = TC_BIN_BYTES / size;
-    return n < 2 ? 2 : n > TC_CAP ? TC_CAP : (uint32_t)n;
+    return n < 4 ? 4 : n > TC_CAP ? TC_CAP : (uint32_t)n;
 }
 
 /* ---- flushing into the shared slab ---- */
@@ -210,7 +208,6 @@ static void flush_all(struct tcache *t)
     for (unsigned k = 0; k < nclasses; k++)
         if (t->bins[k].n)
             bin_flush(t, &t->bins[k], t->bins[k].n, mb_slab_class_size(c->slab, k), NULL);
-    t->unfenced = 0;
     t->done_gen = t->open_gen++;
 }
 
@@ -418,8 +415,10 @@ int tc_free(mb_client *c, void *ptr, void *stream)
     }
     *bin_at(b, b->n++) = (struct tc_ent){ ptr, t->open_gen };
     __atomic_store_n(&t->bytes, t->bytes + ck->size, __ATOMIC_RELAXED);
-    if (!t->host && t->tag == NULL && ++t->unfenced >= TC_FENCE_BATCH) {
-        legacy_poll(t);
+    if (!t->host && t->tag == NULL) {
+        /* One event in flight at a time: recorded by the first legacy free
+         * after an allocation saw the previous one complete, it covers every
+         * free before it. */
         if (!t->ev) {
             mb_backend *be = c->be;
             if (be->ops->event_create(be, &t->ev) == 0 &&
@@ -427,10 +426,8 @@ int tc_free(mb_client *c, void *ptr, void *stream)
                 be->ops->event_destroy(be, t->ev);
                 t->ev = NULL;
             }
-            if (t->ev) {
+            if (t->ev)
                 t->ev_gen = t->open_gen++;
-                t->unfenced = 0;
-            }
         }
     }
     pthread_mutex_unlock(&t->m);

@@ -55,6 +55,26 @@ static struct stitched *idle_take(mb_client *c, size_t bytes)
     return NULL;
 }
 
+/* Idle ranges, the most recent first, until they hold at least bytes. */
+static size_t take_idle_for(mb_client *c, size_t bytes, struct stitched ***out)
+{
+    size_t n = 0, sum = 0;
+    for (struct idle_range *r = c->idle; r && sum < bytes; r = r->next, n++)
+        sum += r->s->bytes;
+    struct stitched **v = n ? malloc(n * sizeof(*v)) : NULL;
+    if (!v)
+        return 0;
+    for (size_t i = 0; i < n; i++) {
+        struct idle_range *r = c->idle;
+        v[i] = r->s;
+        c->idle = r->next;
+        c->idle_bytes -= r->s->bytes;
+        free(r);
+    }
+    *out = v;
+    return n;
+}
+
 static void idle_put(mb_client *c, struct stitched *s)
 {
     struct idle_range *r = malloc(sizeof(*r));
@@ -71,20 +91,36 @@ static void idle_put(mb_client *c, struct stitched *s)
     c->idle_bytes += s->bytes;
 }
 
-/* Called with c->lock held; drops it while the frame layer works. */
-static int backing_get(void *ctx, size_t bytes, void **base)
+/* A mapped range of at least `bytes` (exactly, unless repair) for a tier:
+ * an idle range of that size, else new frames. With repair (a heap miss),
+ * the idle ranges are unmapped first and their frames, whatever their
+ * sizes, are stitched into the new range before the daemon is asked for
+ * more: fragmentation repaired without growing. Called with c->lock held;
+ * drops it while the frame layer works. */
+static int backing_take(mb_client *c, size_t bytes, bool repair, void **base, size_t *got)
 {
-    mb_client *c = ctx;
     struct stitched *s = idle_take(c, bytes);
     int rc = 0;
     if (!s) {
+        struct stitched **idle = NULL;
+        size_t n_idle = repair ? take_idle_for(c, bytes, &idle) : 0;
         pthread_mutex_unlock(&c->lock);
         pthread_mutex_lock(&c->flock);
-        /* Ranges of several units map as few large frames (below 64 units
-         * the plan rounds nothing, so the range is exactly `bytes`). */
+        for (size_t i = 0; i < n_idle; i++)
+            if (stitch_free(c, idle[i], NULL) != 0)
+                mb_log(MB_LOG_ERR, "failed to unmap an idle range at %p: it stays mapped", idle[i]->va);
+        c->fst.unmaps += n_idle;
+        free(idle);
         for (int attempt = 0;; attempt++) {
-            rc = c->large_frames && bytes > c->frame_bytes ? stitch_alloc_large(c, bytes, &s)
-                                                           : stitch_alloc(c, bytes, bytes, &s);
+            /* Ranges of several units map as few large frames (below 64
+             * units the plan rounds nothing, so the range is exactly
+             * `bytes`). */
+            if (repair && c->fc.n_cached)
+                rc = stitch_alloc_any(c, bytes, &s);
+            else if (c->large_frames && bytes > c->frame_bytes)
+                rc = stitch_alloc_large(c, bytes, &s);
+            else
+                rc = stitch_alloc(c, bytes, bytes, &s);
             if ((rc != MB_ENOMEM && rc != MB_EQUOTA) || attempt > 0)
                 break;
             /* Refused for budget or quota: give back this process's own
@@ -96,12 +132,15 @@ static int backing_get(void *ctx, size_t bytes, void **base)
             if (c->fc.bytes_held >= held)
                 break;
         }
+        if (n_idle && c->fc.bytes_cached > c->fc.keep_bytes)
+            fcache_trim(c, c->fc.keep_bytes);   /* frames the repair left over */
         pthread_mutex_unlock(&c->flock);
         pthread_mutex_lock(&c->lock);
         if (rc != 0)
             return rc;
         c->st.heap_grants++;
-        if (s->bytes != bytes) {
+        c->st.stitches += n_idle != 0;
+        if (repair ? s->bytes < bytes : s->bytes != bytes) {
             idle_put(c, s);
             return MB_EINVAL;
         }
@@ -111,7 +150,15 @@ static int backing_get(void *ctx, size_t bytes, void **base)
         return rc;
     }
     *base = s->va;
+    *got = s->bytes;
     return 0;
+}
+
+/* The slab's chunks: exactly `bytes`. */
+static int backing_get(void *ctx, size_t bytes, void **base)
+{
+    size_t got;
+    return backing_take(ctx, bytes, false, base, &got);
 }
 
 /* A tier gives a range back: it stays mapped, idle. */
@@ -156,15 +203,19 @@ static int heap_grow(void *ctx, size_t min_bytes, void **base, size_t *bytes)
     mb_pool_stats(c->pool, NULL, &mapped);
     step = mapped / 4 > ARENA_BYTES ? ARENA_BYTES : mapped / 4;
     size_t want = backing_bytes(c, min_bytes > OWN_ARENA_ABOVE || min_bytes > step ? min_bytes : step);
-    int rc = backing_get(ctx, want, base);
+    /* Nothing free fits: arenas entirely free become idle ranges, and a
+     * large request is stitched from their frames (repair) rather than
+     * granted anew. */
+    bool repair = min_bytes > OWN_ARENA_ABOVE;
+    if (repair)
+        mb_pool_trim_for(c->pool, want);
+    int rc = backing_take(c, want, repair, base, bytes);
     if ((rc == MB_ENOMEM || rc == MB_EQUOTA) && want > backing_bytes(c, min_bytes)) {
         /* Near the budget or the tenant's quota: an arena just big enough
          * may still fit. */
         want = backing_bytes(c, min_bytes);
-        rc = backing_get(ctx, want, base);
+        rc = backing_take(c, want, repair, base, bytes);
     }
-    if (rc == 0)
-        *bytes = want;
     return rc;
 }
 
@@ -207,7 +258,10 @@ int tiers_init(mb_client *c)
     }
     /* The heap asks for what the request needs; heap_grow picks the arena
      * size, so it can fall back to a smaller one near the budget. */
-    return mb_pool_new(&c->pool, host_backend(c) ? &heap_ops_host : &heap_ops_streams, c, 256, fb);
+    int rc = mb_pool_new(&c->pool, host_backend(c) ? &heap_ops_host : &heap_ops_streams, c, 256, fb);
+    if (rc == 0)
+        mb_pool_set_close_fit(c->pool, OWN_ARENA_ABOVE);
+    return rc;
 }
 
 /* ---- slab objects waiting for their stream's work ---- */
@@ -222,6 +276,7 @@ static void sd_release(mb_client *c, struct sdefer *d)
     for (uint32_t i = 0; i < d->n; i++)
         mb_slab_release(c->slab, d->ptrs[i]);
     c->n_deferred -= d->n;
+    c->deferred_bytes -= d->bytes;
     if (d->ev)
         c->be->ops->event_destroy(c->be, d->ev);
     free(d);
@@ -284,6 +339,11 @@ void tiers_slab_put(mb_client *c, void **ptrs, size_t n, void *ev, bool pending)
     }
     memcpy(d->ptrs, ptrs, n * sizeof(void *));
     d->n = (uint32_t)n;
+    size_t sz;
+    for (size_t i = 0; i < n; i++)
+        if (mb_slab_usable_size(c->slab, ptrs[i], &sz) == 0)
+            d->bytes += sz;
+    c->deferred_bytes += d->bytes;
     d->ev = ev;
     d->ticket = ev ? 0 : ++c->sync_ticket;   /* settled by the next device sync */
     *c->sd_fenced_tail = d;
@@ -399,8 +459,10 @@ size_t tiers_take_idle(mb_client *c, int64_t idle_ms, int64_t since_ms, struct s
 
 void tiers_stats(mb_client *c, mb_client_stats *st)
 {
-    if (c->slab)
+    if (c->slab) {
         mb_slab_stats(c->slab, &st->slab_live, &st->slab_mapped);
+        st->slab_live -= c->deferred_bytes;   /* freed, waiting for their stream */
+    }
     mb_pool_stats(c->pool, &st->pool_live, &st->pool_mapped);
     st->bytes_idle = (st->slab_mapped - st->slab_live) + (st->pool_mapped - st->pool_live) +
                      c->idle_bytes;

@@ -1,7 +1,7 @@
 /* vspace.c: vspaces (moonbright/vspace.h): the host mirror of each GPU page
- * table, the runs of entry writes that bring the device copy up to date
- * (PTE kernels on the cuda backend, plain stores on the host backend), and
- * the per-client pools of physical pages carved from frames. */
+ * table and the runs of entry writes that bring the device copy up to date
+ * (PTE kernels on the cuda backend, plain stores on the host backend). The
+ * physical pages come from the client's page pools (pagepool.c). */
 #include <moonbright/vspace.h>
 
 #include <pthread.h>
@@ -11,6 +11,7 @@
 
 #include "client.h"
 #include "log.h"
+#include "pagepool.h"
 
 #ifdef MB_HAVE_KERNELS
 #include "mbk_vspace.h"
@@ -18,15 +19,13 @@
 
 /* Glossary
  *   page     page_bytes of physical memory at a device address, carved from
- *            a frame the pool mapped; the unit a leaf entry points at.
+ *            an extent of a page pool (pagepool.h); what a leaf entry points at.
  *   node     FANOUT 64-bit entries (4 KiB) of device memory: the root, a
  *            directory (entries point at nodes) or a leaf (entries point at
  *            pages). Absent entries hold MB_VSPACE_INVALID.
  *   mirror   the host copy of every node (vs_node.e), always equal to what
  *            the device holds once the runs already enqueued have run.
- *   run      one write of consecutive entries of a node (struct vs_run).
- *   pending  pages unmapped on a stream, reusable once an event recorded
- *            after the invalidation completed. */
+ *   run      one write of consecutive entries of a node (struct vs_run). */
 
 #define FANOUT MB_VSPACE_FANOUT
 #define NODE_BYTES ((size_t)FANOUT * sizeof(uint64_t))
@@ -103,334 +102,6 @@ static int cuda_warm(void)
 static const struct vs_engine cuda_engine = { "cuda", cuda_write, mbk_read, cuda_warm };
 #endif
 
-/* ---- page pools: one per (client, page size), shared by its vspaces ---- */
-
-/* Frames mapped side by side into one range the pool owns, carved into pages. */
-struct vs_extent {
-    void *va;
-    size_t nframes;
-    size_t live;                 /* frames[] not yet returned; the range is freed at 0 */
-    struct vs_extent *next;
-    struct cframe *frames[];     /* frames[i] at va + i * frame_bytes; NULL once returned */
-};
-
-struct vs_pending {
-    void *ev;                    /* recorded after the invalidation; NULL: already complete */
-    size_t n;
-    struct vs_pending *next;
-    uint64_t pages[];
-};
-
-/* Guarded by the client's lock. Invariants (pool_is_valid):
- *   n_free + n_pending + n_used == n_total == live frames * pages_per_frame
- *   free[] holds distinct pages inside live frames of the extents */
-struct vs_pool {
-    mb_client *c;
-    size_t page_bytes, pages_per_frame;
-    int refs;                    /* vspaces using the pool (registry lock) */
-    uint64_t *free;              /* LIFO stack of free pages */
-    size_t n_free, cap_free;
-    struct vs_pending *pending;
-    size_t n_pending, n_used, n_total;
-    struct vs_extent *extents;
-};
-
-static pthread_mutex_t g_reg_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct vs_pool **g_pools;
-static size_t g_npools, g_cap_pools;
-
-static bool pool_is_valid(const struct vs_pool *p)
-{
-    size_t frames = 0;
-    for (const struct vs_extent *x = p->extents; x; x = x->next) {
-        size_t live = 0;
-        for (size_t i = 0; i < x->nframes; i++)
-            live += x->frames[i] != NULL;
-        if (live != x->live || live == 0)
-            return false;
-        frames += live;
-    }
-    size_t pend = 0;
-    for (const struct vs_pending *q = p->pending; q; q = q->next)
-        pend += q->n;
-    return pend == p->n_pending && p->n_free <= p->cap_free &&
-           p->n_free + p->n_pending + p->n_used == p->n_total &&
-           p->n_total == frames * p->pages_per_frame;
-}
-
-/* Push pages[n-1] first: pops then return them in the order given, so
- * pages unmapped in address order come back in runs. */
-static int push_free(struct vs_pool *p, const uint64_t *pages, size_t n)
-{
-    if (p->n_free + n > p->cap_free) {
-        size_t cap = p->cap_free ? p->cap_free : 256;
-        while (cap < p->n_free + n)
-            cap *= 2;
-        uint64_t *nf = realloc(p->free, cap * sizeof(*nf));
-        if (!nf)
-            return MB_ENOMEM;
-        p->free = nf;
-        p->cap_free = cap;
-    }
-    for (size_t i = 0; i < n; i++)
-        p->free[p->n_free + i] = pages[n - 1 - i];
-    p->n_free += n;
-    return 0;
-}
-
-/* Move pending batches whose work completed to the free stack; with wait,
- * wait for all of them. */
-static void pool_reclaim(struct vs_pool *p, bool wait)
-{
-    mb_backend *be = p->c->be;
-    for (struct vs_pending **qq = &p->pending; *qq;) {
-        struct vs_pending *q = *qq;
-        int done = q->ev ? be->ops->event_query(be, q->ev) : 1;
-        while (wait && done == 0) {
-            struct timespec ts = { 0, 20000 };
-            nanosleep(&ts, NULL);
-            done = be->ops->event_query(be, q->ev);
-        }
-        if (done < 0) {   /* the device failed: the pages may never be safe to reuse */
-            mb_log(MB_LOG_ERR, "failed to learn whether unmapped pages are idle: %s; "
-                               "keeping them out of use", mb_strerror(done));
-            done = 0;
-            if (wait)
-                break;
-        }
-        if (done && push_free(p, q->pages, q->n) == 0) {
-            *qq = q->next;
-            p->n_pending -= q->n;
-            if (q->ev)
-                be->ops->event_destroy(be, q->ev);
-            free(q);
-        } else {
-            qq = &q->next;
-        }
-    }
-}
-
-/* Take frames, map them into a new extent, push their pages. Client lock held. */
-static int pool_grow(struct vs_pool *p, size_t pages)
-{
-    mb_client *c = p->c;
-    size_t fb = c->frame_bytes;
-    size_t n = (pages + p->pages_per_frame - 1) / p->pages_per_frame;
-    struct vs_extent *x = calloc(1, sizeof(*x) + n * sizeof(x->frames[0]));
-    if (!x)
-        return MB_ENOMEM;
-    x->nframes = n;
-    int rc = c->be->ops->reserve(c->be, n * fb, &x->va);
-    if (rc) {
-        free(x);
-        return rc;
-    }
-    rc = fcache_take(c, n, x->frames);
-    if (rc) {
-        c->be->ops->free_va(c->be, x->va, n * fb);
-        free(x);
-        return rc;
-    }
-    size_t mapped = 0;
-    for (; rc == 0 && mapped < n; mapped += rc == 0)
-        rc = c->be->ops->map(c->be, (char *)x->va + mapped * fb, &x->frames[mapped]->mem);
-    if (rc == 0)
-        rc = c->be->ops->set_access(c->be, x->va, n * fb);
-    size_t np = n * p->pages_per_frame;
-    uint64_t *pg = rc == 0 ? malloc(np * sizeof(*pg)) : NULL;
-    if (rc == 0 && !pg)
-        rc = MB_ENOMEM;
-    if (rc == 0) {
-        /* The lowest addresses are popped first, in order. */
-        for (size_t i = 0; i < np; i++)
-            pg[i] = (uint64_t)(uintptr_t)x->va + i * p->page_bytes;
-        rc = push_free(p, pg, np);
-        free(pg);
-    }
-    if (rc) {
-        mb_log(MB_LOG_ERR, "failed to map %zu frames for %zu KiB pages: %s", n,
-               p->page_bytes >> 10, mb_strerror(rc));
-        if (mapped)
-            c->be->ops->unmap(c->be, x->va, mapped * fb);
-        c->be->ops->free_va(c->be, x->va, n * fb);
-        for (size_t i = 0; i < n; i++)
-            fcache_put(c, x->frames[i]);
-        free(x);
-        return rc;
-    }
-    x->live = n;
-    x->next = p->extents;
-    p->extents = x;
-    p->n_total += np;
-    c->fst.bytes_mapped += n * fb;
-    return 0;
-}
-
-/* n pages into out[], lowest address first among those popped. Client lock held. */
-static int pool_take(struct vs_pool *p, size_t n, uint64_t *out)
-{
-    if (p->n_free < n && p->pending)
-        pool_reclaim(p, false);
-    if (p->n_free < n) {
-        int rc = pool_grow(p, n - p->n_free);
-        if (rc)
-            return rc;
-    }
-    for (size_t i = 0; i < n; i++)
-        out[i] = p->free[--p->n_free];
-    p->n_used += n;
-    VS_CHECK(p, pool_is_valid);
-    return 0;
-}
-
-/* Pages whose last use is complete back to the free stack. Client lock held. */
-static void pool_give(struct vs_pool *p, const uint64_t *pages, size_t n)
-{
-    if (push_free(p, pages, n) != 0) {
-        mb_log(MB_LOG_ERR, "failed to keep %zu free pages: out of memory; they are lost", n);
-        p->n_total -= n;   /* leaked until the pool is destroyed */
-    }
-    p->n_used -= n;
-}
-
-/* Pages unmapped on stream: free once the work enqueued so far completed. */
-static void pool_defer(struct vs_pool *p, const uint64_t *pages, size_t n, void *stream)
-{
-    mb_backend *be = p->c->be;
-    struct vs_pending *q = malloc(sizeof(*q) + n * sizeof(q->pages[0]));
-    int rc = q ? be->ops->event_create(be, &q->ev) : MB_ENOMEM;
-    if (rc == 0 && (rc = be->ops->event_record(be, q->ev, stream)) != 0)
-        be->ops->event_destroy(be, q->ev);
-    if (rc != 0) {
-        /* No event: wait for the stream instead, then the pages are idle. */
-        int e = be->ops->stream_sync(be, stream);
-        if (e != 0 || !q) {
-            mb_log(MB_LOG_ERR, "failed to wait for unmapped pages to be idle: %s; "
-                               "keeping them out of use", mb_strerror(e ? e : rc));
-            p->n_used -= n;
-            p->n_total -= n;
-            free(q);
-            return;
-        }
-        q->ev = NULL;
-    }
-    q->n = n;
-    memcpy(q->pages, pages, n * sizeof(*pages));
-    q->next = p->pending;
-    p->pending = q;
-    p->n_used -= n;
-    p->n_pending += n;
-}
-
-/* Return frames whose pages are all free until at most keep free pages
- * remain. Client lock held. */
-static void pool_trim(struct vs_pool *p, size_t keep)
-{
-    mb_client *c = p->c;
-    size_t fb = c->frame_bytes, ppf = p->pages_per_frame;
-    for (struct vs_extent **xx = &p->extents; *xx && p->n_free > keep;) {
-        struct vs_extent *x = *xx;
-        uint64_t lo = (uint64_t)(uintptr_t)x->va, hi = lo + x->nframes * fb;
-        size_t *cnt = calloc(x->nframes, sizeof(*cnt));
-        if (!cnt)
-            return;
-        for (size_t i = 0; i < p->n_free; i++)
-            if (p->free[i] >= lo && p->free[i] < hi)
-                cnt[(p->free[i] - lo) / fb]++;
-        for (size_t f = 0; f < x->nframes && p->n_free > keep; f++) {
-            if (!x->frames[f] || cnt[f] != ppf)
-                continue;
-            uint64_t flo = lo + f * fb;
-            if (c->be->ops->unmap(c->be, (void *)(uintptr_t)flo, fb) != 0)
-                continue;   /* still mapped: keep it */
-            size_t k = 0;
-            for (size_t i = 0; i < p->n_free; i++)
-                if (p->free[i] < flo || p->free[i] >= flo + fb)
-                    p->free[k++] = p->free[i];
-            p->n_free = k;
-            p->n_total -= ppf;
-            fcache_put(c, x->frames[f]);
-            x->frames[f] = NULL;
-            x->live--;
-            c->fst.bytes_mapped -= fb;
-        }
-        free(cnt);
-        if (x->live == 0) {
-            c->be->ops->free_va(c->be, x->va, x->nframes * fb);
-            *xx = x->next;
-            free(x);
-        } else {
-            xx = &x->next;
-        }
-    }
-    VS_CHECK(p, pool_is_valid);
-}
-
-/* The pool of (c, page_bytes), created on first use; registry lock. */
-static int pool_ref(mb_client *c, size_t page_bytes, struct vs_pool **out)
-{
-    int rc = 0;
-    pthread_mutex_lock(&g_reg_lock);
-    struct vs_pool *p = NULL;
-    for (size_t i = 0; i < g_npools && !p; i++)
-        if (g_pools[i]->c == c && g_pools[i]->page_bytes == page_bytes)
-            p = g_pools[i];
-    if (!p) {
-        if (g_npools == g_cap_pools) {
-            size_t cap = g_cap_pools ? 2 * g_cap_pools : 8;
-            struct vs_pool **np = realloc(g_pools, cap * sizeof(*np));
-            if (!np)
-                rc = MB_ENOMEM;
-            else {
-                g_pools = np;
-                g_cap_pools = cap;
-            }
-        }
-        if (rc == 0 && !(p = calloc(1, sizeof(*p))))
-            rc = MB_ENOMEM;
-        if (rc == 0) {
-            p->c = c;
-            p->page_bytes = page_bytes;
-            p->pages_per_frame = c->frame_bytes / page_bytes;
-            g_pools[g_npools++] = p;
-        }
-    }
-    if (rc == 0) {
-        p->refs++;
-        *out = p;
-    }
-    pthread_mutex_unlock(&g_reg_lock);
-    return rc;
-}
-
-/* Drop a reference; the last one waits for pending pages and returns every
- * frame. keep: free pages the pool may keep while still referenced. */
-static void pool_unref(struct vs_pool *p, size_t keep)
-{
-    mb_client *c = p->c;
-    pthread_mutex_lock(&g_reg_lock);
-    bool last = --p->refs == 0;
-    if (last) {
-        for (size_t i = 0; i < g_npools; i++)
-            if (g_pools[i] == p) {
-                g_pools[i] = g_pools[--g_npools];
-                break;
-            }
-    }
-    pthread_mutex_unlock(&g_reg_lock);
-    pthread_mutex_lock(&c->flock);
-    pool_reclaim(p, last);
-    pool_trim(p, last ? 0 : keep);
-    if (last && (p->n_total || p->pending))
-        mb_log(MB_LOG_ERR, "failed to return every frame of a %zu KiB page pool: "
-                           "%zu pages still held", p->page_bytes >> 10, p->n_total);
-    pthread_mutex_unlock(&c->flock);
-    if (last && !p->n_total && !p->pending) {
-        free(p->free);
-        free(p);
-    }
-}
-
 /* ---- the table ---- */
 
 /* One node of the mirror. Invariants (vspace_is_valid):
@@ -462,7 +133,7 @@ struct vs_stream {
 
 struct mb_vspace {
     mb_client *c;
-    struct vs_pool *pool;
+    struct pagepool *pool;       /* the client's pool of this page size */
     const struct vs_engine *eng;
     pthread_mutex_t lock;        /* serialises calls on this vspace; taken before c->lock */
     struct mb_vspace_dev dev;
@@ -708,7 +379,8 @@ static int flush(mb_vspace *v, void *stream)
 
 static int check_range(const mb_vspace *v, size_t first, size_t n, const char *what)
 {
-    if (!v || n == 0 || first >= v->npages || n > v->npages - first) {
+    /* Zero pages anywhere up to the end is an empty range: nothing to do. */
+    if (!v || first > v->npages || (n && (first >= v->npages || n > v->npages - first))) {
         mb_log(MB_LOG_ERR, "failed to %s pages [%zu, +%zu): outside the vspace's %zu pages", what,
                first, n, v ? v->npages : 0);
         return MB_EINVAL;
@@ -719,9 +391,8 @@ static int check_range(const mb_vspace *v, size_t first, size_t n, const char *w
 int mb_vspace_map_async(mb_vspace *v, size_t first, size_t n, void *stream)
 {
     int rc = check_range(v, first, n, "map");
-    if (rc)
+    if (rc || n == 0)
         return rc;
-    mb_client *c = v->c;
     pthread_mutex_lock(&v->lock);
     /* Pages of the range not mapped yet. */
     size_t want = 0;
@@ -737,9 +408,7 @@ int mb_vspace_map_async(mb_vspace *v, size_t first, size_t n, void *stream)
         rc = reserve_nodes(v, nodes_missing(v, first, n));
     bool taken = false;
     if (rc == 0 && want) {
-        pthread_mutex_lock(&c->flock);
-        rc = pool_take(v->pool, want, pages);
-        pthread_mutex_unlock(&c->flock);
+        rc = pagepool_take(v->pool, want, pages);
         taken = rc == 0;
     }
     size_t k = 0;   /* pages[0..k) entered at where[0..k) */
@@ -769,11 +438,8 @@ int mb_vspace_map_async(mb_vspace *v, size_t first, size_t n, void *stream)
             l->e[where[j] & (FANOUT - 1)] = MB_VSPACE_INVALID;
             l->used--;
         }
-        if (taken) {
-            pthread_mutex_lock(&c->flock);
-            pool_give(v->pool, pages, want);
-            pthread_mutex_unlock(&c->flock);
-        }
+        if (taken)
+            pagepool_give(v->pool, pages, want);
     }
     VS_CHECK(v, vspace_is_valid);
     pthread_mutex_unlock(&v->lock);
@@ -785,9 +451,8 @@ int mb_vspace_map_async(mb_vspace *v, size_t first, size_t n, void *stream)
 int mb_vspace_unmap_async(mb_vspace *v, size_t first, size_t n, void *stream)
 {
     int rc = check_range(v, first, n, "unmap");
-    if (rc)
+    if (rc || n == 0)
         return rc;
-    mb_client *c = v->c;
     pthread_mutex_lock(&v->lock);
     size_t cap = n < v->mapped ? n : v->mapped, k = 0;
     uint64_t *pages = cap ? malloc(cap * sizeof(*pages)) : NULL;
@@ -813,9 +478,7 @@ int mb_vspace_unmap_async(mb_vspace *v, size_t first, size_t n, void *stream)
         rc = flush(v, stream);
     if (rc == 0 && k) {
         v->mapped -= k;
-        pthread_mutex_lock(&c->flock);
-        pool_defer(v->pool, pages, k, stream);
-        pthread_mutex_unlock(&c->flock);
+        pagepool_defer(v->pool, pages, k, stream);
     } else if (rc != 0) {
         /* The device still holds the old entries: so does the mirror. */
         for (size_t j = 0; j < k; j++) {
@@ -873,15 +536,11 @@ void mb_vspace_destroy(mb_vspace *v)
     size_t k = 0;
     if (pages && v->root)
         collect_pages(v->root, pages, &k);
-    pthread_mutex_lock(&c->flock);
-    if (pages)
-        pool_give(v->pool, pages, k);
+    if (pages && v->pool)
+        pagepool_give(v->pool, pages, k);
     else if (v->mapped)
         mb_log(MB_LOG_ERR, "failed to return %zu pages of a vspace: out of memory", v->mapped);
-    size_t keep = v->pool->n_used / 4;
-    pthread_mutex_unlock(&c->flock);
     free(pages);
-    pool_unref(v->pool, keep);
     for (struct vs_chunk *ch = v->chunks; ch;) {
         struct vs_chunk *next = ch->next;
         mb_free(c, ch->mem);
@@ -943,7 +602,7 @@ int mb_vspace_create(mb_client *c, size_t max_bytes, size_t page_bytes, mb_vspac
     v->dev.max_bytes = (uint64_t)v->npages << shift;
     v->dev.page_shift = shift;
     v->dev.levels = levels;
-    rc = pool_ref(c, page_bytes, &v->pool);
+    rc = pagepool_get(c, page_bytes, &v->pool);
     if (rc) {
         pthread_mutex_destroy(&v->lock);
         free(v);

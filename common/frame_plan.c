@@ -28,8 +28,9 @@
  * own size. Quotas and statistics charge u' (the bytes the handles hold).
  *
  * Only requests that ask for large frames get them (Grant.large: libmbclient
- * asks for plain allocations above its pool's range); the slab, the pool's
- * small arenas, growable ranges and vspace pages use order-0 frames.
+ * asks for plain allocations above its pool's range, growable ranges'
+ * tails and vspace page pools' extents); the slab and the pool's small
+ * arenas use order-0 frames.
  *
  * Where the frames come from (daemon/frames.c). Free frames keep their order
  * in the daemon: a frame a client returns goes back to its order's free list

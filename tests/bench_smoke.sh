@@ -60,12 +60,26 @@ replay)
     $s.strategy $s.ok $s.peak_live_bytes $s.peak_reserved_bytes $s.reserved_over_live \
     $s.peak_daemon_granted_bytes $s.daemon_over_live $s.alloc_ns.mean $s.alloc_ns.p50 \
     $s.alloc_ns.p99 $s.total_s $s.series.step $s.series.live_bytes $s.series.reserved_bytes \
-    $s.series.daemon_bytes strategies.1.strategy strategies.2.strategy
+    $s.series.daemon_bytes strategies.1.strategy strategies.2.strategy $s.alloc_ns.max \
+    $s.driver_waits $s.driver_waits_what $s.daemon_requests $s.peak_daemon_frames \
+    strategies.2.vspace_page_bytes
   # Mooncake-style JSON lines (timestamps in ms)
   printf '{"timestamp": %d, "input_length": %d, "output_length": %d, "hash_ids": [1, 2]}\n' \
     0 700 40  100 1500 20  250 90 64  400 3000 10  900 33 100 >"$dir/trace.jsonl"
   run replay_jsonl replay "$dir/trace.jsonl" --strategies realloc,grow
   "$check" "$dir/replay_jsonl.json" format requests $s.peak_live_bytes strategies.1.peak_live_bytes
+  # Long contexts (6-8.5 k tokens) in blocks smaller than a page (32 KiB
+  # tokens, 16-token blocks of 512 KiB): every strategy completes (mbbench
+  # exits 1 otherwise), with 512 KiB pages and with 2 MiB pages whose block
+  # boundaries fall inside a page.
+  awk 'BEGIN { for (i = 0; i < 40; i++)
+    printf "{\"timestamp\": %d, \"input_length\": %d, \"output_length\": %d}\n",
+      i * 2000, 6000 + (i * 397) % 2500, 40 + (i * 31) % 150 }' >"$dir/long.jsonl"
+  run replay_long replay "$dir/long.jsonl" --token-bytes 32K
+  "$check" "$dir/replay_long.json" strategies.2.vspace_page_bytes strategies.3.ok
+  run replay_long_2m replay "$dir/long.jsonl" --token-bytes 32K --vspace-page 2M \
+    --strategies vspace
+  "$check" "$dir/replay_long_2m.json" $s.ok $s.driver_waits
   ;;
 tenants)
   run tenants tenants

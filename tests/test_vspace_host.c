@@ -3,15 +3,24 @@
  * after every step against a reference model by walking the table memory
  * with the layout vspace.h documents (and with mb_vspace_read_entries);
  * new directory levels; pages reused by another vspace never reached
- * through the first one's table; argument errors; the host path of the
+ * through the first one's table; argument errors and empty maps; the page
+ * pools (pagepool.c): pages carved from few extents, the refill thread
+ * filling a pool in the background, pools emptied by mb_trim, by the idle
+ * policy and by mb_close with the daemon's books balanced and the thread
+ * gone; growable ranges (grow.c): grows inside the mapped tail make no
+ * daemon request and no mapping, data survives grows; the host path of the
  * stream-ordered slow path (async_map.c). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <dirent.h>
+#include <pthread.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <cmocka.h>
 
@@ -21,6 +30,8 @@
 #include "async_map.h"
 #include "client.h"
 #include "harness.h"
+#include "pagepool.h"
+#include "refill.h"
 
 static struct mbt_daemon g_d;
 static mb_client *g_c;
@@ -233,7 +244,15 @@ static void test_errors(void **state)
     assert_int_equal(mb_vspace_create(g_c, 10 << 20, 64 << 10, &v), 0);
     assert_int_equal(mb_vspace_map_async(v, 160, 1, NULL), MB_EINVAL);
     assert_int_equal(mb_vspace_map_async(v, 150, 11, NULL), MB_EINVAL);
-    assert_int_equal(mb_vspace_map_async(v, 0, 0, NULL), MB_EINVAL);
+    /* Zero pages is nothing to do, anywhere up to the end (a block boundary
+     * inside a page maps no new page). */
+    assert_int_equal(mb_vspace_map_async(v, 0, 0, NULL), 0);
+    assert_int_equal(mb_vspace_map_async(v, 115, 0, NULL), 0);
+    assert_int_equal(mb_vspace_map_async(v, 160, 0, NULL), 0);
+    assert_int_equal(mb_vspace_unmap_async(v, 160, 0, NULL), 0);
+    assert_int_equal(mb_vspace_mapped_pages(v), 0);
+    assert_int_equal(mb_vspace_map_async(v, 161, 0, NULL), MB_EINVAL);
+    assert_int_equal(mb_vspace_map_async(NULL, 0, 0, NULL), MB_EINVAL);
     assert_int_equal(mb_vspace_unmap_async(v, 159, 2, NULL), MB_EINVAL);
     assert_int_equal(mb_vspace_map_async(v, 0, 160, NULL), 0);
     assert_int_equal(mb_vspace_unmap_async(v, 0, 160, NULL), 0);
@@ -244,20 +263,514 @@ static void test_errors(void **state)
     assert_null(mb_vspace_device(NULL));
 }
 
-/* Every frame the pools took goes back when the last vspace is destroyed. */
-static void test_frames_return(void **state)
+static void sleep_ms(int ms)
+{
+    struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
+    nanosleep(&ts, NULL);
+}
+
+static mb_client_stats stats_of(mb_client *c)
+{
+    mb_client_stats st;
+    assert_int_equal(mb_stats(c, &st), 0);
+    return st;
+}
+
+static double status_num(const char *key)
+{
+    struct json *j = mbt_status(&g_d);
+    assert_non_null(j);
+    double v = json_num(j, key);
+    json_free(j);
+    return v;
+}
+
+/* Threads of this process now. */
+static int n_threads(void)
+{
+    DIR *d = opendir("/proc/self/task");
+    assert_non_null(d);
+    int n = 0;
+    for (struct dirent *e; (e = readdir(d)) != NULL;)
+        n += e->d_name[0] != '.';
+    closedir(d);
+    return n;
+}
+
+/* Pages are offsets into few extents: 1000 pages of 64 KiB come from one
+ * mapped range, not 1000 frames; they stay in the pool after the vspace is
+ * destroyed (reused without a daemon request) and go back on mb_trim. */
+static void test_pool_extents_and_trim(void **state)
 {
     (void)state;
-    mb_client_stats before, after;
-    assert_int_equal(mb_stats(g_c, &before), 0);
+    assert_int_equal(mb_trim(g_c, 0), 0);
+    mb_client_stats before = stats_of(g_c), after;
+    assert_int_equal(before.vspace_pool_bytes, 0);
+    assert_int_equal(before.vspace_extents, 0);
     mb_vspace *v;
     assert_int_equal(mb_vspace_create(g_c, (size_t)1 << 30, 64 << 10, &v), 0);
     assert_int_equal(mb_vspace_map_async(v, 0, 1000, NULL), 0);
-    assert_int_equal(mb_stats(g_c, &after), 0);
-    assert_true(after.bytes_mapped >= before.bytes_mapped + 1000 * (64 << 10));
+    after = stats_of(g_c);
+    assert_true(after.vspace_pool_bytes >= (size_t)1000 * (64 << 10));
+    assert_true(after.vspace_extents >= 1 && after.vspace_extents <= 2);
+    assert_true(after.bytes_mapped >= before.bytes_mapped + after.vspace_pool_bytes);
+    assert_true(after.vspace_refill_waits >= before.vspace_refill_waits + 1);
+    /* Every page distinct, inside the pool, aligned. */
+    uint64_t *e = malloc(1000 * sizeof(*e));
+    assert_int_equal(mb_vspace_read_entries(v, 0, 1000, NULL, e), 0);
+    for (size_t i = 0; i < 1000; i++) {
+        assert_true(e[i] != MB_VSPACE_INVALID && e[i] % (64 << 10) == 0);
+        memset((void *)(uintptr_t)e[i], (int)(i & 0xff), 64 << 10);
+        if (i)
+            assert_true(e[i] != e[i - 1]);
+    }
+    free(e);
     mb_vspace_destroy(v);
-    assert_int_equal(mb_stats(g_c, &after), 0);
-    assert_true(after.bytes_mapped == before.bytes_mapped);
+    after = stats_of(g_c);
+    assert_true(after.vspace_pool_bytes >= (size_t)1000 * (64 << 10));   /* kept, mapped */
+    assert_true(after.vspace_free_bytes == after.vspace_pool_bytes);
+    /* A new vspace takes them again: no new extent, no wait. */
+    mb_client_stats kept = after;
+    assert_int_equal(mb_vspace_create(g_c, (size_t)1 << 30, 64 << 10, &v), 0);
+    assert_int_equal(mb_vspace_map_async(v, 0, 1000, NULL), 0);
+    after = stats_of(g_c);
+    assert_int_equal(after.vspace_refill_waits, kept.vspace_refill_waits);
+    assert_true(after.vspace_extents >= 1 && after.vspace_extents <= 2);
+    mb_vspace_destroy(v);
+    /* Trim empties the pool and unmaps its extents. */
+    assert_int_equal(mb_trim(g_c, 0), 0);
+    after = stats_of(g_c);
+    assert_int_equal(after.vspace_pool_bytes, 0);
+    assert_int_equal(after.vspace_free_bytes, 0);
+    assert_int_equal(after.vspace_extents, 0);
+    assert_true(after.bytes_mapped <= before.bytes_mapped);
+}
+
+/* Wait until c's pools hold at least want free bytes (the refill thread
+ * at work: this thread makes no call meanwhile); their stats. */
+static mb_client_stats wait_free(mb_client *c, size_t want)
+{
+    mb_client_stats st = stats_of(c);
+    for (int i = 0; i < 400 && st.vspace_free_bytes < want; i++) {
+        sleep_ms(10);
+        st = stats_of(c);
+    }
+    assert_true(st.vspace_free_bytes >= want);
+    return st;
+}
+
+/* Demand raises the watermark; a map that leaves the pool under it wakes
+ * the refill thread, which maps an extent ahead, so the next maps find
+ * their pages ready (no wait). */
+static void test_refill_background(void **state)
+{
+    (void)state;
+    assert_int_equal(mb_trim(g_c, 0), 0);
+    assert_true(refill_running(g_c));
+    const size_t page = 64 << 10, n1 = 6400;
+    mb_vspace *v;
+    assert_int_equal(mb_vspace_create(g_c, (size_t)1 << 31, page, &v), 0);
+    mb_client_stats st = stats_of(g_c);
+    uint64_t waits0 = st.vspace_refill_waits;
+    assert_int_equal(mb_vspace_map_async(v, 0, n1, NULL), 0);
+    st = stats_of(g_c);
+    assert_int_equal(st.vspace_refill_waits, waits0 + 1);   /* the pool was empty */
+    /* The watermark is now n1 / 64 pages: the thread maps up to it. */
+    st = wait_free(g_c, n1 / 64 * page);
+    size_t ext = st.vspace_extents;
+    /* Take all but 10 free pages: no wait, and the pool is under its
+     * watermark again, so the thread maps another extent. */
+    size_t left = st.vspace_free_bytes / page;
+    assert_int_equal(mb_vspace_map_async(v, n1, left - 10, NULL), 0);
+    st = stats_of(g_c);
+    assert_int_equal(st.vspace_refill_waits, waits0 + 1);
+    st = wait_free(g_c, (n1 + left) / 64 * page);
+    assert_int_equal(st.vspace_extents, ext + 1);
+    /* Those pages serve the next map without a wait. */
+    size_t more = st.vspace_free_bytes / page;
+    assert_int_equal(mb_vspace_map_async(v, n1 + left - 10, more, NULL), 0);
+    st = stats_of(g_c);
+    assert_int_equal(st.vspace_refill_waits, waits0 + 1);
+    assert_int_equal(mb_vspace_mapped_pages(v), n1 + left - 10 + more);
+    mb_vspace_destroy(v);
+    assert_int_equal(mb_trim(g_c, 0), 0);
+    st = stats_of(g_c);
+    assert_int_equal(st.vspace_pool_bytes, 0);
+}
+
+/* Refills in flight in c's pool of page_bytes pages (the thread's or a
+ * waiting map's). */
+static int growers(mb_client *c, size_t page_bytes)
+{
+    struct pagepool *p;
+    assert_int_equal(pagepool_get(c, page_bytes, &p), 0);
+    pthread_mutex_lock(&p->lock);
+    int n = p->growers;
+    pthread_mutex_unlock(&p->lock);
+    return n;
+}
+
+/* Every mapped page of the live vspaces v[0..n) (their first npages),
+ * each owned by one vspace only, each holding its vspace's tag. */
+static void check_owners(mb_vspace **v, const uint32_t *tag, int n, size_t npages)
+{
+    uint64_t *all = malloc(n * npages * sizeof(*all)), *e = malloc(npages * sizeof(*e));
+    size_t k = 0;
+    for (int i = 0; i < n; i++) {
+        assert_int_equal(mb_vspace_read_entries(v[i], 0, npages, NULL, e), 0);
+        for (size_t q = 0; q < npages; q++) {
+            if (e[q] == MB_VSPACE_INVALID)
+                continue;
+            assert_true(*(uint64_t *)(uintptr_t)e[q] == (((uint64_t)tag[i] << 32) | q));
+            all[k++] = e[q];
+        }
+    }
+    for (size_t a = 0; a < k; a++)   /* no page shared by two live vspaces (or twice) */
+        for (size_t b = a + 1; b < k; b++)
+            assert_true(all[a] != all[b]);
+    free(all);
+    free(e);
+}
+
+static void tag_pages(mb_vspace *v, uint32_t tag, size_t first, size_t n)
+{
+    const struct mb_vspace_dev *t = mb_vspace_device(v);
+    for (size_t q = first; q < first + n; q++)
+        *(uint64_t *)(uintptr_t)walk(t, q) = ((uint64_t)tag << 32) | q;
+}
+
+/* Maps issued while the refill thread grows the pool (held in flight by
+ * the test hook): one served from the free pages, one that maps an extent
+ * itself; then maps from the refilled pages. Every page keeps its data and
+ * no page belongs to two live vspaces. */
+static void test_map_during_refill(void **state)
+{
+    (void)state;
+    const size_t page = 64 << 10, vpages = 16384;
+    setenv("MOONBRIGHT_TEST_REFILL_DELAY_US", "400000", 1);
+    mb_client *c;
+    assert_int_equal(mb_open(&c, "vspace-refill"), 0);
+    mb_vspace *v[2];
+    const uint32_t tag[2] = { 0xA1, 0xB2 };
+    assert_int_equal(mb_vspace_create(c, vpages * page, page, &v[0]), 0);
+    unsetenv("MOONBRIGHT_TEST_REFILL_DELAY_US");   /* read when the thread started */
+    assert_int_equal(mb_vspace_create(c, vpages * page, page, &v[1]), 0);
+    assert_int_equal(mb_vspace_map_async(v[0], 0, 6400, NULL), 0);
+    mb_client_stats st = wait_free(c, 6400 / 64 * page);   /* the first refill (held too) */
+    size_t ext = st.vspace_extents;
+    size_t left = st.vspace_free_bytes / page, a_pages = 6400 + left - 10;
+    assert_int_equal(mb_vspace_map_async(v[0], 6400, left - 10, NULL), 0);
+    tag_pages(v[0], tag[0], 0, a_pages);
+    /* Under the watermark now: the thread's next refill starts and is held. */
+    for (int i = 0; i < 400 && growers(c, page) == 0; i++)
+        sleep_ms(5);
+    assert_int_equal(growers(c, page), 1);
+    uint64_t waits = stats_of(c).vspace_refill_waits;
+    assert_int_equal(mb_vspace_map_async(v[1], 0, 8, NULL), 0);      /* from the 10 free */
+    assert_int_equal(mb_vspace_map_async(v[1], 8, 500, NULL), 0);    /* maps an extent itself */
+    st = stats_of(c);
+    assert_int_equal(st.vspace_refill_waits, waits + 1);
+    assert_int_equal(st.vspace_extents, ext + 1);   /* the thread's refill is still in flight */
+    assert_int_equal(growers(c, page), 1);
+    tag_pages(v[1], tag[1], 0, 508);
+    check_owners(v, tag, 2, vpages);
+    /* The refill lands; maps use its pages without a wait. */
+    for (int i = 0; i < 400 && stats_of(c).vspace_extents < ext + 2; i++)
+        sleep_ms(5);
+    st = stats_of(c);
+    assert_int_equal(st.vspace_extents, ext + 2);
+    size_t more = st.vspace_free_bytes / page;
+    assert_true(more > 0);
+    more = more < 2000 ? more : 2000;
+    assert_int_equal(mb_vspace_map_async(v[1], 508, more, NULL), 0);
+    assert_int_equal(stats_of(c).vspace_refill_waits, waits + 1);
+    tag_pages(v[1], tag[1], 508, more);
+    check_owners(v, tag, 2, vpages);
+    assert_int_equal(mb_vspace_mapped_pages(v[0]), a_pages);
+    assert_int_equal(mb_vspace_mapped_pages(v[1]), 508 + more);
+    mb_vspace_destroy(v[0]);
+    mb_vspace_destroy(v[1]);
+    mb_close(c);
+}
+
+/* A reclaim notice (mbctl reclaim TENANT) empties the pools and returns
+ * the growable tails, without any call from this process. */
+static void test_reclaim(void **state)
+{
+    (void)state;
+    mb_client *c;
+    setenv("MOONBRIGHT_IDLE_MS", "600000", 1);   /* the idle policy stays out of it */
+    assert_int_equal(mb_open(&c, "vspace-reclaim"), 0);
+    mb_vspace *v;
+    assert_int_equal(mb_vspace_create(c, (size_t)1 << 30, 64 << 10, &v), 0);
+    unsetenv("MOONBRIGHT_IDLE_MS");
+    assert_int_equal(mb_vspace_map_async(v, 0, 3000, NULL), 0);
+    mb_vspace_destroy(v);
+    void *g;
+    assert_int_equal(mb_malloc_growable(c, 64 << 20, 1 << 30, &g), 0);
+    mb_client_stats st = stats_of(c);
+    assert_true(st.vspace_pool_bytes >= (size_t)3000 * (64 << 10));
+    assert_true(st.grow_mapped_ahead > 0);
+    const char *args[] = { "reclaim", "vspace-reclaim", NULL };
+    int rc = -1;
+    struct json *j = mbt_ctl_json(&g_d, &rc, args);
+    json_free(j);
+    assert_int_equal(rc, 0);
+    for (int i = 0; i < 200 && (st.vspace_pool_bytes || st.grow_mapped_ahead >= st.frame_bytes); i++) {
+        sleep_ms(25);
+        st = stats_of(c);
+    }
+    assert_int_equal(st.vspace_pool_bytes, 0);
+    assert_true(st.grow_mapped_ahead < st.frame_bytes);
+    memset(g, 9, 64 << 20);   /* the used part stays */
+    assert_int_equal(mb_free(c, g), 0);
+    mb_close(c);
+}
+
+/* Threads mapping, unmapping, destroying and re-creating their own
+ * vspaces on one client while the refill thread refills and the idle
+ * policy (50 ms) returns extents: every page keeps its owner's tag and no
+ * page is mapped by two live vspaces. Failures are counted, then asserted
+ * on the main thread. */
+#define STRESS_THREADS 4
+#define STRESS_PAGES 2048
+struct stress {
+    mb_client *c;
+    mb_vspace *v;
+    uint32_t tag;
+    uint64_t seed;
+    int bad;
+    bool *mapped;
+};
+
+static uint64_t srnd(uint64_t *x)
+{
+    *x ^= *x << 13;
+    *x ^= *x >> 7;
+    *x ^= *x << 17;
+    return *x;
+}
+
+static void *stress_main(void *arg)
+{
+    struct stress *t = arg;
+    const size_t page = 64 << 10;
+    for (int it = 0; it < 300 && !t->bad; it++) {
+        uint64_t r = srnd(&t->seed);
+        if (r % 40 == 0) {   /* destroy and start over */
+            mb_vspace_destroy(t->v);
+            memset(t->mapped, 0, STRESS_PAGES);
+            t->bad += mb_vspace_create(t->c, STRESS_PAGES * page, page, &t->v) != 0;
+            continue;
+        }
+        size_t n = 1 + srnd(&t->seed) % 200, p = srnd(&t->seed) % (STRESS_PAGES - n);
+        const struct mb_vspace_dev *d = mb_vspace_device(t->v);
+        if (r % 3) {
+            t->bad += mb_vspace_map_async(t->v, p, n, NULL) != 0;
+            for (size_t q = p; q < p + n && !t->bad; q++) {
+                uint64_t e = walk(d, q);
+                t->bad += e == MB_VSPACE_INVALID;
+                if (!t->mapped[q] && e != MB_VSPACE_INVALID)
+                    *(uint64_t *)(uintptr_t)e = ((uint64_t)t->tag << 32) | q;
+                t->mapped[q] = true;
+            }
+        } else {
+            t->bad += mb_vspace_unmap_async(t->v, p, n, NULL) != 0;
+            memset(t->mapped + p, 0, n);
+        }
+        for (size_t q = 0; q < STRESS_PAGES && !t->bad; q++) {
+            uint64_t e = walk(d, q);
+            if (t->mapped[q] != (e != MB_VSPACE_INVALID) ||
+                (e != MB_VSPACE_INVALID && *(uint64_t *)(uintptr_t)e != (((uint64_t)t->tag << 32) | q)))
+                t->bad++;
+        }
+    }
+    return NULL;
+}
+
+static void test_threads_stress(void **state)
+{
+    (void)state;
+    setenv("MOONBRIGHT_IDLE_MS", "50", 1);
+    mb_client *c;
+    assert_int_equal(mb_open(&c, "vspace-stress"), 0);
+    struct stress t[STRESS_THREADS];
+    pthread_t th[STRESS_THREADS];
+    for (int i = 0; i < STRESS_THREADS; i++) {
+        t[i] = (struct stress){ .c = c, .tag = 0x100u + (uint32_t)i, .seed = 0x9E37ull * (uint64_t)(i + 1) };
+        t[i].mapped = calloc(STRESS_PAGES, 1);
+        assert_int_equal(mb_vspace_create(c, STRESS_PAGES * (64 << 10), 64 << 10, &t[i].v), 0);
+    }
+    unsetenv("MOONBRIGHT_IDLE_MS");   /* read when the thread started */
+    for (int i = 0; i < STRESS_THREADS; i++)
+        assert_int_equal(pthread_create(&th[i], NULL, stress_main, &t[i]), 0);
+    for (int i = 0; i < STRESS_THREADS; i++)
+        pthread_join(th[i], NULL);
+    mb_vspace *v[STRESS_THREADS];
+    uint32_t tags[STRESS_THREADS];
+    for (int i = 0; i < STRESS_THREADS; i++) {
+        assert_int_equal(t[i].bad, 0);
+        v[i] = t[i].v;
+        tags[i] = t[i].tag;
+    }
+    check_owners(v, tags, STRESS_THREADS, STRESS_PAGES);
+    for (int i = 0; i < STRESS_THREADS; i++) {
+        mb_vspace_destroy(t[i].v);
+        free(t[i].mapped);
+    }
+    assert_int_equal(mb_trim(c, 0), 0);
+    mb_client_stats st = stats_of(c);
+    assert_int_equal(st.vspace_pool_bytes, 0);
+    mb_close(c);
+}
+
+/* Pools and growable tails left unused for $MOONBRIGHT_IDLE_MS go back by
+ * themselves; mb_close stops the thread and returns everything, and the
+ * daemon's books balance. */
+static void test_idle_and_close(void **state)
+{
+    (void)state;
+    assert_int_equal(mb_trim(g_c, 0), 0);
+    int threads0 = n_threads();
+    double granted0 = status_num("frames_granted");
+    setenv("MOONBRIGHT_IDLE_MS", "200", 1);
+    mb_client *c;
+    assert_int_equal(mb_open(&c, "vspace-idle"), 0);
+    mb_vspace *v;
+    assert_int_equal(mb_vspace_create(c, (size_t)1 << 30, 2 << 20, &v), 0);
+    unsetenv("MOONBRIGHT_IDLE_MS");   /* read when the thread started */
+    assert_int_equal(mb_vspace_map_async(v, 0, 40, NULL), 0);
+    void *g;
+    assert_int_equal(mb_malloc_growable(c, 8 << 20, 64 << 20, &g), 0);
+    assert_true(refill_running(c));
+    assert_true(status_num("frames_granted") > granted0);
+    mb_vspace_destroy(v);
+    /* Nothing uses the pool or the growable tail now: both go back. */
+    mb_client_stats st = stats_of(c);
+    for (int i = 0; i < 200 && (st.vspace_pool_bytes || st.grow_mapped_ahead); i++) {
+        sleep_ms(25);
+        st = stats_of(c);
+    }
+    assert_int_equal(st.vspace_pool_bytes, 0);
+    assert_int_equal(st.vspace_extents, 0);
+    assert_int_equal(st.grow_mapped_ahead, 0);
+    assert_int_equal(mb_usable_size(c, g), 8 << 20);
+    memset(g, 0x3C, 8 << 20);
+    /* The pool fills again on use; close with a vspace mapped and a growable
+     * range live: the thread stops, everything goes back. */
+    assert_int_equal(mb_vspace_create(c, (size_t)1 << 30, 2 << 20, &v), 0);
+    assert_int_equal(mb_vspace_map_async(v, 0, 40, NULL), 0);
+    mb_vspace_destroy(v);
+    assert_true(n_threads() > threads0);
+    mb_close(c);
+    assert_int_equal(n_threads(), threads0);
+    for (int i = 0; i < 200 && status_num("frames_granted") != granted0; i++)
+        sleep_ms(25);
+    assert_true(status_num("frames_granted") == granted0);
+}
+
+/* Grow in place: the tail is mapped ahead in the background; a grow inside
+ * it makes no daemon request and maps nothing; data survives every grow;
+ * a grow past the tail maps at once (a wait); past the reservation fails. */
+static void test_grow_tail(void **state)
+{
+    (void)state;
+    const size_t mib = 1 << 20;
+    void *p;
+    /* 4 MiB used of 6 MiB reserved: the rest is mapped ahead (the tail's
+     * target is one unit here). */
+    assert_int_equal(mb_malloc_growable(g_c, 4 * mib, 6 * mib, &p), 0);
+    assert_int_equal(mb_usable_size(g_c, p), 4 * mib);
+    memset(p, 0x11, 4 * mib);
+    mb_client_stats st = stats_of(g_c);
+    for (int i = 0; i < 200 && st.grow_mapped_ahead < 2 * mib; i++) {
+        sleep_ms(10);
+        st = stats_of(g_c);
+    }
+    assert_int_equal(st.grow_mapped_ahead, 2 * mib);   /* mapped up to the reservation */
+    mb_client_stats before = st;
+    assert_int_equal(mb_grow(g_c, p, 5 * mib), 0);
+    memset((char *)p + 4 * mib, 0x22, mib);
+    assert_int_equal(mb_grow(g_c, p, 6 * mib), 0);
+    memset((char *)p + 5 * mib, 0x33, mib);
+    st = stats_of(g_c);
+    assert_int_equal(st.daemon_requests, before.daemon_requests);
+    assert_int_equal(st.bytes_mapped, before.bytes_mapped);
+    assert_int_equal(st.frames_imported, before.frames_imported);
+    assert_int_equal(st.grow_waits, before.grow_waits);
+    assert_int_equal(st.grow_mapped_ahead, 0);
+    assert_int_equal(mb_usable_size(g_c, p), 6 * mib);
+    assert_int_equal(mb_grow(g_c, p, 6 * mib + 1), MB_EINVAL);
+    assert_int_equal(mb_grow(g_c, p, 2 * mib), 0);   /* shrinking is not done: no-op */
+    assert_int_equal(mb_usable_size(g_c, p), 6 * mib);
+    for (size_t i = 0; i < 6 * mib; i += 4096) {
+        unsigned char want = i < 4 * mib ? 0x11 : i < 5 * mib ? 0x22 : 0x33;
+        assert_int_equal(((unsigned char *)p)[i], want);
+    }
+    assert_int_equal(mb_free(g_c, p), 0);
+    assert_int_equal(mb_usable_size(g_c, p), 0);
+    assert_int_equal(mb_grow(g_c, p, 6 * mib), MB_ENOENT);
+
+    /* The thread refills a tail a grow used up: 2 MiB mapped ahead of
+     * 4 MiB; growing to 6 MiB (a 2 MiB step) empties it, and the thread
+     * maps twice the step ahead; growing into that makes no wait. */
+    assert_int_equal(mb_malloc_growable(g_c, 4 * mib, 64 * mib, &p), 0);
+    st = stats_of(g_c);
+    assert_int_equal(st.grow_mapped_ahead, 2 * mib);
+    assert_int_equal(mb_grow(g_c, p, 6 * mib), 0);
+    st = stats_of(g_c);
+    for (int i = 0; i < 200 && st.grow_mapped_ahead < 4 * mib; i++) {
+        sleep_ms(10);
+        st = stats_of(g_c);
+    }
+    assert_true(st.grow_mapped_ahead >= 4 * mib);
+    before = st;
+    assert_int_equal(mb_grow(g_c, p, 10 * mib), 0);
+    memset(p, 0x44, 10 * mib);
+    st = stats_of(g_c);
+    assert_int_equal(st.grow_waits, before.grow_waits);
+    /* A growable range can be shared; trimming keeps its shared frames. */
+    mb_share_token tok;
+    assert_int_equal(mb_export(g_c, p, &tok), 0);
+    assert_int_equal(mb_trim(g_c, 0), 0);
+    assert_int_equal(mb_usable_size(g_c, p), 10 * mib);
+    memset(p, 0x45, 10 * mib);
+    assert_int_equal(mb_free(g_c, p), 0);
+
+    /* Many grows by one block: data kept, tails ahead, waits counted only
+     * past the tail; trim returns the tails. */
+    const size_t block = 2 * mib, max = 256 * mib;
+    assert_int_equal(mb_malloc_growable(g_c, block, max, &p), 0);
+    memset(p, 1, block);
+    uint64_t waits0 = stats_of(g_c).grow_waits;
+    size_t used = block;
+    for (int k = 2; used + block <= max; k++) {
+        assert_int_equal(mb_grow(g_c, p, used + block), 0);
+        memset((char *)p + used, k & 0xff, block);
+        used += block;
+    }
+    for (size_t off = 0, k = 1; off < used; off += block, k++)
+        assert_int_equal(((unsigned char *)p)[off + block - 1], (unsigned char)(k & 0xff));
+    st = stats_of(g_c);
+    assert_true(st.grow_waits >= waits0);
+    assert_true(st.grow_waits - waits0 < used / block);   /* some grows were bookkeeping */
+    assert_int_equal(mb_usable_size(g_c, p), max);
+    assert_int_equal(mb_free(g_c, p), 0);
+
+    assert_int_equal(mb_malloc_growable(g_c, 32 * mib, max, &p), 0);
+    st = stats_of(g_c);
+    for (int i = 0; i < 200 && st.grow_mapped_ahead == 0; i++) {
+        sleep_ms(25);
+        st = stats_of(g_c);
+    }
+    assert_true(st.grow_mapped_ahead > 0);
+    size_t mapped = st.bytes_mapped;
+    assert_int_equal(mb_trim(g_c, 0), 0);
+    st = stats_of(g_c);
+    assert_true(st.grow_mapped_ahead < st.frame_bytes);
+    assert_true(st.bytes_mapped < mapped);
+    memset(p, 7, 32 * mib);   /* the used part stays mapped */
+    assert_int_equal(mb_free(g_c, p), 0);
 }
 
 /* On the host backend the slow path maps before it returns. */
@@ -299,7 +812,13 @@ int main(void)
         cmocka_unit_test(test_levels),
         cmocka_unit_test(test_reuse_by_other),
         cmocka_unit_test(test_random),
-        cmocka_unit_test(test_frames_return),
+        cmocka_unit_test(test_pool_extents_and_trim),
+        cmocka_unit_test(test_refill_background),
+        cmocka_unit_test(test_map_during_refill),
+        cmocka_unit_test(test_grow_tail),
+        cmocka_unit_test(test_reclaim),
+        cmocka_unit_test(test_threads_stress),
+        cmocka_unit_test(test_idle_and_close),
         cmocka_unit_test(test_amap_host),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);

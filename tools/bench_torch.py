@@ -3,6 +3,7 @@
 
   bench_torch.py latency [--sizes 256,4K,64K,2M,64M] [--pairs N]
   bench_torch.py replay TRACE [--requests 3000] [--compression 8] ...
+  bench_torch.py train [--steps 50] [--warmup 5] ...
 
 Each allocator setting runs in its own child process (PYTORCH_CUDA_ALLOC_CONF
 is read once, at CUDA initialisation; this parent never touches CUDA):
@@ -18,6 +19,23 @@ arrivals allocate their context rounded up to 16-token blocks of 128 KiB per
 token; each token that crosses a block boundary allocates the larger buffer
 and then frees the old one; finished requests free at the end of the step.
 Tensors are torch.empty (uint8): memory is never touched.
+
+The training run (defaults; each has a flag): a GPT-style decoder (6 layers,
+d_model 512, 8 heads, feed-forward 4 x d_model, vocabulary 8192, pre-norm,
+causal attention), batch 16, a sequence length drawn per step from [32, 256]
+(one seeded sequence, the same in every child), AdamW, next-token cross
+entropy on random tokens; weights and tokens come from fixed seeds. TF32 is
+off and attention runs on the math kernel (the fused kernels may sum
+gradients in a varying order), so every allocator must produce the same
+losses. After the warm-up steps, each step is timed between two
+torch.cuda.synchronize() calls; after every step the device memory in use is
+read with torch.cuda.mem_get_info() (total - free: every process on the
+device counts, so a running moonbrightd's context is in every row and the
+frames it holds are in the torch-moonbright row, and in the rows after it
+while the daemon keeps them: torch-moonbright runs last in the default
+--configs). The idle figure, read before the model is built, is in the JSON
+as device_used_idle_bytes. torch.cuda.max_memory_reserved() is reported
+where the allocator keeps PyTorch's statistics (not for torch-moonbright).
 """
 import argparse
 import csv
@@ -25,7 +43,9 @@ import datetime
 import json
 import os
 import platform
+import random
 import re
+import statistics
 import subprocess
 import sys
 import time
@@ -52,6 +72,11 @@ def summary(v):
     n = len(v)
     rank = lambda q: v[max(0, (n * q + 99) // 100 - 1)]   # nearest rank, as mbbench
     return {"n": n, "mean": sum(v) / n, "min": v[0], "p50": rank(50), "p99": rank(99), "max": v[-1]}
+
+
+def nearest_rank(v, q):
+    """The q-th percentile of sorted v, nearest rank (as summary())."""
+    return v[max(0, (len(v) * q + 99) // 100 - 1)] if v else 0
 
 
 def header(bench, args):
@@ -275,6 +300,182 @@ def child_replay(args, name):
     }]
 
 
+# ---- the training run ----
+
+def train_seq_lens(args):
+    """One sequence length per step, warm-up included: the same list in every child."""
+    rng = random.Random(args.seed)
+    return [rng.randint(args.min_seq, args.max_seq) for _ in range(args.warmup + args.steps)]
+
+
+def build_gpt(torch, args):
+    nn, F = torch.nn, torch.nn.functional
+
+    class Block(nn.Module):
+        def __init__(self, d, heads):
+            super().__init__()
+            self.heads = heads
+            self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
+            self.qkv, self.proj = nn.Linear(d, 3 * d), nn.Linear(d, d)
+            self.fc, self.out = nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
+
+        def forward(self, x):
+            b, n, d = x.shape
+            q, k, v = self.qkv(self.ln1(x)).view(b, n, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
+            a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            x = x + self.proj(a.transpose(1, 2).reshape(b, n, d))
+            return x + self.out(F.gelu(self.fc(self.ln2(x))))
+
+    class GPT(nn.Module):
+        def __init__(self):
+            super().__init__()
+            d = args.d_model
+            self.tok, self.pos = nn.Embedding(args.vocab, d), nn.Embedding(args.max_seq, d)
+            self.blocks = nn.ModuleList(Block(d, args.heads) for _ in range(args.layers))
+            self.ln, self.head = nn.LayerNorm(d), nn.Linear(d, args.vocab, bias=False)
+
+        def forward(self, idx):
+            x = self.tok(idx) + self.pos(torch.arange(idx.shape[1], device=idx.device))
+            for blk in self.blocks:
+                x = blk(x)
+            return self.head(self.ln(x))
+
+    return GPT()
+
+
+def child_train(args, name):
+    torch, dev = child_setup(args, name)
+    F = torch.nn.functional
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cudnn.deterministic = True
+    torch.backends.cudnn.benchmark = False
+    for kernel in ("enable_flash_sdp", "enable_mem_efficient_sdp", "enable_cudnn_sdp"):
+        if hasattr(torch.backends.cuda, kernel):
+            getattr(torch.backends.cuda, kernel)(False)
+    torch.backends.cuda.enable_math_sdp(True)
+
+    def stat(fn):   # PyTorch's statistics, where this allocator keeps them
+        try:
+            return fn(dev)
+        except RuntimeError:
+            return None
+
+    def in_use():
+        free, total = torch.cuda.mem_get_info(dev)
+        return total - free
+
+    lens = train_seq_lens(args)
+    torch.cuda.synchronize(dev)
+    idle_used = in_use()
+    torch.manual_seed(args.seed)
+    model = build_gpt(torch, args).to(dev)   # initialised on the host: the same weights everywhere
+    gen = torch.Generator().manual_seed(args.seed + 1)
+    data = torch.randint(0, args.vocab, (len(lens), args.batch, args.max_seq + 1), generator=gen).to(dev)
+    opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.1)
+    stat(torch.cuda.reset_peak_memory_stats)
+
+    def step(x, y):   # every tensor of the step is freed before it returns
+        opt.zero_grad(set_to_none=True)
+        logits = model(x)
+        loss = F.cross_entropy(logits.reshape(-1, args.vocab), y.reshape(-1))
+        loss.backward()
+        opt.step()
+        return loss.detach()
+
+    now = time.perf_counter_ns
+    times, losses = [], []
+    peak_used = in_use()
+    err, note = None, ""
+    t_start = now()
+    for i, n in enumerate(lens):
+        x, y = data[i, :, :n], data[i, :, 1:n + 1]
+        try:
+            torch.cuda.synchronize(dev)
+            t0 = now()
+            loss = step(x, y)
+            torch.cuda.synchronize(dev)
+            t1 = now()
+        except torch.cuda.OutOfMemoryError as e:
+            err, note = "out of memory", "step %d: %s" % (i, str(e).splitlines()[0][:190])
+            break
+        losses.append(loss.item())
+        del loss
+        peak_used = max(peak_used, in_use())
+        if i >= args.warmup:
+            times.append(t1 - t0)
+    wall = (now() - t_start) / 1e9
+    peak_res, peak_alloc = stat(torch.cuda.max_memory_reserved), stat(torch.cuda.max_memory_allocated)
+    total = torch.cuda.mem_get_info(dev)[1]
+    st = summary(times)
+    st["p90"] = nearest_rank(sorted(times), 90)
+    ms = lambda v: v / 1e6
+    row = {
+        "allocator": name, "source": "bench_torch.py",
+        "what": "GPT training steps, PYTORCH_CUDA_ALLOC_CONF=%r" % os.environ.get("PYTORCH_CUDA_ALLOC_CONF", ""),
+        "ok": err is None, "note": note, "warmup": args.warmup, "steps": len(times),
+        "step_ns": st, "step_times_ns": times,
+        "step_ms": {"median": ms(statistics.median(times)) if times else 0,
+                    "mean": ms(statistics.mean(times)) if times else 0, "p90": ms(st["p90"])},
+        "losses": losses,
+        "device_total_bytes": total, "device_used_idle_bytes": idle_used,
+        "peak_device_used_bytes": peak_used,
+        "max_memory_reserved_bytes": peak_res, "max_memory_allocated_bytes": peak_alloc,
+        "total_s": wall,
+    }
+    print("bench_torch: %s: %d steps, median %.2f ms, peak in use %.2f GiB%s" % (
+        name, len(times), row["step_ms"]["median"], peak_used / 2**30, ", " + note if note else ""),
+        file=sys.stderr)
+    return [row]
+
+
+def compare_losses(got, ref):
+    """'identical', 'within 1e-6' or 'DIFFER', and the largest relative difference."""
+    if len(got) != len(ref):
+        return "DIFFER (%d steps against %d)" % (len(got), len(ref)), None
+    worst = max((abs(a - b) / max(abs(b), 1e-30) for a, b in zip(got, ref)), default=0.0)
+    if got == ref:
+        return "identical", 0.0
+    return ("within 1e-6" if worst <= 1e-6 else "DIFFER"), worst
+
+
+def judge_train(results):
+    """Set each row's time ratio and loss comparison against torch-default."""
+    ref = next((r for r in results if r["allocator"] == "torch-default" and r["ok"]), None)
+    for r in results:
+        r["step_vs_default"] = None
+        r["losses_vs_default"], r["loss_max_rel_diff"] = "no default run", None
+        if ref is None:
+            continue
+        if ref["step_ms"]["median"] and r["steps"]:
+            r["step_vs_default"] = r["step_ms"]["median"] / ref["step_ms"]["median"]
+        if r is ref:
+            r["losses_vs_default"], r["loss_max_rel_diff"] = "(reference)", 0.0
+        else:
+            r["losses_vs_default"], r["loss_max_rel_diff"] = compare_losses(r["losses"], ref["losses"])
+
+
+def print_train_table(doc, f):
+    print("bench_torch train: %d layers, d_model %d, batch %d, seq %d-%d, %d warm-up + %d timed steps, "
+          "torch %s" % (doc["layers"], doc["d_model"], doc["batch"], doc["min_seq"], doc["max_seq"],
+                        doc["warmup"], doc["steps"], doc["torch"]), file=f)
+    print("%-22s %9s %9s %9s %10s %12s %12s  %s" % ("CONFIG", "MEDIAN ms", "MEAN ms", "P90 ms", "VS DEFAULT",
+                                                  "PEAK USE GiB", "MAX RES GiB", "LOSSES MATCH DEFAULT"), file=f)
+    for r in doc["rows"]:
+        s = r["step_ms"]
+        res = r["max_memory_reserved_bytes"]
+        match = r["losses_vs_default"]
+        if r["loss_max_rel_diff"]:
+            match += " (max rel diff %.3g)" % r["loss_max_rel_diff"]
+        print("%-22s %9.2f %9.2f %9.2f %10s %12.3f %12s  %s%s" % (
+            r["allocator"], s["median"], s["mean"], s["p90"],
+            "%.3fx" % r["step_vs_default"] if r["step_vs_default"] else "-",
+            r["peak_device_used_bytes"] / 2**30, "%.3f" % (res / 2**30) if res is not None else "-",
+            match, "  " + r["note"] if r["note"] else ""), file=f)
+    print("PEAK USE: total - free from torch.cuda.mem_get_info() after every step (every process on "
+          "the device, moonbrightd included); MAX RES: torch.cuda.max_memory_reserved()", file=f)
+
+
 # ---- parent ----
 
 def run_children(args, argv):
@@ -290,8 +491,12 @@ def run_children(args, argv):
             if not CONFIGS[name]:
                 env.pop("PYTORCH_CUDA_ALLOC_CONF", None)
         print("bench_torch: %s %s" % (args.cmd, name), file=sys.stderr)
-        p = subprocess.run([sys.executable, os.path.abspath(__file__), "--child", name] + argv,
-                           env=env, stdout=subprocess.PIPE, timeout=args.child_timeout)
+        try:
+            p = subprocess.run([sys.executable, os.path.abspath(__file__), "--child", name] + argv,
+                               env=env, stdout=subprocess.PIPE, timeout=args.child_timeout)
+        except subprocess.TimeoutExpired:
+            notes.append("%s stopped after %d s (--child-timeout)" % (name, args.child_timeout))
+            continue
         if p.returncode != 0:
             notes.append("%s failed (exit %d)" % (name, p.returncode))
             continue
@@ -322,6 +527,18 @@ def main():
     rep.add_argument("--block-tokens", type=int, default=16)
     rep.add_argument("--jsonl-ts-unit", choices=["s", "ms"], default="ms")
     rep.add_argument("--points", type=int, default=2000)
+    tr = sub.add_parser("train", help="GPT training steps through each allocator")
+    tr.add_argument("--steps", type=int, default=None, help="timed steps (default 50; 10 with --quick)")
+    tr.add_argument("--warmup", type=int, default=None, help="untimed steps first (default 5; 2 with --quick)")
+    tr.add_argument("--batch", type=int, default=16)
+    tr.add_argument("--layers", type=int, default=6)
+    tr.add_argument("--d-model", type=int, default=512)
+    tr.add_argument("--heads", type=int, default=8)
+    tr.add_argument("--vocab", type=int, default=8192)
+    tr.add_argument("--min-seq", type=int, default=32)
+    tr.add_argument("--max-seq", type=int, default=256)
+    tr.add_argument("--lr", type=float, default=3e-4)
+    tr.add_argument("--seed", type=int, default=1234, help="weights, tokens and sequence lengths")
     argv = sys.argv[1:]
     args = ap.parse_args()
     args.configs = [c for c in args.configs.split(",") if c]
@@ -332,6 +549,20 @@ def main():
         args.sizes = [parse_size(s) for s in args.sizes.split(",")]
         if args.pairs is None:
             args.pairs = 50 if args.quick else 10000
+    elif args.cmd == "train":
+        if args.steps is None:
+            args.steps = 10 if args.quick else 50
+        if args.warmup is None:
+            args.warmup = 2 if args.quick else 5
+        for k in ("steps", "batch", "layers", "d_model", "heads", "vocab", "min_seq"):
+            if getattr(args, k) < 1:
+                ap.error("--%s must be at least 1" % k.replace("_", "-"))
+        if args.warmup < 0:
+            ap.error("--warmup must not be negative")
+        if args.max_seq < args.min_seq:
+            ap.error("--max-seq must be at least --min-seq")
+        if args.d_model % args.heads:
+            ap.error("--d-model must be a multiple of --heads")
     else:
         if args.requests is None:
             args.requests = 40 if args.quick else 3000
@@ -348,6 +579,8 @@ def main():
             return 3
         if args.cmd == "latency":
             out = child_latency(args, args.child)
+        elif args.cmd == "train":
+            out = child_train(args, args.child)
         else:
             out = child_replay(args, args.child)
         json.dump(out, sys.stdout)
@@ -361,6 +594,14 @@ def main():
     if args.cmd == "latency":
         doc["pairs"] = args.pairs
         doc["rows"] = results
+    elif args.cmd == "train":
+        judge_train(results)
+        lens = train_seq_lens(args)
+        doc.update({"model": "GPT decoder, pre-norm, causal math attention, AdamW, random tokens",
+                    "layers": args.layers, "d_model": args.d_model, "heads": args.heads, "vocab": args.vocab,
+                    "batch": args.batch, "min_seq": args.min_seq, "max_seq": args.max_seq, "lr": args.lr,
+                    "seed": args.seed, "warmup": args.warmup, "steps": args.steps, "seq_lens": lens,
+                    "rows": results})
     else:
         reqs, fmt = load_trace(args.trace, args.requests, args.jsonl_scale)
         ops, steps = build_protocol(reqs, args.step_ms / 1000.0 * args.compression, args.token_bytes,
@@ -375,6 +616,10 @@ def main():
     if args.json:
         json.dump(doc, sys.stdout)
         print()
+        if args.cmd == "train":
+            print_train_table(doc, sys.stderr)
+    elif args.cmd == "train":
+        print_train_table(doc, sys.stdout)
     elif args.cmd == "latency":
         print("bench_torch latency: torch %s, %d pairs per row, times in us" % (torch.__version__, args.pairs))
         print("%-10s %-22s %9s %9s %9s" % ("SIZE", "ALLOCATOR", "PAIR p50", "PAIR p99", "PAIR mean"))

@@ -1,7 +1,9 @@
 /* mbbench_replay.c: `mbbench replay TRACE`: the LLM KV-cache protocol of
  * issue 9 over a request trace (Azure CSV or Mooncake-style JSONL), through
- * MoonBright (realloc, grow in place) and the baselines (malloc on the host
- * backend, cuMemAllocAsync on a GPU); peak live and reserved bytes, latency. */
+ * MoonBright (realloc, grow in place, vspace pages) and the baselines (malloc
+ * on the host backend, cuMemAllocAsync on a GPU); peak live and reserved
+ * bytes, latency (mean, p50, p99, max) and the calls that waited on the
+ * driver. */
 #include <ctype.h>
 #include <errno.h>
 #include <malloc.h>
@@ -309,7 +311,7 @@ static const char *const strat_name[S_COUNT] = { "realloc", "grow", "vspace", "m
 static const char *const strat_what[S_COUNT] = {
     "mb_malloc new + mb_free old",
     "mb_malloc_growable(max = final size) + mb_grow",
-    "mb_vspace_create(max = final size, 2 MiB pages) + mb_vspace_map_async per block (host time of the call)",
+    "mb_vspace_create(max = final size) + mb_vspace_map_async of the pages a resize adds (host time of the call)",
     "libc malloc new + free old (host reference, untouched)",
     "cuMemAllocAsync/cuMemFreeAsync, default pool, release threshold max",
 };
@@ -327,7 +329,11 @@ struct strat_result {
     char note[200];
     uint32_t failed_step;
     uint64_t peak_live, peak_reserved, peak_daemon, peak_daemon_total;
+    uint32_t peak_daemon_frames; /* frames (handles, descriptors) granted, step-end samples */
     uint64_t n_alloc, n_free;
+    bool waits_known;           /* driver_waits means something for this strategy */
+    uint64_t driver_waits;      /* allocations and resizes that waited on the driver */
+    uint64_t daemon_requests;   /* MoonBright: round trips to the daemon */
     struct bench_summary alloc, free;
     double alloc_total_s, free_total_s, wall_s;
     struct series s;
@@ -364,10 +370,29 @@ static uint64_t reserved_now(struct replay_ctx *x)
     }
 }
 
-/* vspace pages: one 16-token block of 128 KiB tokens is 2 MiB, the largest
- * page vspace offers. */
-#define VSPACE_PAGE ((uint64_t)2 << 20)
-static size_t vpages(uint64_t bytes) { return (size_t)((bytes + VSPACE_PAGE - 1) / VSPACE_PAGE); }
+/* What each strategy counts as a wait on the driver. */
+static const char *const waits_what[S_COUNT] = {
+    "allocations during which the process's granted bytes grew (a daemon grant, import and map)",
+    "mb_malloc_growable and mb_grow calls that mapped before returning (mb_stats grow_waits)",
+    "maps that found too few free pages and mapped an extent first (mb_stats vspace_refill_waits)",
+    "allocations during which malloc's arena grew (brk or mmap)",
+    "allocations during which the pool's reserved memory grew (cuMemCreate and map in the driver)",
+};
+
+/* vspace pages: the largest power of two from 64 KiB to 2 MiB that is at
+ * most one block (16 tokens of 128 KiB: 2 MiB) and divides the daemon's
+ * unit; --vspace-page overrides. A block need not be whole pages: a resize
+ * maps the pages its new size reaches past the old one, maybe none. */
+static uint64_t g_vpage = (uint64_t)2 << 20;
+static size_t vpages(uint64_t bytes) { return (size_t)((bytes + g_vpage - 1) / g_vpage); }
+
+static uint64_t pick_vspace_page(uint64_t block_bytes, uint64_t frame_bytes)
+{
+    uint64_t page = MB_VSPACE_MAX_PAGE;
+    while (page > MB_VSPACE_MIN_PAGE && (page > block_bytes || (frame_bytes && frame_bytes % page)))
+        page >>= 1;
+    return page;
+}
 
 static int s_alloc(struct replay_ctx *x, uint32_t req, uint64_t bytes, uint64_t max, void **p)
 {
@@ -375,7 +400,7 @@ static int s_alloc(struct replay_ctx *x, uint32_t req, uint64_t bytes, uint64_t 
     switch (x->kind) {
     case S_VSPACE: {
         mb_vspace *v;
-        int r = mb_vspace_create(x->c, vpages(max) * VSPACE_PAGE, VSPACE_PAGE, &v);
+        int r = mb_vspace_create(x->c, vpages(max) * g_vpage, g_vpage, &v);
         if (r == 0 && (r = mb_vspace_map_async(v, 0, vpages(bytes), NULL)) != 0)
             mb_vspace_destroy(v);
         *p = r == 0 ? v : NULL;
@@ -440,6 +465,14 @@ static int run_strategy(struct replay_ctx *x, const struct replay_cfg *cfg, stru
     uint64_t live = 0, step_live = 0, step_res = 0, step_daemon = 0;
     uint64_t t_start = bench_now_ns();
     struct bench_dstatus ds;
+    mb_client_stats st0 = { 0 }, st1 = { 0 };
+    bool mb = x->kind == S_REALLOC || x->kind == S_GROW || x->kind == S_VSPACE;
+    if (mb)
+        mb_stats(x->c, &st0);
+    /* Realloc, malloc, cudaMallocAsync: an allocation during which the
+     * reserved bytes grew waited on the driver (or the daemon). */
+    bool by_reserved = x->kind == S_REALLOC || x->kind == S_MALLOC || x->kind == S_CUDA;
+    uint64_t res_before = by_reserved ? reserved_now(x) : 0;
     for (size_t i = 0; rc == 0 && i < p->n_ops; i++) {
         const struct op *o = &p->ops[i];
         uint64_t t0, t1;
@@ -452,6 +485,11 @@ static int run_strategy(struct replay_ctx *x, const struct replay_cfg *cfg, stru
             if (rc != 0)
                 break;
             bench_vec_push(&va, t1 - t0);
+            if (by_reserved) {
+                uint64_t now_res = reserved_now(x);
+                r->driver_waits += now_res > res_before;
+                res_before = now_res;
+            }
             x->ptr[o->req] = np;
             x->bytes[o->req] = o->bytes;
             live += o->bytes;
@@ -479,6 +517,11 @@ static int run_strategy(struct replay_ctx *x, const struct replay_cfg *cfg, stru
             if (rc != 0)
                 break;
             bench_vec_push(&va, t1 - t0);
+            if (by_reserved) {
+                uint64_t now_res = reserved_now(x);
+                r->driver_waits += now_res > res_before;
+                res_before = now_res;
+            }
             live += o->bytes;
             step_live = live > step_live ? live : step_live;
             if (live > r->peak_live)
@@ -491,6 +534,8 @@ static int run_strategy(struct replay_ctx *x, const struct replay_cfg *cfg, stru
             rc = s_free(x, x->ptr[o->req]);
             t1 = bench_now_ns();
             bench_vec_push(&vf, t1 - t0);
+            if (by_reserved)
+                res_before = reserved_now(x);
             live -= x->bytes[o->req];
             x->ptr[o->req] = np;
             x->bytes[o->req] = o->bytes;
@@ -500,6 +545,8 @@ static int run_strategy(struct replay_ctx *x, const struct replay_cfg *cfg, stru
             rc = s_free(x, x->ptr[o->req]);
             t1 = bench_now_ns();
             bench_vec_push(&vf, t1 - t0);
+            if (by_reserved)
+                res_before = reserved_now(x);
             live -= x->bytes[o->req];
             x->ptr[o->req] = NULL;
             x->bytes[o->req] = 0;
@@ -513,6 +560,8 @@ static int run_strategy(struct replay_ctx *x, const struct replay_cfg *cfg, stru
             if (x->d && step % cfg->daemon_every == 0 && bench_daemon_status(x->d, &ds) == 0) {
                 /* Sampled after the step's frees; the client-side peak is exact. */
                 step_daemon = ds.bytes_granted > step_daemon ? ds.bytes_granted : step_daemon;
+                if (ds.frames_granted > r->peak_daemon_frames)
+                    r->peak_daemon_frames = ds.frames_granted;
                 uint64_t total = (uint64_t)ds.frames_total * ds.frame_bytes;
                 r->peak_daemon_total = total > r->peak_daemon_total ? total : r->peak_daemon_total;
             }
@@ -558,6 +607,14 @@ static int run_strategy(struct replay_ctx *x, const struct replay_cfg *cfg, stru
     }
     r->wall_s = (bench_now_ns() - t_start) / 1e9;
     r->err = rc;
+    r->waits_known = true;
+    if (mb && mb_stats(x->c, &st1) == 0) {
+        r->daemon_requests = st1.daemon_requests - st0.daemon_requests;
+        if (x->kind == S_GROW)
+            r->driver_waits = st1.grow_waits - st0.grow_waits;
+        else if (x->kind == S_VSPACE)
+            r->driver_waits = st1.vspace_refill_waits - st0.vspace_refill_waits;
+    }
     r->n_alloc = va.n;
     r->n_free = vf.n;
     double sa = 0, sf = 0;
@@ -651,6 +708,8 @@ static void usage(FILE *f)
                "  --jsonl-ts-unit U   s or ms for JSONL timestamps (default ms)\n"
                "  --daemon-every N    sample the daemon's status every N steps (default 1)\n"
                "  --points N          at most N points in the --json memory series (default 2000)\n"
+               "  --vspace-page SIZE  vspace page size, a power of two from 64K to 2M (default: the\n"
+               "                      largest that is at most one block and divides the frame unit)\n"
                BENCH_COMMON_HELP);
 }
 
@@ -712,13 +771,26 @@ static void print_json(const char *trace, const char *format, size_t nreq, doubl
             jw_u64(&w, "peak_daemon_granted_bytes", r->peak_daemon);
             jw_dbl(&w, "daemon_over_live", r->peak_live ? (double)r->peak_daemon / r->peak_live : 0);
             jw_u64(&w, "peak_daemon_created_bytes", r->peak_daemon_total);
+            jw_u64(&w, "peak_daemon_frames", r->peak_daemon_frames);
         } else {
+            jw_null(&w, "peak_daemon_frames");
             jw_null(&w, "peak_daemon_granted_bytes");
             jw_null(&w, "daemon_over_live");
             jw_null(&w, "peak_daemon_created_bytes");
         }
         jw_u64(&w, "allocations", r->n_alloc);
         jw_u64(&w, "frees", r->n_free);
+        if (r->ran && r->waits_known)
+            jw_u64(&w, "driver_waits", r->driver_waits);
+        else
+            jw_null(&w, "driver_waits");
+        jw_str(&w, "driver_waits_what", waits_what[r->kind]);
+        if (mb)
+            jw_u64(&w, "daemon_requests", r->daemon_requests);
+        else
+            jw_null(&w, "daemon_requests");
+        if (r->kind == S_VSPACE)
+            jw_u64(&w, "vspace_page_bytes", g_vpage);
         jw_summary(&w, "alloc_ns", &r->alloc);
         jw_summary(&w, "free_ns", &r->free);
         jw_dbl(&w, "alloc_total_s", r->alloc_total_s);
@@ -756,7 +828,7 @@ static void print_json(const char *trace, const char *format, size_t nreq, doubl
 int bench_replay(int argc, char **argv)
 {
     enum { OPT_REQ = OPT_FIRST_OWN, OPT_COMP, OPT_STEP, OPT_TOK, OPT_BLOCK, OPT_STRAT, OPT_TSU,
-           OPT_DEVERY, OPT_POINTS };
+           OPT_DEVERY, OPT_POINTS, OPT_VPAGE };
     static const struct option lo[] = {
         BENCH_COMMON_LONGOPTS,
         { "requests", required_argument, 0, OPT_REQ },
@@ -768,12 +840,13 @@ int bench_replay(int argc, char **argv)
         { "jsonl-ts-unit", required_argument, 0, OPT_TSU },
         { "daemon-every", required_argument, 0, OPT_DEVERY },
         { "points", required_argument, 0, OPT_POINTS },
+        { "vspace-page", required_argument, 0, OPT_VPAGE },
         { "help", no_argument, 0, 'h' },
         { 0, 0, 0, 0 },
     };
     long nreq = -1, block = 16, devery = 1, points = 2000;
     double comp = 8, step_ms = 20, ts_scale = 1e-3;
-    uint64_t bpt = 128 * 1024;
+    uint64_t bpt = 128 * 1024, vpage = 0;
     bool on[S_COUNT], explicit_strat = false;
     int c;
     while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
@@ -797,6 +870,11 @@ int bench_replay(int argc, char **argv)
             break;
         case OPT_DEVERY: devery = strtol(optarg, &end, 10); if (*end || devery < 1) goto bad; break;
         case OPT_POINTS: points = strtol(optarg, &end, 10); if (*end || points < 1) goto bad; break;
+        case OPT_VPAGE:
+            if (mb_parse_size(optarg, &vpage) != 0 || vpage < MB_VSPACE_MIN_PAGE ||
+                vpage > MB_VSPACE_MAX_PAGE || (vpage & (vpage - 1)))
+                goto bad;
+            break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }
@@ -840,6 +918,7 @@ int bench_replay(int argc, char **argv)
         }
         bench_daemon_close(d);
     }
+    g_vpage = vpage ? vpage : pick_vspace_page(bpt * (uint64_t)block, frame_bytes);
     if (!explicit_strat) {
         on[S_REALLOC] = on[S_GROW] = on[S_VSPACE] = true;
         on[S_MALLOC] = strcmp(backend, "host") == 0;
@@ -872,10 +951,14 @@ int bench_replay(int argc, char **argv)
                "%s per token, %ld-token blocks, %s backend\n",
                trace, n, format, p.steps, step_ms, comp, step_s, bench_fmt_size(bpt, a, sizeof(a)), block,
                backend);
-        printf("%llu allocations on arrival, %llu block-boundary resizes; latency in us\n",
-               (unsigned long long)p.allocs, (unsigned long long)p.resizes);
-        printf("%-16s %11s %13s %6s %13s %6s %8s %8s %8s %8s %8s\n", "STRATEGY", "PEAK LIVE", "PEAK RESERVED",
-               "RATIO", "DAEMON PEAK", "RATIO", "ALLOC avg", "p50", "p99", "FREE avg", "TOTAL s");
+        printf("%llu allocations on arrival, %llu block-boundary resizes; vspace pages of %s; latency in us;\n"
+               "FRAMES: most frames (handles) granted at a step end; WAITS: allocations and resizes that\n"
+               "waited on the driver (see --json for each strategy's definition)\n",
+               (unsigned long long)p.allocs, (unsigned long long)p.resizes,
+               bench_fmt_size(g_vpage, a, sizeof(a)));
+        printf("%-16s %11s %13s %6s %13s %6s %7s %9s %8s %8s %9s %8s %8s %8s\n", "STRATEGY", "PEAK LIVE",
+               "PEAK RESERVED", "RATIO", "DAEMON PEAK", "RATIO", "FRAMES", "ALLOC avg", "p50", "p99", "max",
+               "WAITS", "FREE avg", "TOTAL s");
         for (int i = 0; i < nres; i++) {
             const struct strat_result *r = &res[i];
             if (!r->ran) {
@@ -886,12 +969,18 @@ int bench_replay(int argc, char **argv)
             char dr[16] = "-";
             if (mb && r->peak_live)
                 snprintf(dr, sizeof(dr), "%.3f", (double)r->peak_daemon / r->peak_live);
-            printf("%-16s %11s %13s %6.3f %13s %6s %8.2f %8.2f %8.2f %8.2f %8.2f%s%s\n", strat_name[r->kind],
-                   bench_fmt_size(r->peak_live, a, sizeof(a)), bench_fmt_size(r->peak_reserved, b, sizeof(b)),
+            char wt[24] = "-", fr[16] = "-";
+            if (mb)
+                snprintf(fr, sizeof(fr), "%u", r->peak_daemon_frames);
+            if (r->waits_known)
+                snprintf(wt, sizeof(wt), "%llu", (unsigned long long)r->driver_waits);
+            printf("%-16s %11s %13s %6.3f %13s %6s %7s %9.2f %8.2f %8.2f %9.1f %8s %8.2f %8.2f%s%s\n",
+                   strat_name[r->kind], bench_fmt_size(r->peak_live, a, sizeof(a)),
+                   bench_fmt_size(r->peak_reserved, b, sizeof(b)),
                    r->peak_live ? (double)r->peak_reserved / r->peak_live : 0,
-                   mb ? bench_fmt_size(r->peak_daemon, e, sizeof(e)) : "-", dr, r->alloc.mean / 1e3,
-                   r->alloc.p50 / 1e3, r->alloc.p99 / 1e3, r->free.mean / 1e3, r->wall_s,
-                   r->err ? "  " : "", r->err ? r->note : "");
+                   mb ? bench_fmt_size(r->peak_daemon, e, sizeof(e)) : "-", dr, fr, r->alloc.mean / 1e3,
+                   r->alloc.p50 / 1e3, r->alloc.p99 / 1e3, r->alloc.max / 1e3, wt, r->free.mean / 1e3,
+                   r->wall_s, r->err ? "  " : "", r->err ? r->note : "");
         }
         printf("note: PyTorch rows come from tools/bench_torch.py replay (GPU host)\n");
     }

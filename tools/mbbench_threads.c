@@ -271,8 +271,10 @@ int bench_threads(int argc, char **argv)
         jw_u64(&w, "device_syncs", st.device_syncs);
         jw_ok(&w, destroy_err);
         jw_end(&w, '}');
+        jw_arr(&w, "notes");
         if (!cuda)
             jw_skipped(&w, "cuMemAllocAsync", why);
+        jw_end(&w, ']');
         jw_end(&w, '}');
         printf("\n");
     } else {

@@ -2,8 +2,10 @@
  * backend): PTE kernel entries against a reference model over random
  * map/unmap sequences, consumers on the mapping stream, a paged gather
  * against the same gather on one contiguous buffer, an unrelated stream not
- * held up by a busy mapping stream, and pages reused by another vspace.
- * Exits 77 (skipped) when no GPU is usable. */
+ * held up by a busy mapping stream, pages reused by another vspace, and
+ * consumers reading pages mapped by map_async calls issued while the page
+ * pool's refill thread was growing the pool (no page shared by two live
+ * vspaces). Exits 77 (skipped) when no GPU is usable. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -19,6 +21,7 @@
 #include <moonbright/vspace.h>
 
 #include "harness.h"
+#include "pagepool.h"
 #include "mbk_vspace.h"
 #include "mbkernels.h"
 
@@ -209,6 +212,129 @@ static void test_reuse_no_stale(void **state)
     mb_vspace_destroy(b);
 }
 
+/* Refills in flight in c's pool of page_bytes pages. */
+static int growers(mb_client *c, size_t page_bytes)
+{
+    struct pagepool *p;
+    assert_int_equal(pagepool_get(c, page_bytes, &p), 0);
+    pthread_mutex_lock(&p->lock);
+    int n = p->growers;
+    pthread_mutex_unlock(&p->lock);
+    return n;
+}
+
+static mb_client_stats stats_of(mb_client *c)
+{
+    mb_client_stats st;
+    assert_int_equal(mb_stats(c, &st), 0);
+    return st;
+}
+
+static void sleep_ms(int ms)
+{
+    struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
+    nanosleep(&ts, NULL);
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Pages [0, n[i]) of each live vspace: all mapped, none shared (each page
+ * belongs to one vspace once). */
+static void check_no_sharing(mb_vspace **v, const size_t *n, int nv, void *stream)
+{
+    size_t total = 0;
+    for (int i = 0; i < nv; i++)
+        total += n[i];
+    uint64_t *all = malloc(total * sizeof(*all));
+    size_t k = 0;
+    for (int i = 0; i < nv; i++) {
+        assert_int_equal(mb_vspace_read_entries(v[i], 0, n[i], stream, all + k), 0);
+        for (size_t j = 0; j < n[i]; j++)
+            assert_true(all[k + j] != MB_VSPACE_INVALID);
+        k += n[i];
+    }
+    qsort(all, total, sizeof(*all), cmp_u64);
+    for (size_t j = 1; j < total; j++)
+        assert_true(all[j] != all[j - 1]);
+    free(all);
+}
+
+/* map_async calls issued while the refill thread grows the pool (held in
+ * flight by MOONBRIGHT_TEST_REFILL_DELAY_US): one served from the free
+ * pages, one that maps an extent itself; consumer kernels write and read
+ * every byte through both tables while the refill is still in flight, then
+ * through pages of the refilled extent; no page is shared by the two live
+ * vspaces and each keeps its own data. */
+static void test_map_during_refill(void **state)
+{
+    (void)state;
+    const size_t page = 64 << 10, vpages = 16384;
+    setenv("MOONBRIGHT_TEST_REFILL_DELAY_US", "500000", 1);
+    mb_client *c;
+    assert_int_equal(mb_open(&c, "vspace-gpu-refill"), 0);
+    mb_vspace *v[2];
+    assert_int_equal(mb_vspace_create(c, vpages * page, page, &v[0]), 0);
+    assert_int_equal(mb_vspace_create(c, vpages * page, page, &v[1]), 0);
+    unsetenv("MOONBRIGHT_TEST_REFILL_DELAY_US");   /* read when the thread started */
+    struct mb_vspace_dev ta = *mb_vspace_device(v[0]), tb = *mb_vspace_device(v[1]);
+    assert_int_equal(mb_vspace_map_async(v[0], 0, 6400, g_s), 0);
+    /* The watermark is now 6400 / 64 pages: the thread maps up to it. */
+    mb_client_stats st = stats_of(c);
+    for (int i = 0; i < 400 && st.vspace_free_bytes < 6400 / 64 * page; i++) {
+        sleep_ms(10);
+        st = stats_of(c);
+    }
+    assert_true(st.vspace_free_bytes >= 6400 / 64 * page);
+    size_t ext = st.vspace_extents;
+    size_t left = st.vspace_free_bytes / page;
+    size_t n[2] = { 6400 + left - 10, 0 };
+    assert_int_equal(mb_vspace_map_async(v[0], 6400, left - 10, g_s), 0);
+    /* Under the watermark again: the thread's next refill starts, held. */
+    for (int i = 0; i < 400 && growers(c, page) == 0; i++)
+        sleep_ms(5);
+    assert_int_equal(growers(c, page), 1);
+    uint64_t waits = stats_of(c).vspace_refill_waits;
+    assert_int_equal(mb_vspace_map_async(v[1], 0, 8, g_t), 0);      /* from the free pages */
+    assert_int_equal(mb_vspace_map_async(v[1], 8, 500, g_t), 0);    /* maps an extent itself */
+    n[1] = 508;
+    assert_int_equal(mbk_vspace_fill_pattern(ta, 0, n[0] * page, 0xA1, g_s), 0);
+    assert_int_equal(mbk_vspace_fill_pattern(tb, 0, n[1] * page, 0xB2, g_t), 0);
+    unsigned long long bad = 1;
+    assert_int_equal(mbk_vspace_check_pattern(tb, 0, n[1] * page, 0xB2, g_t, &bad), 0);
+    assert_int_equal(bad, 0);
+    st = stats_of(c);
+    assert_int_equal(st.vspace_refill_waits, waits + 1);
+    assert_int_equal(st.vspace_extents, ext + 1);
+    assert_int_equal(growers(c, page), 1);   /* the consumers ran while it was in flight */
+    /* The refill lands; its pages serve the next map without a wait. */
+    for (int i = 0; i < 400 && stats_of(c).vspace_extents < ext + 2; i++)
+        sleep_ms(5);
+    st = stats_of(c);
+    assert_int_equal(st.vspace_extents, ext + 2);
+    size_t more = st.vspace_free_bytes / page;
+    assert_true(more > 0);
+    more = more < 2000 ? more : 2000;
+    assert_int_equal(mb_vspace_map_async(v[1], n[1], more, g_t), 0);
+    assert_int_equal(stats_of(c).vspace_refill_waits, waits + 1);
+    assert_int_equal(mbk_vspace_fill_pattern(tb, n[1] * page, more * page, 0xB2, g_t), 0);
+    n[1] += more;
+    assert_int_equal(mbk_stream_sync(g_t), 0);
+    assert_int_equal(mbk_vspace_check_pattern(ta, 0, n[0] * page, 0xA1, g_s, &bad), 0);
+    assert_int_equal(bad, 0);
+    assert_int_equal(mbk_vspace_check_pattern(tb, 0, n[1] * page, 0xB2, g_t, &bad), 0);
+    assert_int_equal(bad, 0);
+    check_no_sharing(v, n, 2, g_s);
+    assert_int_equal(mb_vspace_mapped_pages(v[0]), n[0]);
+    assert_int_equal(mb_vspace_mapped_pages(v[1]), n[1]);
+    mb_vspace_destroy(v[0]);
+    mb_vspace_destroy(v[1]);
+    mb_close(c);
+}
+
 int main(void)
 {
     /* The daemon first: never fork after this process initialised CUDA. */
@@ -239,6 +365,7 @@ int main(void)
         cmocka_unit_test(test_consumer_gather_2m),
         cmocka_unit_test(test_other_stream_not_held),
         cmocka_unit_test(test_reuse_no_stale),
+        cmocka_unit_test(test_map_during_refill),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
     mbk_stream_destroy(g_s);

@@ -45,8 +45,10 @@ MB_API int mb_malloc_async(mb_client *c, size_t size, void *stream, void **ptr);
 MB_API int mb_free_async(mb_client *c, void *ptr, void *stream);
 
 /* Grow in place: reserve max_size bytes of address space, map size bytes
- * now; mb_grow maps more frames at the end of the same range (no copy, the
- * pointer stays). Freed with mb_free. */
+ * now; mb_grow makes more of the same range usable (no copy, the pointer
+ * stays). A background thread keeps the range's mapped tail ahead of its
+ * size, so mb_grow inside it makes no driver call; tails unused for
+ * $MOONBRIGHT_IDLE_MS (default 2000) go back. Freed with mb_free. */
 MB_API int mb_malloc_growable(mb_client *c, size_t size, size_t max_size, void **ptr);
 MB_API int mb_grow(mb_client *c, void *ptr, size_t new_size);
 /* Bytes usable at ptr (a live allocation's start), 0 if unknown. */
@@ -65,7 +67,8 @@ MB_API int mb_export(mb_client *c, void *ptr, mb_share_token *out);
 MB_API int mb_export_to(mb_client *c, void *ptr, uint32_t uid, mb_share_token *out);
 MB_API int mb_import(mb_client *c, const mb_share_token *t, void **ptr, size_t *size);
 
-/* Return cached frames to the daemon until at most keep_bytes stay cached. */
+/* Return cached frames to the daemon until at most keep_bytes stay cached;
+ * free vspace pages and the tails growable ranges mapped ahead go first. */
 MB_API int mb_trim(mb_client *c, size_t keep_bytes);
 
 typedef struct mb_client_stats {
@@ -82,8 +85,21 @@ typedef struct mb_client_stats {
     size_t bytes_idle;               /* mapped, free, kept for reuse (slab, heap, idle ranges) */
     uint64_t heap_hits;              /* heap allocations served from mapped memory */
     uint64_t heap_grants;            /* backing ranges obtained (grant and map) */
+    uint64_t stitches;               /* of them, stitched from idle ranges' frames (repairs) */
     uint64_t unmaps;                 /* ranges unmapped (trim, reclaim, idle policy, frees of ranges of their own) */
     uint64_t device_syncs;           /* background device syncs that settled frees on streams */
+    /* vspace page pools (all page sizes): extents of large frames mapped
+     * once, carved into pages; refilled in the background */
+    size_t vspace_pool_bytes;        /* mapped into the pools */
+    size_t vspace_free_bytes;        /* ... of which free pages, ready to be taken */
+    size_t vspace_extents;           /* mapped ranges (frames) behind the pools */
+    uint64_t vspace_refill_waits;    /* maps that found too few free pages and
+                                      * mapped memory before returning */
+    /* growable ranges (mb_malloc_growable): tails mapped ahead of use */
+    size_t grow_mapped_ahead;        /* mapped past the sizes asked for */
+    uint64_t grow_waits;             /* mb_malloc_growable calls, and mb_grow calls
+                                      * past the mapped tail: they mapped before
+                                      * returning */
 } mb_client_stats;
 MB_API int mb_stats(mb_client *c, mb_client_stats *out);
 

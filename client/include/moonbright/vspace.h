@@ -13,11 +13,19 @@
  * kernels/mb_vspace.cuh (mb_vspace_translate); they take the struct returned
  * by mb_vspace_device() by value.
  *
- * Pages smaller than the frame size are carved from frames this process
- * holds from the daemon, mapped once into a range the library owns; free
- * pages are shared by all vspaces of one client with the same page size and
- * reused without a driver call. Frames go back to the client's frame cache
- * only when all their pages are free and the work that used them completed.
+ * Pages come from the client's page pool of their size: extents of large
+ * frames (a 64 MiB to 1 GiB frame at the default 2 MiB unit, one descriptor;
+ * a map of more pages than that maps the frame plan of what it needs),
+ * mapped once and carved into pages, so a page costs no descriptor and no
+ * driver call. A background thread keeps each pool's free pages above a low
+ * watermark sized from recent demand (twice the most pages taken in 100 ms
+ * over the last second, at most 1/64 of the pages in use); a map that finds
+ * too few free pages maps an extent itself before returning, and mb_stats
+ * counts it (vspace_refill_waits). Free pages are shared by all vspaces of the client
+ * with the same page size and stay mapped after mb_vspace_destroy; extents
+ * whose pages are all free (and whose last use completed) go back on
+ * mb_trim, on the daemon's reclaim notice, and when unused for
+ * $MOONBRIGHT_IDLE_MS (default 2000 ms).
  *
  * Every function returns 0 or a negative mb_status (moonbright/mbclient.h).
  * One vspace may be used from several threads; calls on it are serialised.
@@ -68,11 +76,12 @@ MB_API int mb_vspace_create(mb_client *c, size_t max_bytes, size_t page_bytes, m
  * create missing directory nodes, and enqueue on stream the kernel that
  * writes their entries. Work enqueued later on stream sees the mapping;
  * other streams are not held up. Pages already mapped keep their memory.
+ * npages == 0 (with first_page <= the vspace's pages) does nothing.
  * Quota and out-of-memory errors come back at once and change nothing. */
 MB_API int mb_vspace_map_async(mb_vspace *v, size_t first_page, size_t npages, void *stream);
 
 /* Enqueue on stream the kernel that invalidates the entries of the mapped
- * pages in the range (unmapped ones are skipped). Their physical pages are
+ * pages in the range (unmapped ones are skipped; npages == 0 does nothing). Their physical pages are
  * reused only after that kernel and all work before it on stream completed:
  * a kernel enqueued later on stream reads INVALID, never another owner's data. */
 MB_API int mb_vspace_unmap_async(mb_vspace *v, size_t first_page, size_t npages, void *stream);
@@ -81,7 +90,8 @@ MB_API int mb_vspace_unmap_async(mb_vspace *v, size_t first_page, size_t npages,
 MB_API const struct mb_vspace_dev *mb_vspace_device(const mb_vspace *v);
 
 /* Wait for the work of every stream this vspace was used on, then give its
- * pages back to the client's free pages and free its table. */
+ * pages back to the client's page pool (still mapped, for the next vspace)
+ * and free its table. */
 MB_API void mb_vspace_destroy(mb_vspace *v);
 
 /* Inspection: read the leaf entries of pages [first_page, first_page+n) as

@@ -1,0 +1,479 @@
+/* grow.c: growable ranges (grow.h): one reserved range per allocation whose
+ * mapped tail runs ahead of the size in use, filled by the client's
+ * background thread in the frame plan's large frames, so that mb_grow is
+ * bookkeeping; the tail's return on trim, reclaim and idleness. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "frame_plan.h"
+#include "grow.h"
+#include "log.h"
+#include "refill.h"
+#include "wire.h"
+
+/* Tail target: used / 2^AHEAD_SHIFT (about 3 % of the range), at least one
+ * unit and twice the last growth step; refilled by one target's worth when
+ * it falls under half of it. */
+#define AHEAD_SHIFT 5
+
+/* Invariants (growable_is_valid): used <= max <= s->reserved, used <= s->bytes
+ * <= s->reserved; s->bytes
+ * is the sum of s->frames[0..s->n), each a multiple of the unit; busy while
+ * one thread maps frames past s->bytes (s->frames[s->n..] are its own). */
+struct growable {
+    struct stitched *s;
+    size_t used;
+    size_t max;                  /* the largest size mb_grow accepts (max, in whole units) */
+    size_t step;                 /* the last growth (bytes) */
+    int64_t last_ms;             /* last allocation or growth */
+    bool busy;
+};
+
+/* Guarded by lock (taken after c->lock, never held across a call into the
+ * frame layer). Invariants: ahead == sum of s->bytes - used over ranges. */
+struct growset {
+    pthread_mutex_t lock;
+    pthread_cond_t idle;         /* a range stopped being busy */
+    struct ptrmap map;           /* va -> struct growable */
+    size_t n, used, ahead;
+    uint64_t waits, maps_ahead;
+};
+
+static bool growable_is_valid(const mb_client *c, const struct growable *x)
+{
+    const struct stitched *s = x->s;
+    size_t sum = 0;
+    for (size_t i = 0; i < s->n; i++) {
+        if (s->frames[i]->mem.bytes % c->frame_bytes)
+            return false;
+        sum += s->frames[i]->mem.bytes;
+    }
+    return sum == s->bytes && x->used <= s->bytes && s->bytes <= s->reserved && s->n <= s->cap &&
+           x->used <= x->max && x->max <= s->reserved;
+}
+
+#ifdef MB_DEBUG
+#define GROW_CHECK(c, x) do { if (!growable_is_valid(c, x)) abort(); } while (0)
+#else
+#define GROW_CHECK(c, x) ((void)(0 && growable_is_valid(c, x)))
+#endif
+
+static size_t round_unit(size_t b, size_t unit) { return (b + unit - 1) / unit * unit; }
+
+/* The tail a range of `used` bytes growing by `step` keeps ahead. */
+static size_t target_for(size_t used, size_t step, size_t unit)
+{
+    size_t t = used >> AHEAD_SHIFT;
+    if (t < 2 * step)
+        t = 2 * step;
+    return round_unit(t ? t : 1, unit);
+}
+
+static size_t target_of(const mb_client *c, const struct growable *x)
+{
+    return target_for(x->used, x->step, c->frame_bytes);
+}
+
+/* ---- the frame layer: every call grow.c makes into it ---- */
+
+/* The bytes the frame plan's frames for `bytes` hold. */
+static size_t plan_bytes(size_t bytes, size_t unit)
+{
+    uint64_t covered = 0;
+    mb_frame_plan(bytes, unit, NULL, 0, &covered);
+    return (size_t)covered;
+}
+
+/* Frames for `want` bytes (at least `need`), holding at most `room`: the
+ * frame plan's for want, or else for need, when they fit and large frames
+ * are on; else order-0 frames for need. Into (*out)->frames[0..n). */
+static int fl_take(mb_client *c, size_t need, size_t want, size_t room, struct stitched **out)
+{
+    size_t unit = c->frame_bytes, bytes = 0;   /* plan frames for bytes, when they fit */
+    if (c->large_frames)
+        bytes = plan_bytes(want, unit) <= room ? want : plan_bytes(need, unit) <= room ? need : 0;
+    fl_lock(c);
+    int rc;
+    if (bytes) {
+        rc = stitch_take_large(c, bytes, out);
+    } else {
+        size_t n = round_unit(need, unit) / unit;
+        struct stitched *t = n * unit <= room ? malloc(sizeof(*t) + n * sizeof(t->frames[0])) : NULL;
+        rc = n * unit > room ? MB_EINVAL : t ? fcache_take(c, n, t->frames) : MB_ENOMEM;
+        if (rc == 0) {
+            t->va = NULL;
+            t->n = t->cap = n;
+            t->bytes = t->reserved = n * unit;
+            t->imported = false;
+            *out = t;
+        } else {
+            free(t);
+        }
+    }
+    fl_unlock(c);
+    return rc;
+}
+
+/* Frames taken but not mapped go back. */
+static void fl_put(mb_client *c, struct cframe **f, size_t n)
+{
+    fl_lock(c);
+    for (size_t i = 0; i < n; i++)
+        fcache_put(c, f[i]);
+    fl_unlock(c);
+}
+
+/* Map `want` bytes more (at least `need`, at most the room left) at the
+ * end of x's range; x is busy (this thread alone maps it). The range's new
+ * frames are published under c->lock and g->lock. */
+static int map_tail(mb_client *c, struct growset *g, struct growable *x, size_t need, size_t want)
+{
+    struct stitched *s = x->s, *t;
+    size_t room = s->reserved - s->bytes;
+    int rc = fl_take(c, need, want, room, &t);
+    if (rc)
+        return rc;
+    /* Largest first would break the order of a range already mapped;
+     * frames are mapped in the order taken, each at a unit boundary. */
+    if (s->n + t->n > s->cap) {
+        fl_put(c, t->frames, t->n);
+        free(t);
+        return MB_EPROTO;
+    }
+    memcpy(s->frames + s->n, t->frames, t->n * sizeof(t->frames[0]));
+    rc = stitch_map(c->be, s, s->n, s->n + t->n, s->bytes);
+    if (rc) {
+        fl_put(c, t->frames, t->n);
+        free(t);
+        return rc;
+    }
+    fl_lock(c);
+    pthread_mutex_lock(&g->lock);
+    s->n += t->n;
+    s->bytes += t->bytes;
+    g->ahead += t->bytes;
+    pthread_mutex_unlock(&g->lock);
+    c->fst.bytes_mapped += t->bytes;
+    fl_unlock(c);
+    free(t);
+    return 0;
+}
+
+/* Unmap the frames lying wholly past x->used; c->lock and g->lock held. */
+static void unmap_tail_held(mb_client *c, struct growset *g, struct growable *x)
+{
+    struct stitched *s = x->s;
+    size_t k = 0, off = 0;
+    while (k < s->n && off < x->used)
+        off += s->frames[k++]->mem.bytes;
+    if (k == s->n)
+        return;   /* nothing wholly past used */
+    for (size_t i = k; i < s->n; i++)
+        if (s->frames[i]->exported)
+            return;   /* shared with another process: never cached here */
+    size_t gone = s->bytes - off;
+    if (c->be->ops->unmap(c->be, (char *)s->va + off, gone) != 0)
+        return;   /* still mapped: keep it */
+    for (size_t i = k; i < s->n; i++)
+        fcache_put(c, s->frames[i]);
+    s->n = k;
+    s->bytes = off;
+    g->ahead -= gone;
+    c->fst.bytes_mapped -= gone;
+    GROW_CHECK(c, x);
+}
+
+/* ---- the set ---- */
+
+static int set_of(mb_client *c, bool create, struct growset **out)
+{
+    struct refill *r = __atomic_load_n(&c->refill, __ATOMIC_ACQUIRE);
+    if (!r && !create)
+        return MB_ENOENT;
+    int rc = r ? 0 : refill_get(c, &r);
+    if (rc)
+        return rc;
+    if (!r->grow)
+        return MB_ENOENT;
+    *out = r->grow;
+    return 0;
+}
+
+struct growset *growset_new(void)
+{
+    struct growset *g = calloc(1, sizeof(*g));
+    if (g) {
+        pthread_mutex_init(&g->lock, NULL);
+        pthread_cond_init(&g->idle, NULL);
+    }
+    return g;
+}
+
+int grow_alloc(mb_client *c, size_t size, size_t max, void **ptr)
+{
+    size_t unit = c->frame_bytes;
+    if (size == 0 || max < size || max > SIZE_MAX / 4)
+        return MB_EINVAL;
+    struct growset *g;
+    int rc = set_of(c, true, &g);
+    if (rc)
+        return rc;
+    /* Room for max, and for the plan of size (which may round up). */
+    size_t reserved = round_unit(max, unit), planned = plan_bytes(size, unit);
+    if (reserved < planned)
+        reserved = planned;
+    struct growable *x = calloc(1, sizeof(*x));
+    struct stitched *s = x ? malloc(sizeof(*s) + reserved / unit * sizeof(s->frames[0])) : NULL;
+    if (!s) {
+        free(x);
+        return MB_ENOMEM;
+    }
+    s->n = 0;
+    s->cap = reserved / unit;
+    s->bytes = 0;
+    s->reserved = reserved;
+    s->imported = false;
+    x->s = s;
+    x->max = round_unit(max, unit);
+    x->last_ms = mb_now_ms();
+    /* The first bytes and a tail ahead of them, in one mapping. */
+    size_t first = size + target_for(size, 0, unit);
+    if (first > reserved)
+        first = reserved;
+    rc = c->be->ops->reserve(c->be, reserved, &s->va);
+    if (rc == 0 && (rc = map_tail(c, g, x, size, first)) != 0)
+        c->be->ops->free_va(c->be, s->va, reserved);
+    if (rc == 0) {
+        pthread_mutex_lock(&g->lock);
+        g->ahead -= size;   /* map_tail counted the whole mapping ahead */
+        x->used = size;
+        rc = ptrmap_put(&g->map, s->va, x);
+        if (rc == 0) {
+            g->n++;
+            g->used += size;
+        } else {
+            g->ahead -= s->bytes - size;
+        }
+        pthread_mutex_unlock(&g->lock);
+        if (rc) {
+            fl_lock(c);
+            stitch_free(c, s, NULL);
+            fl_unlock(c);
+            free(x);
+            return rc;
+        }
+    }
+    if (rc) {
+        free(s);
+        free(x);
+        return rc;
+    }
+    pthread_mutex_lock(&g->lock);
+    g->waits++;   /* the first bytes were mapped on this call */
+    GROW_CHECK(c, x);
+    pthread_mutex_unlock(&g->lock);
+    *ptr = s->va;
+    if (target_of(c, x) / 2 > s->bytes - x->used && s->bytes < s->reserved)
+        refill_kick(c->refill);
+    return 0;
+}
+
+int grow_extend(mb_client *c, void *ptr, size_t new_size)
+{
+    struct growset *g;
+    if (set_of(c, false, &g) != 0)
+        return MB_ENOENT;
+    pthread_mutex_lock(&g->lock);
+    struct growable *x = ptrmap_get(&g->map, ptr);
+    if (!x) {
+        pthread_mutex_unlock(&g->lock);
+        return MB_ENOENT;
+    }
+    int rc = 0;
+    if (new_size > x->max) {
+        rc = MB_EINVAL;
+    } else if (new_size > x->used) {
+        if (new_size > x->s->bytes) {
+            /* Past the mapped tail: map what is missing now (a wait). */
+            while (x->busy)
+                pthread_cond_wait(&g->idle, &g->lock);
+            g->waits++;
+            if (new_size > x->s->bytes) {
+                /* What is missing and the tail ahead of it, in one mapping. */
+                size_t more = new_size - x->s->bytes +
+                              target_for(new_size, new_size - x->used, c->frame_bytes);
+                if (more > x->s->reserved - x->s->bytes)
+                    more = x->s->reserved - x->s->bytes;
+                x->busy = true;
+                pthread_mutex_unlock(&g->lock);
+                rc = map_tail(c, g, x, new_size - x->s->bytes, more);
+                pthread_mutex_lock(&g->lock);
+                x->busy = false;
+                pthread_cond_broadcast(&g->idle);
+            }
+        }
+        if (rc == 0) {
+            x->step = new_size - x->used;
+            g->ahead -= new_size - x->used;
+            g->used += new_size - x->used;
+            x->used = new_size;
+            x->last_ms = mb_now_ms();
+        }
+    }
+    bool kick = rc == 0 && !x->busy && x->s->bytes < x->s->reserved &&
+                x->s->bytes - x->used < target_of(c, x) / 2;
+    GROW_CHECK(c, x);
+    pthread_mutex_unlock(&g->lock);
+    if (kick)
+        refill_kick(c->refill);
+    if (rc)
+        mb_log(MB_LOG_ERR, "failed to grow a range to %zu bytes: %s", new_size, mb_strerror(rc));
+    return rc;
+}
+
+int grow_free(mb_client *c, void *ptr, void *stream)
+{
+    struct growset *g;
+    if (!ptr || set_of(c, false, &g) != 0)
+        return MB_ENOENT;
+    pthread_mutex_lock(&g->lock);
+    struct growable *x = ptrmap_get(&g->map, ptr);
+    while (x && x->busy) {
+        pthread_cond_wait(&g->idle, &g->lock);
+        x = ptrmap_get(&g->map, ptr);
+    }
+    if (x) {
+        ptrmap_del(&g->map, ptr);
+        g->n--;
+        g->used -= x->used;
+        g->ahead -= x->s->bytes - x->used;
+    }
+    pthread_mutex_unlock(&g->lock);
+    if (!x)
+        return MB_ENOENT;
+    /* Unmapped by the background thread once the stream's work is done. */
+    pthread_mutex_lock(&c->lock);
+    int rc = maint_retire(c, x->s, stream, false);
+    pthread_mutex_unlock(&c->lock);
+    if (rc)
+        mb_log(MB_LOG_ERR, "failed to free a growable range: %s; its frames stay mapped",
+               mb_strerror(rc));
+    free(x);
+    return rc;
+}
+
+size_t grow_usable(mb_client *c, const void *ptr)
+{
+    struct growset *g;
+    if (!ptr || set_of(c, false, &g) != 0)
+        return 0;
+    pthread_mutex_lock(&g->lock);
+    struct growable *x = ptrmap_get(&g->map, ptr);
+    size_t n = x ? x->used : 0;
+    pthread_mutex_unlock(&g->lock);
+    return n;
+}
+
+struct stitched *grow_find_held(mb_client *c, const void *ptr)
+{
+    struct growset *g;
+    if (!ptr || set_of(c, false, &g) != 0)
+        return NULL;
+    pthread_mutex_lock(&g->lock);
+    struct growable *x = ptrmap_get(&g->map, ptr);
+    pthread_mutex_unlock(&g->lock);
+    return x ? x->s : NULL;
+}
+
+/* ---- background ---- */
+
+void grow_work(mb_client *c, struct growset *g, int64_t now, int idle_ms)
+{
+    pthread_mutex_lock(&g->lock);
+    for (size_t i = 0; i < g->map.cap; i++) {
+        struct ptrmap_slot *sl = &g->map.slots[i];
+        if (sl->key <= 1)
+            continue;
+        struct growable *x = sl->val;
+        struct stitched *s = x->s;
+        size_t target = target_of(c, x), ahead = s->bytes - x->used;
+        if (x->busy || s->bytes == s->reserved || ahead >= target / 2 ||
+            now - x->last_ms >= idle_ms)
+            continue;
+        /* Map one target's worth; busy holds off frees and grows of this
+         * range meanwhile. The map may be rehashed by then: the scan goes
+         * on from the same slot of the new table (a range skipped waits
+         * for the next pass). */
+        size_t room = s->reserved - s->bytes;
+        x->busy = true;
+        pthread_mutex_unlock(&g->lock);
+        size_t want = target < room ? target : room;
+        int rc = map_tail(c, g, x, want, want);
+        pthread_mutex_lock(&g->lock);
+        x->busy = false;
+        pthread_cond_broadcast(&g->idle);
+        if (rc == 0)
+            g->maps_ahead++;
+        else
+            x->last_ms = now - idle_ms;   /* out of memory: leave it until it grows again */
+    }
+    bool tails = g->ahead > 0;
+    pthread_mutex_unlock(&g->lock);
+    if (!tails)
+        return;
+    /* Tails idle for idle_ms go back. */
+    fl_lock(c);
+    pthread_mutex_lock(&g->lock);
+    for (size_t i = 0; i < g->map.cap; i++) {
+        struct ptrmap_slot *sl = &g->map.slots[i];
+        struct growable *x = sl->key > 1 ? sl->val : NULL;
+        if (x && !x->busy && x->s->bytes > x->used && now - x->last_ms >= idle_ms)
+            unmap_tail_held(c, g, x);
+    }
+    pthread_mutex_unlock(&g->lock);
+    fl_unlock(c);
+}
+
+void grow_trim_held(mb_client *c, struct growset *g)
+{
+    pthread_mutex_lock(&g->lock);
+    for (size_t i = 0; i < g->map.cap; i++) {
+        struct ptrmap_slot *sl = &g->map.slots[i];
+        struct growable *x = sl->key > 1 ? sl->val : NULL;
+        if (x && !x->busy && x->s->bytes > x->used) {
+            unmap_tail_held(c, g, x);
+            x->last_ms = 0;   /* not refilled until it grows again */
+        }
+    }
+    pthread_mutex_unlock(&g->lock);
+}
+
+void growset_free(mb_client *c, struct growset *g)
+{
+    if (!g)
+        return;
+    fl_lock(c);
+    for (size_t i = 0; i < g->map.cap; i++) {
+        struct ptrmap_slot *sl = &g->map.slots[i];
+        if (sl->key <= 1)
+            continue;
+        struct growable *x = sl->val;
+        if (stitch_free(c, x->s, NULL) != 0)
+            mb_log(MB_LOG_ERR, "failed to unmap a growable range at close");
+        free(x);
+    }
+    fl_unlock(c);
+    ptrmap_destroy(&g->map);
+    pthread_cond_destroy(&g->idle);
+    pthread_mutex_destroy(&g->lock);
+    free(g);
+}
+
+void grow_stats(struct growset *g, mb_client_stats *st)
+{
+    pthread_mutex_lock(&g->lock);
+    st->stitch_live += g->used;
+    st->grow_mapped_ahead += g->ahead;
+    st->grow_waits += g->waits;
+    pthread_mutex_unlock(&g->lock);
+}

@@ -1,0 +1,50 @@
+/* grow.h: growable ranges (grow.c), for client.c's mb_malloc_growable,
+ * mb_grow, mb_free and mb_usable_size, and share.c's mb_export.
+ *
+ * Glossary
+ *   used     the size the caller asked for (mb_malloc_growable, mb_grow).
+ *   tail     mapped bytes past used: the client's background thread keeps
+ *            it ahead of demand (about used/32, and at least twice the last
+ *            growth step), in the frame plan's large frames, up to the
+ *            reservation; mb_grow inside it is bookkeeping, no driver call.
+ *   wait     an mb_grow past the mapped tail, or an mb_malloc_growable:
+ *            it maps before returning (counted in mb_stats as grow_waits).
+ * Tails left unused for $MOONBRIGHT_IDLE_MS, and every tail on mb_trim or
+ * a reclaim notice, go back (whole frames past used).
+ *
+ * Every function but the _held ones is called without c->lock. */
+#ifndef MB_CLIENT_GROW_H
+#define MB_CLIENT_GROW_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "client.h"
+
+struct growset;
+
+/* Reserve max bytes of address space and map size now. */
+int grow_alloc(mb_client *c, size_t size, size_t max, void **ptr);
+/* Make new_size bytes at ptr usable (no-op when smaller than now);
+ * MB_ENOENT when ptr is not a growable range. */
+int grow_extend(mb_client *c, void *ptr, size_t new_size);
+/* Free a growable range; MB_ENOENT when ptr is not one. */
+int grow_free(mb_client *c, void *ptr, void *stream);
+/* The used size at ptr; 0 when ptr is not a growable range. */
+size_t grow_usable(mb_client *c, const void *ptr);
+/* The stitched range of a growable ptr, for sharing; NULL when not one.
+ * c->lock held. */
+struct stitched *grow_find_held(mb_client *c, const void *ptr);
+
+/* For refill.c: the growable ranges of a client. */
+struct growset *growset_new(void);
+/* The background step: tails below their target mapped ahead, tails idle
+ * since now - idle_ms returned. */
+void grow_work(mb_client *c, struct growset *g, int64_t now, int idle_ms);
+/* Return every tail (c->lock held). */
+void grow_trim_held(mb_client *c, struct growset *g);
+/* Free every range still live, then the set. No lock held. */
+void growset_free(mb_client *c, struct growset *g);
+void grow_stats(struct growset *g, mb_client_stats *st);
+
+#endif

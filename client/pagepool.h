@@ -1,0 +1,98 @@
+/* pagepool.h: the client's pools of mapped pages for vspaces (pagepool.c),
+ * one per page size, owned by the client (refill.h holds them).
+ *
+ * Glossary
+ *   extent   a stitched range of the frame plan's large frames (64 MiB to
+ *            1 GiB at the default unit, at most 1/64 of the pages in use
+ *            above 64 MiB), mapped once and carved into pages;
+ *            a page is an offset into it: no descriptor, no driver call.
+ *   low      the low watermark: free pages the background thread keeps
+ *            ready, sized from recent demand (twice the most pages taken in
+ *            one 100 ms window of the last second), at most 1/64 of the
+ *            pages in use.
+ *   pending  pages unmapped on a stream, free once an event recorded after
+ *            the invalidation completed.
+ *   wait     a take that found fewer free pages than it needed and mapped an
+ *            extent itself before returning (counted in mb_stats).
+ *
+ * Locks: c->lock (frame layer) before pool->lock; pool->lock is never held
+ * across a call into the frame layer. */
+#ifndef MB_CLIENT_PAGEPOOL_H
+#define MB_CLIENT_PAGEPOOL_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "client.h"
+
+#define PP_WINDOWS 10          /* demand history: 10 windows of PP_WINDOW_MS */
+#define PP_WINDOW_MS 100
+
+/* Invariants (pp_extent_is_valid): n_free <= npages; free[0..n_free) are
+ * distinct page indices < npages; idle_since_ms != 0 iff n_free == npages. */
+struct pp_extent {
+    struct stitched *s;          /* the mapped frames; pages at s->va + i * page_bytes */
+    uint64_t base;               /* (uint64_t)s->va */
+    size_t npages;               /* s->bytes / page_bytes */
+    size_t n_free;
+    int64_t idle_since_ms;       /* when its last page came back; 0 while any is in use */
+    uint32_t *free;              /* stack of free page indices; pops give the lowest first */
+};
+
+struct pp_pending {
+    void *ev;                    /* recorded after the invalidation; NULL: already complete */
+    size_t n;
+    struct pp_pending *next;
+    uint64_t pages[];
+};
+
+/* Guarded by lock. Invariants (pagepool_is_valid):
+ *   n_free + n_pending + n_used == n_total == sum of ext[i]->npages
+ *   n_free == sum of ext[i]->n_free; ext[] sorted by base, not overlapping */
+struct pagepool {
+    mb_client *c;
+    size_t page_bytes;
+    pthread_mutex_t lock;
+    struct pp_extent **ext;
+    size_t n_ext, cap_ext;
+    size_t first_free;           /* no extent below this index has a free page */
+    size_t n_free, n_pending, n_used, n_total;
+    struct pp_pending *pending;
+    int64_t win_ms;              /* start of the current demand window */
+    size_t win[PP_WINDOWS];      /* pages taken per window, win[win_i] the current */
+    int win_i;
+    size_t low;                  /* low watermark, pages */
+    int growers;                 /* grows in flight (frame layer calls outside the lock) */
+    int64_t retry_ms;            /* no background refill before this (after a failure) */
+    uint64_t waits;              /* takes that had to map an extent first */
+    uint64_t extents_mapped;     /* extents mapped over the pool's life */
+};
+
+/* The pool of page_bytes pages of c, created on first use. */
+int pagepool_get(mb_client *c, size_t page_bytes, struct pagepool **out);
+/* n free pages into out[] (lowest address first among those popped);
+ * maps an extent first when too few are free (a wait). No lock held. */
+int pagepool_take(struct pagepool *p, size_t n, uint64_t *out);
+/* Pages whose last use completed go back. */
+void pagepool_give(struct pagepool *p, const uint64_t *pages, size_t n);
+/* Pages unmapped on stream: free once the work enqueued so far completed. */
+void pagepool_defer(struct pagepool *p, const uint64_t *pages, size_t n, void *stream);
+/* Whether page is a page of p (an extent's, at a page boundary). */
+bool pagepool_owns(struct pagepool *p, uint64_t page);
+
+/* For refill.c. The background step of one pool at now_ms: pending pages
+ * back, refill up to the watermark, idle extents returned; delay_us: the
+ * refill test hook (refill.h). */
+void pagepool_work(struct pagepool *p, int64_t now_ms, int idle_ms, unsigned delay_us);
+/* Whether a take left the pool under its watermark (the thread should run). */
+bool pagepool_needs_refill(struct pagepool *p);
+/* Return every extent whose pages are all free (c->lock held). */
+void pagepool_trim_held(struct pagepool *p);
+/* Wait for pending pages, return every extent, free p. No lock held. */
+void pagepool_free(struct pagepool *p);
+void pagepool_stats(struct pagepool *p, mb_client_stats *st);
+bool pagepool_is_valid(struct pagepool *p);
+
+#endif

@@ -1,0 +1,176 @@
+/* refill.c: the client's background memory thread (refill.h): started with
+ * the first vspace page pool or growable range, it runs each pool's and the
+ * growable ranges' background step when a request left work (a kick) and
+ * every REFILL_TICK_MS, and stops in mb_close. */
+#include <stdlib.h>
+#include <time.h>
+
+#include "grow.h"
+#include "log.h"
+#include "pagepool.h"
+#include "refill.h"
+#include "wire.h"
+
+static void *refill_main(void *arg)
+{
+    struct refill *r = arg;
+    pthread_mutex_lock(&r->lock);
+    while (!r->stop) {
+        if (!r->kicked) {
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            ts.tv_nsec += (long)REFILL_TICK_MS * 1000000L;
+            ts.tv_sec += ts.tv_nsec / 1000000000L;
+            ts.tv_nsec %= 1000000000L;
+            pthread_cond_timedwait(&r->wake, &r->lock, &ts);
+        }
+        r->kicked = false;
+        if (r->stop)
+            break;
+        struct pagepool *pools[REFILL_PAGE_SIZES];
+        for (int k = 0; k < REFILL_PAGE_SIZES; k++)
+            pools[k] = r->pools[k];
+        r->passes++;
+        pthread_mutex_unlock(&r->lock);
+        /* Pools live until refill_close, which stops this thread first. */
+        int64_t now = mb_now_ms();
+        for (int k = 0; k < REFILL_PAGE_SIZES; k++)
+            if (pools[k])
+                pagepool_work(pools[k], now, r->idle_ms, r->test_delay_us);
+        grow_work(r->c, r->grow, now, r->idle_ms);
+        pthread_mutex_lock(&r->lock);
+    }
+    pthread_mutex_unlock(&r->lock);
+    return NULL;
+}
+
+static int idle_ms_from_env(void)
+{
+    const char *v = getenv("MOONBRIGHT_IDLE_MS");
+    if (!v || !*v)
+        return REFILL_DEFAULT_IDLE_MS;
+    char *end;
+    long x = strtol(v, &end, 10);
+    if (*end || x < 0 || x > 86400000L) {
+        mb_log(MB_LOG_WARN, "ignoring MOONBRIGHT_IDLE_MS=%s (expected 0..86400000)", v);
+        return REFILL_DEFAULT_IDLE_MS;
+    }
+    return (int)x;
+}
+
+int refill_get(mb_client *c, struct refill **out)
+{
+    struct refill *r = __atomic_load_n(&c->refill, __ATOMIC_ACQUIRE);
+    if (r) {
+        *out = r;
+        return 0;
+    }
+    int rc = 0;
+    fl_lock(c);
+    if (!(r = c->refill)) {
+        r = calloc(1, sizeof(*r));
+        if (r && !(r->grow = growset_new())) {
+            free(r);
+            r = NULL;
+        }
+        if (!r) {
+            rc = MB_ENOMEM;
+        } else {
+            r->c = c;
+            r->idle_ms = idle_ms_from_env();
+            const char *d = getenv("MOONBRIGHT_TEST_REFILL_DELAY_US");
+            r->test_delay_us = d && *d ? (unsigned)strtoul(d, NULL, 10) : 0;
+            pthread_mutex_init(&r->lock, NULL);
+            pthread_cond_init(&r->wake, NULL);
+            if (pthread_create(&r->thread, NULL, refill_main, r) != 0) {
+                mb_log(MB_LOG_ERR, "failed to start the client's refill thread; pools grow on "
+                                   "demand only");
+            } else {
+                r->thread_on = true;
+            }
+            __atomic_store_n(&c->refill, r, __ATOMIC_RELEASE);
+        }
+    }
+    fl_unlock(c);
+    if (rc == 0)
+        *out = r;
+    return rc;
+}
+
+void refill_kick(struct refill *r)
+{
+    pthread_mutex_lock(&r->lock);
+    r->kicked = true;
+    pthread_cond_signal(&r->wake);
+    pthread_mutex_unlock(&r->lock);
+}
+
+void refill_close(mb_client *c)
+{
+    struct refill *r = c->refill;
+    if (!r)
+        return;
+    if (r->thread_on) {
+        pthread_mutex_lock(&r->lock);
+        r->stop = true;
+        pthread_cond_signal(&r->wake);
+        pthread_mutex_unlock(&r->lock);
+        pthread_join(r->thread, NULL);
+        r->thread_on = false;
+    }
+    for (int k = 0; k < REFILL_PAGE_SIZES; k++)
+        pagepool_free(r->pools[k]);
+    growset_free(c, r->grow);
+    pthread_cond_destroy(&r->wake);
+    pthread_mutex_destroy(&r->lock);
+    c->refill = NULL;
+    free(r);
+}
+
+/* The pools created so far (they live until refill_close). */
+static void snapshot(struct refill *r, struct pagepool **pools)
+{
+    pthread_mutex_lock(&r->lock);
+    for (int k = 0; k < REFILL_PAGE_SIZES; k++)
+        pools[k] = r->pools[k];
+    pthread_mutex_unlock(&r->lock);
+}
+
+void refill_trim_held(mb_client *c)
+{
+    struct refill *r = c->refill;
+    struct pagepool *pools[REFILL_PAGE_SIZES];
+    if (!r)
+        return;
+    snapshot(r, pools);
+    for (int k = 0; k < REFILL_PAGE_SIZES; k++)
+        if (pools[k])
+            pagepool_trim_held(pools[k]);
+    grow_trim_held(c, r->grow);
+}
+
+void refill_stats(mb_client *c, mb_client_stats *st)
+{
+    struct refill *r = c->refill;
+    struct pagepool *pools[REFILL_PAGE_SIZES];
+    if (!r)
+        return;
+    snapshot(r, pools);
+    for (int k = 0; k < REFILL_PAGE_SIZES; k++)
+        if (pools[k])
+            pagepool_stats(pools[k], st);
+    grow_stats(r->grow, st);
+}
+
+bool refill_running(mb_client *c)
+{
+    struct refill *r = __atomic_load_n(&c->refill, __ATOMIC_ACQUIRE);
+    return r && r->thread_on;
+}
+
+uint64_t refill_reclaimable(mb_client *c)
+{
+    mb_client_stats st = { 0 };
+    refill_stats(c, &st);
+    return (uint64_t)st.vspace_free_bytes + st.grow_mapped_ahead;
+}

@@ -1,0 +1,69 @@
+/* refill.h: the client's background memory work (refill.c): one thread per
+ * client, started with the first vspace page pool or growable range, that
+ * keeps the pools' free pages above their watermarks, maps the tails of
+ * growable ranges ahead of their use, and returns memory left idle for
+ * $MOONBRIGHT_IDLE_MS (default 2000 ms). It stops in mb_close.
+ *
+ * Test hook (any build): $MOONBRIGHT_TEST_REFILL_DELAY_US, read when the
+ * thread starts, makes each of its pool refills sleep that long after the
+ * extent is mapped and before its pages join the pool, so a test can issue
+ * maps while a refill is in flight.
+ *
+ * Locks: c->flock (fl_lock) before refill->lock; refill->lock is held only to create
+ * pools and to sleep or wake the thread. */
+#ifndef MB_CLIENT_REFILL_H
+#define MB_CLIENT_REFILL_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "client.h"
+
+#define REFILL_PAGE_SIZES 6      /* vspace pages: 64 KiB .. 2 MiB */
+#define REFILL_DEFAULT_IDLE_MS 2000
+#define REFILL_TICK_MS 50        /* the thread looks at least this often */
+
+struct pagepool;
+struct growset;
+
+/* The frame layer's lock (c->flock), taken around every
+ * call pagepool.c, grow.c and refill.c make into the frame and mapping
+ * layer (frames.c, stitch.c) and around the client fields they touch
+ * (c->refill, c->st); held by callers of the _held functions. */
+static inline void fl_lock(mb_client *c) { pthread_mutex_lock(&c->flock); }
+static inline void fl_unlock(mb_client *c) { pthread_mutex_unlock(&c->flock); }
+
+struct refill {
+    mb_client *c;
+    pthread_mutex_t lock;
+    pthread_cond_t wake;
+    pthread_t thread;
+    bool thread_on, stop, kicked;
+    int idle_ms;
+    unsigned test_delay_us;      /* $MOONBRIGHT_TEST_REFILL_DELAY_US */
+    uint64_t passes;             /* background steps run (tests) */
+    struct pagepool *pools[REFILL_PAGE_SIZES];   /* by log2(page_bytes) - 16 */
+    struct growset *grow;                        /* growable ranges (grow.c) */
+};
+
+/* The client's background state, created (and its thread started) on first
+ * use. No lock held. */
+int refill_get(mb_client *c, struct refill **out);
+/* Wake the thread (work is due now). */
+void refill_kick(struct refill *r);
+/* Stop the thread, return every pool's memory and free every growable
+ * range still live. mb_close, before it takes c->lock. */
+void refill_close(mb_client *c);
+/* Give back what the pools hold free and the growable tails hold ahead
+ * (mb_trim, reclaim). c->lock held. */
+void refill_trim_held(mb_client *c);
+/* The pools' and growable ranges' figures into st. c->lock held. */
+void refill_stats(mb_client *c, mb_client_stats *st);
+/* Bytes a trim would give back (free pool pages, growable tails; an upper
+ * bound), for the Cache report. c->lock held. */
+uint64_t refill_reclaimable(mb_client *c);
+/* Whether the client's refill thread runs now (tests). */
+bool refill_running(mb_client *c);
+
+#endif
