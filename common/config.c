@@ -41,6 +41,7 @@ void mb_config_defaults(struct mb_config *cfg)
     cfg->budget = 0;   /* unset: the daemon takes the device's memory once its backend is open */
     cfg->frame_size = 2u << 20;
     cfg->reserve = 0;
+    cfg->reserve_idle_ms = 5000;
     cfg->scrub = true;
     cfg->watchdog = true;
     cfg->log_level = MB_LOG_INFO;
@@ -182,6 +183,26 @@ static int set_reserve(struct mb_config *cfg, const char *key, const char *v,
         return MB_EINVAL;
     }
     cfg->reserve = b;
+    return 0;
+}
+
+/* A duration: milliseconds, or a number with an "ms" or "s" suffix. */
+static int set_reserve_idle(struct mb_config *cfg, const char *key, const char *v,
+                            char *why, size_t whylen)
+{
+    char *end;
+    errno = 0;
+    double x = strtod(v, &end);
+    if (strcmp(end, "s") == 0)
+        x *= 1000;
+    else if (*end && strcmp(end, "ms") != 0)
+        end = NULL;
+    if (errno || !end || end == v || !(x >= 0 && x <= 86400000)) {
+        set_err(why, whylen, "bad duration '%s' for %s (milliseconds, or with ms or s; 0 keeps "
+                "idle frames)", v, key);
+        return MB_EINVAL;
+    }
+    cfg->reserve_idle_ms = (int64_t)x;
     return 0;
 }
 
@@ -393,6 +414,7 @@ static const struct {
     { "budget", set_budget },
     { "frame_size", set_frame_size },
     { "reserve", set_reserve },
+    { "reserve_idle", set_reserve_idle },
     { "scrub", set_scrub },
     { "watchdog", set_watchdog },
     { "log_level", set_log_level },

@@ -22,6 +22,10 @@
  *   frame_size   bytes per frame: a multiple of 4K; the daemon also
  *                needs a multiple of its device's granularity       [2M]
  *   reserve      bytes of frames created ahead of demand            [0]
+ *   reserve_idle free frames nobody took for this long are released
+ *                to the driver, down to the reserve's target:
+ *                milliseconds, or with an "ms" or "s" suffix; 0 keeps
+ *                them                                               [5s]
  *   scrub        zero a frame before another tenant gets it        [on]
  *   watchdog     send WATCHDOG=1 when systemd asks for it           [on]
  *   log_level    err | warn | info | debug                          [info]
@@ -84,6 +88,7 @@ struct mb_config {
     uint64_t budget;        /* >= frame_size; 0: unset, the device's memory */
     uint64_t frame_size;    /* a non-zero multiple of 4096 */
     uint64_t reserve;       /* <= budget; sum of every policy's min <= budget */
+    int64_t reserve_idle_ms; /* 0..86400000; 0: idle frames are kept */
     bool scrub;
     bool watchdog;
     int log_level;          /* MB_LOG_ERR .. MB_LOG_DEBUG (log.h) */

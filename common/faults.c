@@ -22,7 +22,7 @@ static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 
 static void load(void)
 {
-    static const char *names[MB_FAULT_COUNT] = { "drop", "dup", "delay", "trunc", "backend", "fds" };
+    static const char *names[MB_FAULT_COUNT] = { "drop", "dup", "delay", "trunc", "backend", "fds", "pidfd" };
     const char *env = getenv("MOONBRIGHT_FAULTS");
     if (!env || !*env)
         return;

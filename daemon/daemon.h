@@ -6,9 +6,14 @@
  *   session  one client process: opened when it connects to the handle
  *            channel (credentials from SO_PEERCRED), bound to one ZeroMQ
  *            identity by hello, ended when the channel closes.
- *   tenant   the name a session runs under; frames are scrubbed before they
- *            move to a different tenant than the one that last held them.
- *            Its policy (max, min) comes from the config and `quota`.
+ *   tenant   the name a session runs under; its policy (max, min) comes
+ *            from the config and `quota`. Names are chosen by clients: they
+ *            are accounting, not an isolation boundary.
+ *   uid      the isolation boundary (SO_PEERCRED): a frame one uid has held
+ *            is never granted to another uid, since the holder may have kept
+ *            its descriptor, which nothing can revoke. Free frames wait on
+ *            their last holder's free list; other uids get fresh frames.
+ *   fresh    a frame no session has held yet (created by the daemon).
  *   budget   the most bytes of frames the daemon will create.
  *   cached   bytes of granted frames a session reports it holds unmapped
  *            (Cache request): what it can hand back in a reclaim.
@@ -47,7 +52,21 @@ struct frame {
                                   * its holder lets go the slot simply ends */
     uint8_t order;               /* holds frame_bytes << order bytes (frame_plan.h) */
     uint32_t last_tenant;        /* tenant that last held it; 0 = never granted */
+    uid_t last_uid;              /* uid that held it (valid when held) */
+    bool held;                   /* granted or reported at least once; else fresh */
+    bool tainted;                /* imported by a uid other than last_uid: released
+                                  * to the driver once free, never granted again */
+    uid_t importer_uid;          /* the last such uid (valid when tainted) */
     uint32_t next_free;          /* free-list link while FREE, 0 ends it */
+    int64_t freed_ms;            /* when it last became FREE (mb_now_ms) */
+};
+
+/* Free frames by order: the fresh ones (held by nobody yet), or those one
+ * uid held last (only that uid may get them again). */
+struct free_list {
+    uid_t uid;                   /* for a uid's list */
+    uint32_t head[MB_ORDERS];    /* first free frame of each order, 0 when none */
+    uint32_t n[MB_ORDERS];       /* frames on head[k]'s list */
 };
 
 /* The frame books. Frames have orders (frame_plan.c: the size policy); counts
@@ -55,13 +74,18 @@ struct frame {
  * (frame_pool_is_valid):
  *   n_free + n_granted == n_total, bytes_free + bytes_granted == bytes_total
  *   bytes_total == the sum of the frames' bytes <= budget_bytes
- *   free list k holds exactly the FREE frames of order k, each once;
- *   n_free_order[k] counts them, and n_free is their sum
+ *   the free lists (fresh, and one per uid) hold exactly the FREE frames,
+ *   each once, on the list of its order: fresh iff !held, else the list of
+ *   last_uid; n_free_order[k] counts the free frames of order k over all
+ *   lists, and n_free is their sum
+ *   no FREE frame is tainted or adopted (those end when let go)
  *   bytes_total + bytes of ready[] and of frames being created == committed
  *     <= budget_bytes; n_total + n_ready + creating == n_committed
  * The warm reserve: RESERVE_THREADS workers create and export frames ahead of
  * demand (export costs ~0.6 ms on a GPU) into ready[]: order-0 frames until
- * free and ready order-0 frames hold reserve_bytes, and one spare of each
+ * fresh free and ready order-0 frames hold reserve_bytes (the target: the
+ * configured reserve, or more when recent grants took more: see
+ * frame_pool_tick), and one spare of each
  * order k a request had to create on its own path (spare[k]); grants adopt
  * them into the books, so a grant from the reserve makes no driver call.
  * Only ready[], n_ready, creating, committed, n_committed and spare[] are
@@ -75,9 +99,24 @@ struct frame_pool {
     struct frame *frames;        /* [0] unused; ids 1..cap-1 */
     uint32_t cap;                /* slots allocated in frames[] */
     uint32_t n_total, n_free, n_granted;
-    uint32_t free_head[MB_ORDERS];    /* first FREE frame of each order, 0 when none */
+    struct free_list fresh;      /* never-held free frames (n[] read by workers) */
+    struct free_list **by_uid;   /* one list per uid that returned frames */
+    uint32_t n_by_uid, cap_by_uid;
     uint32_t n_free_order[MB_ORDERS];
     uint64_t recreated;          /* free frames released to make room for another order */
+    uint64_t released_isolation; /* free frames of one uid released so that another
+                                  * uid got fresh ones (or tainted by a share) */
+    uint64_t released_idle;      /* free frames above the reserve target released
+                                  * after the idle period */
+    /* demand: order-0 bytes taken from the fresh frames in each second */
+    uint64_t reserve_base;       /* configured reserve (the target's floor) */
+    int64_t idle_ms;             /* free bytes above the target this long: released
+                                  * (0: never) */
+    uint64_t demand[16];         /* [second % 16] */
+    int64_t demand_sec;          /* the second demand[demand_sec % 16] counts */
+    int64_t excess_since_ms;     /* free bytes above the target since (0: not above);
+                                  * after idle_ms of it, frames free for idle_ms
+                                  * are released down to the target */
     uint32_t next_unused;        /* lowest slot never used or released */
     uint32_t id_limit;           /* ids below this may have been handed out by an
                                   * earlier daemon (the journal); 0: no journal */
@@ -92,7 +131,7 @@ struct frame_pool {
     pthread_t workers[RESERVE_THREADS];
     int n_workers;
     bool stop;
-    uint64_t reserve_bytes;
+    uint64_t reserve_bytes;      /* the target (under lock) */
     uint64_t committed;          /* bytes created, being created or ready */
     uint32_t n_committed;        /* frames created, being created or ready */
     uint32_t creating;           /* frames the workers are creating now */
@@ -109,31 +148,47 @@ void frame_pool_destroy(struct frame_pool *p);
 int frame_pool_prefill(struct frame_pool *p, uint64_t bytes);
 /* Move frames the workers made into the books (free list). */
 void frame_pool_adopt(struct frame_pool *p);
-/* Grant n frames of the given orders to a session of a tenant, all or
- * nothing; ids[] gets them, in the order of orders[]. Frames last held by
- * another tenant are scrubbed first. */
+/* Grant n frames of the given orders to a session of a uid and tenant, all
+ * or nothing; ids[] gets them, in the order of orders[]. Only frames this
+ * uid held last, or fresh ones, are granted; free frames of other uids are
+ * released to make room when the budget is full. A frame last held by
+ * another tenant (of the same uid) is scrubbed first. */
 int frame_pool_grant_orders(struct frame_pool *p, const uint8_t *orders, uint32_t n,
-                            uint64_t session, uint32_t tenant, uint32_t *ids);
+                            uint64_t session, uid_t uid, uint32_t tenant, uint32_t *ids);
 /* The same for n order-0 frames. */
-int frame_pool_grant(struct frame_pool *p, uint32_t n, uint64_t session, uint32_t tenant,
-                     uint32_t *ids);
+int frame_pool_grant(struct frame_pool *p, uint32_t n, uint64_t session, uid_t uid,
+                     uint32_t tenant, uint32_t *ids);
+/* A session of `uid` holds frame id through an import: when that is not the
+ * uid the frame belongs to, the frame is never granted again. */
+void frame_pool_note_importer(struct frame_pool *p, uint32_t id, uid_t uid);
+/* The reserve follows demand: the target becomes the most order-0 bytes
+ * taken from fresh frames in one second of the last idle period (at least
+ * the configured reserve); once free bytes have exceeded the target for the
+ * idle period, frames free for that long are released to the driver down to
+ * the target. Call from the poll loop; returns when to call again. */
+int64_t frame_pool_tick(struct frame_pool *p, int64_t now_ms);
 /* Bytes of frame id (which must exist). */
 uint64_t frame_pool_bytes(const struct frame_pool *p, uint32_t id);
 /* Take back frames granted to `session`; all must be its own, else nothing
  * changes and MB_EPERM (or MB_ENOENT for ids that name no frame) returns. */
 int frame_pool_return(struct frame_pool *p, const uint32_t *ids, size_t n, uint64_t session);
-/* After a restart: book frame `id` of `bytes` as held by `session`, reported
- * by the client that still maps it. MB_EPERM when another holder already
- * claimed it (contradicting reports), MB_EINVAL for an id this daemon could
- * not have handed out. */
+/* After a restart: book frame `id` of `bytes` as held by `session` of
+ * `uid`, reported by the client that still maps it. MB_EPERM when the
+ * journal does not say this uid held a frame of that size under that id, or
+ * another holder already claimed it (contradicting reports); MB_EINVAL for
+ * an id this daemon could not have handed out. */
 int frame_pool_adopt_reported(struct frame_pool *p, uint32_t id, uint64_t bytes, uint64_t session,
-                              uint32_t tenant);
-/* After a restart: book frame `id` of `bytes` as held through an import
- * (holders + 1; its owner, if any, reports it separately). MB_EPERM when
- * the frame is not an adopted one of that size, MB_EINVAL as above. */
-int frame_pool_adopt_held(struct frame_pool *p, uint32_t id, uint64_t bytes);
+                              uid_t uid, uint32_t tenant);
+/* After a restart: book frame `id` of `bytes` as held through an import by
+ * a session of `uid` (holders + 1; its owner, if any, reports it
+ * separately). MB_EPERM when the journal has no frame of that size under
+ * that id granted to or imported by that uid (the last other uid that
+ * imported it), or the frame is not an adopted one of that size; MB_EINVAL
+ * as above. */
+int frame_pool_adopt_held(struct frame_pool *p, uint32_t id, uint64_t bytes, uid_t uid);
 /* The journal: ids handed out survive a restart, so new frames never take
- * the id of one a client still holds. */
+ * the id of one a client still holds; and the uid each frame was granted
+ * to, so only that uid can report it after a restart. */
 int frame_pool_open_journal(struct frame_pool *p, const char *path);
 
 /* Take back every frame of a session; returns how many, and their bytes in
@@ -148,8 +203,8 @@ bool frame_pool_is_valid(const struct frame_pool *p);
 struct tenant {
     uint32_t id;                 /* 1-based, stable for the daemon's life */
     char name[64];
-    uint64_t bytes;              /* granted to its sessions now
-                                  * == sum of bytes of its sessions (and withdrawn) */
+    uint64_t bytes;              /* held by its sessions now: == sum of bytes and
+                                  * import_bytes of its sessions (and withdrawn) */
     uint64_t max;                /* MB_CONFIG_UNLIMITED or bytes; bytes may exceed
                                   * it only after quota lowered it */
     uint64_t min;                /* kept available for it; <= max at start */
@@ -174,7 +229,16 @@ struct session {
     size_t ident_len;
     uint32_t frames;             /* granted now; == frames in the pool owned by id */
     uint64_t bytes;              /* == the bytes of those frames */
+    uint64_t import_bytes;       /* bytes of frames it holds through imports (charged
+                                  * to its tenant and uid like granted ones) */
+    uint64_t lent_bytes;         /* of its bytes, frames importers hold too (returning
+                                  * them frees nothing); <= bytes */
     uint64_t cached;             /* last Cache report; <= bytes */
+    uint32_t ignored_notices;    /* RECLAIM notices it let pass their deadline
+                                  * without returning frames; reset by a return */
+    int64_t notice_deadline_ms;  /* its last RECLAIM notice's deadline (0: none) */
+    uint64_t returned_at_notice; /* reclaim bytes it had returned when asked */
+    uint64_t reclaim_returned;   /* bytes it returned while grants waited */
     bool waiting;                /* has a pending grant (at most one) */
     int64_t opened_ms;
     struct session *next;
@@ -195,6 +259,7 @@ struct daemon_counters {
     uint64_t conns_refused;      /* connections closed at accept (caps, descriptors) */
     uint64_t hello_timeouts;     /* handle-channel connections closed without hello */
     uint64_t slow_readers;       /* control connections dropped for unread replies */
+    uint64_t reclaim_ignored;    /* RECLAIM notices that passed their deadline unanswered */
 };
 
 /* Request latency histogram, per command. Bucket bounds in microseconds,
@@ -217,7 +282,11 @@ struct withdrawn {
     uint32_t frames;
     uint64_t bytes;
     struct tenant *tenant;       /* still charged with the frames */
-    int pidfd;
+    uint64_t import_bytes;       /* and with these, until its holds are dropped */
+    uid_t uid;
+    pid_t pid;
+    unsigned long long start_time; /* of pid (/proc), to tell a reused pid; 0: unknown */
+    int pidfd;                   /* -1: pidfd_open failed; withdrawn_poll watches pid */
     struct withdrawn *next;
 };
 
@@ -232,9 +301,14 @@ struct pending {
     uint64_t t0_ns;              /* arrival, for the latency histogram */
     int64_t deadline_ms;
     uint64_t reclaimed_at_start; /* count.reclaim_bytes when it began waiting */
+    uint32_t rounds;             /* notice rounds sent for it (MB_RECLAIM_ROUNDS at most) */
     struct pending *next;
 };
 #define MB_MAX_PENDING 64
+/* A waiting grant whose notices were ignored until its deadline asks the
+ * next sessions once more (a new deadline), then fails: with the client's
+ * 5 s timeout and the default 2 s reclaim deadline, 2 rounds fit. */
+#define MB_RECLAIM_ROUNDS 2
 
 /* One connection to the control socket (zmtp.c). Its identity is id, 8
  * bytes big-endian, assigned at accept and never reused; the peer cannot
@@ -324,6 +398,9 @@ struct daemon {
     struct share *shares;        /* unredeemed share tokens */
     struct hold *holds;          /* frames held through imports: n_holds */
     size_t n_holds, cap_holds;
+    uint32_t *hold_slots;        /* hash of (session, id) -> index + 1 into holds[];
+                                  * hold_slots_cap is 0 or a power of two > 2 n_holds */
+    size_t hold_slots_cap;
     struct pending *pending;     /* FIFO */
     uint32_t n_pending;
     char last_status[160];       /* last STATUS= sent */
@@ -381,6 +458,9 @@ void session_close(struct daemon *d, struct session *s);
 /* End a session for an administrator: KILLED notice, frames withdrawn,
  * channel closed. Returns how many frames were withdrawn. */
 uint32_t session_kill(struct daemon *d, struct session *s);
+/* Killed sessions watched without a pidfd: release those whose process is
+ * gone. Called from the poll loop. */
+void withdrawn_poll(struct daemon *d);
 /* A killed session's process exited: its frames go back to the pool. */
 void withdrawn_release(struct daemon *d, struct withdrawn *w);
 struct session *session_by_id(struct daemon *d, uint64_t id);
@@ -423,6 +503,10 @@ int64_t pending_next_deadline(const struct daemon *d);
 uint32_t reclaim_ask(struct daemon *d, const struct tenant *t, const struct session *except,
                      uint64_t bytes, uint64_t *cached_out);
 
+/* Quotas: the tenant's max, then the uid's, for `want` more bytes; false
+ * with an MB_EQUOTA error in rep when either would be exceeded. */
+bool within_quota(struct daemon *d, struct session *s, uint64_t want, Mb__Reply *rep);
+
 /* handlers.c: one handler per command in commands.def. */
 struct request_ctx {
     struct daemon *d;
@@ -459,8 +543,17 @@ int shares_return(struct daemon *d, struct session *s, const uint32_t *ids, size
 void shares_revoke(struct daemon *d, const struct session *s, const uint32_t *ids, size_t n);
 /* A session's unredeemed tokens die (it ended or was killed). */
 void shares_revoke_all(struct daemon *d, uint64_t session);
-/* A session's process is gone: the frames it imported are let go. */
+/* A session's process is gone: the frames it imported are let go (and
+ * uncharged from it, or from its withdrawn record). */
 void shares_drop_holds(struct daemon *d, uint64_t session);
+/* The hold index agrees with holds[] (every hold found at its index, one
+ * slot per hold, fewer than half the slots used). */
+bool shares_is_valid(const struct daemon *d);
+/* The owner of frame id gains (or loses) an importer: its lent bytes
+ * follow the frame's holders going from 0 to 1 (or 1 to 0). */
+void shares_lend(struct daemon *d, uint32_t id, bool more);
+/* Whether a session holds any frame through an import. */
+bool shares_session_holds(const struct daemon *d, uint64_t session);
 void shares_destroy(struct daemon *d);
 
 #endif

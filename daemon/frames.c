@@ -1,8 +1,10 @@
 /* frames.c: the daemon's frame books: creating frames of each order within
- * the budget (ahead of demand on worker threads: the warm reserve), granting
- * them to sessions by the frame plan, taking them back, re-creating free
- * frames as another order when the budget is full, scrubbing between
- * tenants. The size policy is written in common/frame_plan.c. */
+ * the budget (ahead of demand on worker threads: the warm reserve, whose
+ * target follows recent grants), granting them to sessions by the frame
+ * plan, keeping free frames on their last uid's list (never granted to
+ * another uid), taking them back, re-creating free frames as another order
+ * when the budget is full, releasing idle ones, scrubbing between tenants,
+ * and the state journal. The size policy is in common/frame_plan.c. */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -43,9 +45,59 @@ int frame_pool_init(struct frame_pool *p, mb_backend *be, size_t frame_bytes, ui
     p->next_unused = 1;
     p->journal_fd = -1;
     p->scrub = true;
+    p->idle_ms = 5000;
     pthread_mutex_init(&p->lock, NULL);
     pthread_cond_init(&p->wake, NULL);
     return p->frames ? 0 : MB_ENOMEM;
+}
+
+/* The journal: a header line ("next_id N", JOURNAL_HEAD bytes) and, from
+ * JOURNAL_RECORDS, one record per frame id: the uid that was granted it
+ * (plus one; 0: none), the last other uid that imported it (plus one; 0:
+ * none) and its order. A frame keeps one uid for its life, so a record is
+ * written when a fresh frame is first granted (and when another uid
+ * imports it) and cleared when the frame ends. Records need no fsync: they
+ * matter after a daemon exit, not after a host crash (which ends the
+ * clients too). */
+#define JOURNAL_HEAD 32
+#define JOURNAL_RECORDS 4096
+struct journal_rec {
+    uint32_t uid_plus1;
+    uint32_t importer_plus1;
+    uint8_t order;
+    uint8_t pad[7];
+};
+
+static off_t record_off(uint32_t id)
+{
+    return JOURNAL_RECORDS + (off_t)id * (off_t)sizeof(struct journal_rec);
+}
+
+/* Write frame id's record (f NULL: clear it). */
+static void journal_record(struct frame_pool *p, uint32_t id, const struct frame *f)
+{
+    if (p->journal_fd < 0)
+        return;
+    struct journal_rec r = { 0 };
+    if (f) {
+        r.uid_plus1 = (uint32_t)f->last_uid + 1;
+        r.importer_plus1 = f->tainted ? (uint32_t)f->importer_uid + 1 : 0;
+        r.order = f->order;
+    }
+    if (pwrite(p->journal_fd, &r, sizeof(r), record_off(id)) != (ssize_t)sizeof(r))
+        mb_log(MB_LOG_WARN, "failed to write frame %u to the state journal: %s", id, strerror(errno));
+}
+
+/* What the journal says about id: 0 and *r, or MB_ENOENT when no uid was
+ * granted it. Without a journal (tests) every id reads as unknown but
+ * allowed: MB_EINVAL. */
+static int journal_lookup(struct frame_pool *p, uint32_t id, struct journal_rec *r)
+{
+    if (p->journal_fd < 0)
+        return MB_EINVAL;
+    memset(r, 0, sizeof(*r));
+    ssize_t n = pread(p->journal_fd, r, sizeof(*r), record_off(id));
+    return n == (ssize_t)sizeof(*r) && r->uid_plus1 != 0 ? 0 : MB_ENOENT;
 }
 
 void frame_pool_destroy(struct frame_pool *p)
@@ -61,11 +113,20 @@ void frame_pool_destroy(struct frame_pool *p)
     free(p->ready);
     pthread_mutex_destroy(&p->lock);
     pthread_cond_destroy(&p->wake);
-    for (uint32_t id = 1; id < p->next_unused; id++)
-        if (p->frames[id].state != FRAME_UNUSED && !p->frames[id].adopted)
-            p->be->ops->release(p->be, &p->frames[id].mem);
+    /* Journal records stay: at exit the daemon's sessions end first, but
+     * their processes may live on and report their frames to the next
+     * daemon. A uid's records cover at most the frames it held at once and
+     * its own free frames, which no other uid gets. */
+    for (uint32_t id = 1; id < p->next_unused; id++) {
+        struct frame *f = &p->frames[id];
+        if (f->state != FRAME_UNUSED && !f->adopted)
+            p->be->ops->release(p->be, &f->mem);
+    }
     if (p->journal_fd >= 0)
         close(p->journal_fd);
+    for (uint32_t i = 0; i < p->n_by_uid; i++)
+        free(p->by_uid[i]);
+    free(p->by_uid);
     free(p->frames);
     memset(p, 0, sizeof(*p));
 }
@@ -116,6 +177,8 @@ static void end_frame(struct frame_pool *p, uint32_t id)
     uint64_t bytes = obytes(p, f->order);
     if (!f->adopted)
         p->be->ops->release(p->be, &f->mem);
+    if (f->held)
+        journal_record(p, id, NULL);
     memset(f, 0, sizeof(*f));
     f->mem = (struct mb_mem)MB_MEM_INIT;
     p->n_total--;
@@ -123,34 +186,74 @@ static void end_frame(struct frame_pool *p, uint32_t id)
     uncommit(p, bytes);
 }
 
+/* The free list of a uid; created when `make` (NULL when out of memory or
+ * absent). Lists are few (one per uid that returned frames). */
+static struct free_list *uid_list(struct frame_pool *p, uid_t uid, bool make)
+{
+    for (uint32_t i = 0; i < p->n_by_uid; i++)
+        if (p->by_uid[i]->uid == uid)
+            return p->by_uid[i];
+    if (!make)
+        return NULL;
+    if (p->n_by_uid == p->cap_by_uid) {
+        uint32_t cap = p->cap_by_uid ? 2 * p->cap_by_uid : 8;
+        struct free_list **nl = realloc(p->by_uid, cap * sizeof(*nl));
+        if (!nl)
+            return NULL;
+        p->by_uid = nl;
+        p->cap_by_uid = cap;
+    }
+    struct free_list *l = calloc(1, sizeof(*l));
+    if (!l)
+        return NULL;
+    l->uid = uid;
+    p->by_uid[p->n_by_uid++] = l;
+    return l;
+}
+
 static void push_free(struct frame_pool *p, uint32_t id)
 {
     struct frame *f = &p->frames[id];
-    if (f->adopted) {
+    struct free_list *l = f->held ? uid_list(p, f->last_uid, true) : &p->fresh;
+    if (f->adopted || f->tainted || !l) {
+        /* Adopted: no handle. Tainted, or no list to keep it on: another
+         * uid may keep its descriptor, so it must not be granted again. */
+        if (!f->adopted)
+            p->released_isolation++;
         end_frame(p, id);
         return;
     }
     f->state = FRAME_FREE;
     f->owner = 0;
-    f->next_free = p->free_head[f->order];
-    p->free_head[f->order] = id;
+    f->freed_ms = mb_now_ms();
+    f->next_free = l->head[f->order];
+    l->head[f->order] = id;
+    __atomic_add_fetch(&l->n[f->order], 1, __ATOMIC_RELAXED);
     p->bytes_free += obytes(p, f->order);
     /* read by the reserve workers, as hints */
     __atomic_add_fetch(&p->n_free_order[f->order], 1, __ATOMIC_RELAXED);
     __atomic_add_fetch(&p->n_free, 1, __ATOMIC_RELAXED);
 }
 
-/* Take the first free frame of an order off its list. */
-static uint32_t pop_free(struct frame_pool *p, unsigned order)
+/* Take the first free frame of an order off list l (which has one). */
+/* Take the free frame *link points at (a head or a next_free) off list l. */
+static uint32_t unlink_free(struct frame_pool *p, struct free_list *l, unsigned order,
+                            uint32_t *link)
 {
-    uint32_t id = p->free_head[order];
+    uint32_t id = *link;
     struct frame *f = &p->frames[id];
-    p->free_head[order] = f->next_free;
+    *link = f->next_free;
+    __atomic_sub_fetch(&l->n[order], 1, __ATOMIC_RELAXED);
     f->next_free = 0;
     p->bytes_free -= obytes(p, order);
     __atomic_sub_fetch(&p->n_free_order[order], 1, __ATOMIC_RELAXED);
     __atomic_sub_fetch(&p->n_free, 1, __ATOMIC_RELAXED);
     return id;
+}
+
+static uint32_t pop_free(struct frame_pool *p, struct free_list *l, unsigned order)
+{
+    return unlink_free(p, l, order, &l->head[order]);
 }
 
 static int make_mem(struct frame_pool *p, unsigned order, struct mb_mem *m)
@@ -169,9 +272,12 @@ static int make_mem(struct frame_pool *p, unsigned order, struct mb_mem *m)
 
 static int write_journal(struct frame_pool *p, uint32_t limit)
 {
-    char line[64];
-    int n = snprintf(line, sizeof(line), "next_id %u\n", limit);
-    if (pwrite(p->journal_fd, line, (size_t)n, 0) != n || ftruncate(p->journal_fd, n) != 0 ||
+    char line[JOURNAL_HEAD];
+    memset(line, ' ', sizeof(line));
+    int n = snprintf(line, sizeof(line), "next_id %u", limit);
+    line[n] = ' ';
+    line[sizeof(line) - 1] = '\n';
+    if (pwrite(p->journal_fd, line, sizeof(line), 0) != (ssize_t)sizeof(line) ||
         fdatasync(p->journal_fd) != 0) {
         mb_log(MB_LOG_ERR, "failed to write the state journal: %s", strerror(errno));
         return MB_ESYS;
@@ -226,6 +332,99 @@ int frame_pool_open_journal(struct frame_pool *p, const char *path)
     return write_journal(p, p->next_unused + JOURNAL_STEP);
 }
 
+/* Order-0 bytes taken from the fresh frames now: what the reserve must
+ * replace (frame_pool_tick turns it into the target). */
+static void count_demand(struct frame_pool *p, uint64_t bytes)
+{
+    int64_t sec = mb_now_ms() / 1000;
+    if (sec != p->demand_sec) {
+        for (int64_t t = p->demand_sec + 1; t <= sec && t <= p->demand_sec + 16; t++)
+            p->demand[(uint64_t)t % 16] = 0;
+        p->demand_sec = sec;
+    }
+    p->demand[(uint64_t)sec % 16] += bytes;
+}
+
+/* Release free frames, other uids' first, then fresh ones of larger orders,
+ * then fresh order-0 frames, until free bytes are at most `target`. */
+/* Release the frames of list l's order k free since `cutoff` or before,
+ * while free bytes exceed target. */
+static void trim_list(struct frame_pool *p, struct free_list *l, unsigned k, int64_t cutoff,
+                      uint64_t target)
+{
+    uint32_t *link = &l->head[k];
+    while (*link && p->bytes_free > target) {
+        if (p->frames[*link].freed_ms > cutoff) {
+            link = &p->frames[*link].next_free;   /* used lately: kept */
+            continue;
+        }
+        end_frame(p, unlink_free(p, l, k, link));
+        p->released_idle++;
+    }
+}
+
+/* Release frames free since `cutoff` or before until free bytes are at most
+ * `target`: frames users returned first, then fresh ones of larger orders,
+ * then fresh one-unit frames (what the reserve keeps). */
+static void trim_to(struct frame_pool *p, uint64_t target, int64_t cutoff)
+{
+    for (uint32_t i = 0; i < p->n_by_uid && p->bytes_free > target; i++)
+        for (int k = MB_MAX_ORDER; k >= 0 && p->bytes_free > target; k--)
+            trim_list(p, p->by_uid[i], (unsigned)k, cutoff, target);
+    for (int k = MB_MAX_ORDER; k >= 0 && p->bytes_free > target; k--) {
+        uint32_t before = p->fresh.n[k];
+        trim_list(p, &p->fresh, (unsigned)k, cutoff, target);
+        if (k > 0 && p->fresh.n[k] < before) {
+            pthread_mutex_lock(&p->lock);
+            p->spare[k] = false;   /* no demand for it lately */
+            pthread_mutex_unlock(&p->lock);
+        }
+    }
+}
+
+#define TICK_MS 250
+
+int64_t frame_pool_tick(struct frame_pool *p, int64_t now_ms)
+{
+    int64_t window = p->idle_ms > 0 ? (p->idle_ms + 999) / 1000 : 16;
+    if (window > 16)
+        window = 16;
+    count_demand(p, 0);   /* rotate to this second */
+    uint64_t target = p->reserve_base, peak = 0;
+    for (int64_t i = 0; i < window; i++)
+        if (p->demand[(uint64_t)(p->demand_sec - i) % 16] > peak)
+            peak = p->demand[(uint64_t)(p->demand_sec - i) % 16];
+    if (p->n_workers && peak > target)
+        target = peak;
+    if (target > p->budget_bytes)
+        target = p->budget_bytes;
+    pthread_mutex_lock(&p->lock);
+    if (target != p->reserve_bytes) {
+        p->reserve_bytes = target;
+        pthread_cond_broadcast(&p->wake);
+    }
+    pthread_mutex_unlock(&p->lock);
+    if (p->idle_ms <= 0)
+        return now_ms + TICK_MS;
+    if (p->n_workers)
+        frame_pool_adopt(p);
+    if (p->bytes_free <= target) {
+        p->excess_since_ms = 0;
+    } else if (p->excess_since_ms == 0) {
+        p->excess_since_ms = now_ms;
+    } else if (now_ms - p->excess_since_ms >= p->idle_ms) {
+        /* Above the target for the idle period: frames nobody took for
+         * that long go (each tick, until free bytes are down to it). */
+        uint64_t before = p->released_idle;
+        trim_to(p, target, now_ms - p->idle_ms);
+        if (p->released_idle != before)
+            mb_log(MB_LOG_DEBUG, "released %llu idle free frames to the driver",
+                   (unsigned long long)(p->released_idle - before));
+        POOL_CHECK(p);
+    }
+    return now_ms + TICK_MS;
+}
+
 /* Put a created, exported, committed mem into a new slot on its free list. */
 static int add_frame(struct frame_pool *p, const struct mb_mem *m)
 {
@@ -250,14 +449,33 @@ static int add_frame(struct frame_pool *p, const struct mb_mem *m)
     return 0;
 }
 
-/* Re-creation: release one free frame the current grant does not need
- * (need[k]: frames of order k it still takes), smallest order first, so a
- * frame of another order fits in the budget. False when there is none. */
-static bool release_surplus(struct frame_pool *p, const uint32_t *need)
+/* Frames of order k a grant for uid may take: its own and fresh ones. */
+static uint32_t usable(const struct frame_pool *p, const struct free_list *own, unsigned k)
 {
+    return p->fresh.n[k] + (own ? own->n[k] : 0);
+}
+
+/* Make room in the budget for a grant to `uid` (need[k]: frames of order k
+ * it still takes): release one free frame another uid held last (it can
+ * never serve this uid), else one of the grant's own usable frames it does
+ * not need, smallest order first. False when there is none. */
+static bool release_surplus(struct frame_pool *p, const uint32_t *need, uid_t uid)
+{
+    for (uint32_t i = 0; i < p->n_by_uid; i++) {
+        struct free_list *l = p->by_uid[i];
+        if (l->uid == uid)
+            continue;
+        for (unsigned k = 0; k < MB_ORDERS; k++)
+            if (l->n[k]) {
+                end_frame(p, pop_free(p, l, k));
+                p->released_isolation++;
+                return true;
+            }
+    }
+    struct free_list *own = uid_list(p, uid, false);
     for (unsigned k = 0; k < MB_ORDERS; k++) {
-        if (p->n_free_order[k] > need[k]) {
-            end_frame(p, pop_free(p, k));
+        if (usable(p, own, k) > need[k]) {
+            end_frame(p, pop_free(p, own && own->n[k] ? own : &p->fresh, k));
             p->recreated++;
             return true;
         }
@@ -267,12 +485,12 @@ static bool release_surplus(struct frame_pool *p, const uint32_t *need)
 
 /* Create one frame of an order on the request path (neither the free list
  * nor the reserve had one), making room by re-creation when needed. */
-static int create_frame(struct frame_pool *p, unsigned order, const uint32_t *need)
+static int create_frame(struct frame_pool *p, unsigned order, const uint32_t *need, uid_t uid)
 {
     uint64_t bytes = obytes(p, order);
     int rc;
     while ((rc = commit(p, bytes)) == MB_ENOMEM || rc == MB_ELIMIT)
-        if (!release_surplus(p, need))
+        if (!release_surplus(p, need, uid))
             return rc;
     if (rc != 0)
         return rc;
@@ -292,13 +510,13 @@ static int create_frame(struct frame_pool *p, unsigned order, const uint32_t *ne
  * reserve, else a missing spare; -1 when nothing is due or it would not fit. */
 static int reserve_due(struct frame_pool *p)
 {
-    uint64_t have0 = ((uint64_t)__atomic_load_n(&p->n_free_order[0], __ATOMIC_RELAXED) +
+    uint64_t have0 = ((uint64_t)__atomic_load_n(&p->fresh.n[0], __ATOMIC_RELAXED) +
                       p->ready_order[0] + p->creating_order[0]) * p->frame_bytes;
     int order = -1;
     if (have0 < p->reserve_bytes)
         order = 0;
     for (unsigned k = 1; order < 0 && k < MB_ORDERS; k++)
-        if (p->spare[k] && __atomic_load_n(&p->n_free_order[k], __ATOMIC_RELAXED) +
+        if (p->spare[k] && __atomic_load_n(&p->fresh.n[k], __ATOMIC_RELAXED) +
                                p->ready_order[k] + p->creating_order[k] == 0)
             order = (int)k;
     if (order < 0 || p->committed + obytes(p, (unsigned)order) > p->budget_bytes ||
@@ -383,7 +601,9 @@ static bool wait_for_workers(struct frame_pool *p)
 
 int frame_pool_prefill(struct frame_pool *p, uint64_t bytes)
 {
-    p->reserve_bytes = bytes;
+    pthread_mutex_lock(&p->lock);
+    p->reserve_base = p->reserve_bytes = bytes;
+    pthread_mutex_unlock(&p->lock);
     for (; p->n_workers < RESERVE_THREADS; p->n_workers++) {
         int e = pthread_create(&p->workers[p->n_workers], NULL, reserve_worker, p);
         if (e != 0) {
@@ -413,7 +633,7 @@ void frame_pool_adopt(struct frame_pool *p)
 }
 
 int frame_pool_grant_orders(struct frame_pool *p, const uint8_t *orders, uint32_t n,
-                            uint64_t session, uint32_t tenant, uint32_t *ids)
+                            uint64_t session, uid_t uid, uint32_t tenant, uint32_t *ids)
 {
     if (n == 0 || session == 0)
         return MB_EINVAL;
@@ -428,14 +648,15 @@ int frame_pool_grant_orders(struct frame_pool *p, const uint8_t *orders, uint32_
     if (bytes > p->budget_bytes)
         return MB_ENOMEM;
     /* All or nothing: make sure enough frames of each order exist before
-     * taking any: the free lists, then the warm reserve, then the driver
-     * (largest orders first: making room for them may release small frames). */
+     * taking any: this uid's free frames and fresh ones, then the warm
+     * reserve, then the driver (largest orders first: making room for them
+     * may release small frames). */
     if (p->n_workers)
         frame_pool_adopt(p);
     for (int k = MB_MAX_ORDER; k >= 0; k--) {
         bool created = false;
-        while (p->n_free_order[k] < need[k]) {
-            int rc = create_frame(p, (unsigned)k, need);
+        while (usable(p, uid_list(p, uid, false), (unsigned)k) < need[k]) {
+            int rc = create_frame(p, (unsigned)k, need, uid);
             if ((rc == MB_ENOMEM || rc == MB_ELIMIT) && wait_for_workers(p)) {
                 frame_pool_adopt(p);   /* what they were making counted against the budget */
                 continue;
@@ -452,10 +673,22 @@ int frame_pool_grant_orders(struct frame_pool *p, const uint8_t *orders, uint32_
             pthread_mutex_unlock(&p->lock);
         }
     }
+    struct free_list *own = uid_list(p, uid, false);
+    uint64_t fresh0 = 0;
     for (uint32_t i = 0; i < n; i++) {
         unsigned k = orders[i];
-        struct frame *f = &p->frames[p->free_head[k]];
-        if (p->scrub && f->last_tenant != 0 && f->last_tenant != tenant) {
+        /* The uid's own frames first: fresh ones serve anyone. */
+        struct free_list *l = own && own->n[k] ? own : &p->fresh;
+        struct frame *f = &p->frames[l->head[k]];
+        /* Never another uid's frame (the lists guarantee it); scrub when the
+         * tenant changes within the uid. */
+        if (f->held && f->last_uid != uid) {
+            mb_log(MB_LOG_ERR, "failed to grant: frame %u of uid %u on the list of uid %u",
+                   l->head[k], (unsigned)f->last_uid, (unsigned)uid);
+            frame_pool_return(p, ids, i, session);
+            return MB_ESYS;
+        }
+        if (p->scrub && f->held && f->last_tenant != tenant) {
             int rc = p->be->ops->scrub(p->be, &f->mem);
             if (rc != 0) {
                 /* Never hand out unscrubbed memory: undo the partial grant. */
@@ -464,7 +697,14 @@ int frame_pool_grant_orders(struct frame_pool *p, const uint8_t *orders, uint32_
             }
             p->scrubs++;
         }
-        uint32_t id = pop_free(p, k);
+        uint32_t id = pop_free(p, l, k);
+        if (!f->held) {
+            f->held = true;
+            f->last_uid = uid;
+            journal_record(p, id, f);   /* only this uid may report it after a restart */
+            if (k == 0)
+                fresh0 += p->frame_bytes;
+        }
         f->state = FRAME_GRANTED;
         f->owner = session;
         f->last_tenant = tenant;
@@ -472,19 +712,32 @@ int frame_pool_grant_orders(struct frame_pool *p, const uint8_t *orders, uint32_
         p->bytes_granted += obytes(p, k);
         ids[i] = id;
     }
+    if (fresh0)
+        count_demand(p, fresh0);
     POOL_CHECK(p);
     return 0;
 }
 
-int frame_pool_grant(struct frame_pool *p, uint32_t n, uint64_t session, uint32_t tenant,
-                     uint32_t *ids)
+int frame_pool_grant(struct frame_pool *p, uint32_t n, uint64_t session, uid_t uid,
+                     uint32_t tenant, uint32_t *ids)
 {
     uint8_t *orders = calloc(n ? n : 1, 1);
     if (!orders)
         return MB_ENOMEM;
-    int rc = frame_pool_grant_orders(p, orders, n, session, tenant, ids);
+    int rc = frame_pool_grant_orders(p, orders, n, session, uid, tenant, ids);
     free(orders);
     return rc;
+}
+
+void frame_pool_note_importer(struct frame_pool *p, uint32_t id, uid_t uid)
+{
+    struct frame *f = frame_pool_get(p, id);
+    if (f && f->held && f->last_uid != uid && (!f->tainted || f->importer_uid != uid)) {
+        f->tainted = true;
+        f->importer_uid = uid;
+        if (!f->adopted)
+            journal_record(p, id, f);   /* that uid may report its import after a restart */
+    }
 }
 
 /* A granted frame goes back to its free list (or ends, if adopted). */
@@ -537,7 +790,7 @@ int frame_pool_return(struct frame_pool *p, const uint32_t *ids, size_t n, uint6
 /* Book an adopted frame: granted to `session` (0: to nobody yet, held by
  * one importer). */
 static int adopt_slot(struct frame_pool *p, uint32_t id, unsigned order, uint64_t session,
-                      uint32_t tenant)
+                      uid_t uid, uint32_t tenant)
 {
     uint64_t bytes = obytes(p, order);
     int rc = commit(p, bytes);
@@ -550,6 +803,8 @@ static int adopt_slot(struct frame_pool *p, uint32_t id, unsigned order, uint64_
     f->owner = session;
     f->holders = session ? 0 : 1;
     f->last_tenant = tenant;
+    f->last_uid = uid;
+    f->held = true;
     f->adopted = true;
     f->order = (uint8_t)order;
     p->n_total++;
@@ -560,14 +815,32 @@ static int adopt_slot(struct frame_pool *p, uint32_t id, unsigned order, uint64_
     return 0;
 }
 
-int frame_pool_adopt_held(struct frame_pool *p, uint32_t id, uint64_t bytes)
+/* The journal's word on a reported frame of `order`: 0 and *rec, or
+ * MB_EPERM when no uid was granted a frame of that order under that id.
+ * Without a journal (unit tests) nothing is known: 0 with an empty rec. */
+static int reported_ok(struct frame_pool *p, uint32_t id, int order, struct journal_rec *rec)
+{
+    int rc = journal_lookup(p, id, rec);
+    if (rc == MB_EINVAL) {
+        memset(rec, 0, sizeof(*rec));
+        return 0;
+    }
+    return rc == 0 && rec->order == order ? 0 : MB_EPERM;
+}
+
+int frame_pool_adopt_held(struct frame_pool *p, uint32_t id, uint64_t bytes, uid_t uid)
 {
     int order = mb_frame_order(bytes, p->frame_bytes);
     if (id == 0 || order < 0 || id >= p->id_limit)
         return MB_EINVAL;
     struct frame *f = &p->frames[id];
+    struct journal_rec rec;
+    if (reported_ok(p, id, order, &rec) != 0 ||
+        (rec.uid_plus1 && rec.uid_plus1 != (uint32_t)uid + 1 &&
+         rec.importer_plus1 != (uint32_t)uid + 1))
+        return MB_EPERM;   /* no earlier daemon let this uid hold a frame like that */
     if (f->state == FRAME_UNUSED)
-        return adopt_slot(p, id, (unsigned)order, 0, 0);
+        return adopt_slot(p, id, (unsigned)order, 0, rec.uid_plus1 ? (uid_t)(rec.uid_plus1 - 1) : uid, 0);
     if (f->state != FRAME_GRANTED || !f->adopted || f->order != order)
         return MB_EPERM;    /* contradicts what was reported before */
     f->holders++;
@@ -576,22 +849,27 @@ int frame_pool_adopt_held(struct frame_pool *p, uint32_t id, uint64_t bytes)
 }
 
 int frame_pool_adopt_reported(struct frame_pool *p, uint32_t id, uint64_t bytes, uint64_t session,
-                              uint32_t tenant)
+                              uid_t uid, uint32_t tenant)
 {
     int order = mb_frame_order(bytes, p->frame_bytes);
     if (id == 0 || order < 0 || id >= p->id_limit)
         return MB_EINVAL;   /* no earlier daemon handed this out */
+    struct journal_rec rec;
+    if (reported_ok(p, id, order, &rec) != 0 ||
+        (rec.uid_plus1 != 0 && rec.uid_plus1 != (uint32_t)uid + 1))
+        return MB_EPERM;    /* this uid was never granted it */
     struct frame *f = &p->frames[id];
     if (f->state == FRAME_GRANTED && f->adopted && f->owner == 0 && f->order == order) {
         /* Its importers reported it first: the owner claims it. */
         f->owner = session;
+        f->last_uid = uid;
         f->last_tenant = tenant;
         POOL_CHECK(p);
         return 0;
     }
     if (f->state != FRAME_UNUSED)
         return MB_EPERM;    /* someone else reported it first */
-    return adopt_slot(p, id, (unsigned)order, session, tenant);
+    return adopt_slot(p, id, (unsigned)order, session, uid, tenant);
 }
 
 uint32_t frame_pool_reclaim(struct frame_pool *p, uint64_t session, uint64_t *bytes)
@@ -633,17 +911,29 @@ bool frame_pool_is_valid(const struct frame_pool *p)
             bytes_granted += obytes(p, f->order);
         }
     }
-    for (unsigned k = 0; k < MB_ORDERS; k++) {
-        uint32_t in_list = 0;
-        for (uint32_t id = p->free_head[k]; id; id = p->frames[id].next_free) {
-            if (id >= p->next_unused || p->frames[id].state != FRAME_FREE ||
-                p->frames[id].order != k || ++in_list > total)
+    uint32_t in_order[MB_ORDERS] = { 0 };
+    for (uint32_t i = 0; i <= p->n_by_uid; i++) {
+        const struct free_list *l = i < p->n_by_uid ? p->by_uid[i] : &p->fresh;
+        bool fresh = l == &p->fresh;
+        for (unsigned k = 0; k < MB_ORDERS; k++) {
+            uint32_t in_list = 0;
+            for (uint32_t id = l->head[k]; id; id = p->frames[id].next_free) {
+                const struct frame *f = &p->frames[id];
+                if (id >= p->next_unused || f->state != FRAME_FREE || f->order != k ||
+                    f->held == fresh || (!fresh && f->last_uid != l->uid) || f->tainted ||
+                    f->adopted || ++in_list > total)
+                    return false;
+                bytes_free += obytes(p, k);
+            }
+            if (in_list != l->n[k])
                 return false;
-            bytes_free += obytes(p, k);
+            in_order[k] += in_list;
         }
-        if (in_list != p->n_free_order[k])
+    }
+    for (unsigned k = 0; k < MB_ORDERS; k++) {
+        if (in_order[k] != p->n_free_order[k])
             return false;
-        free_count += in_list;
+        free_count += in_order[k];
     }
     return total == p->n_total && granted == p->n_granted && free_count == p->n_free &&
            p->n_free + p->n_granted == p->n_total && bytes == p->bytes_total &&

@@ -191,7 +191,7 @@ void grant_now(struct daemon *d, struct session *s, uint64_t bytes, bool large, 
                        (unsigned long long)bytes, MAX_GRANT_FRAMES);
         return;
     }
-    int err = frame_pool_grant_orders(&d->pool, orders, n, s->id, s->tenant->id, ids);
+    int err = frame_pool_grant_orders(&d->pool, orders, n, s->id, s->uid, s->tenant->id, ids);
     if (err != 0) {
         char a[32], b[32], c[32];
         mb_reply_error(rep, err, "cannot grant %s in %u frames: %s (%s of %s budget in use)",
@@ -224,8 +224,7 @@ void grant_now(struct daemon *d, struct session *s, uint64_t bytes, bool large, 
     rep->grant = &gr;
 }
 
-/* Quotas: the tenant's max, then the uid's. */
-static bool within_quota(struct daemon *d, struct session *s, uint64_t want, Mb__Reply *rep)
+bool within_quota(struct daemon *d, struct session *s, uint64_t want, Mb__Reply *rep)
 {
     char a[32], b[32], c[32];
     const struct tenant *t = s->tenant;
@@ -318,12 +317,15 @@ static void h_ret(struct request_ctx *rc, const Mb__Request *req, Mb__Reply *rep
                        r->n_ids, s->frames);
         return;
     }
-    uint64_t bytes = 0;
+    uint64_t bytes = 0, freed = 0;   /* freed: no importer holds them on */
     for (size_t i = 0; i < r->n_ids; i++) {
         struct frame *f = frame_pool_get(&d->pool, r->ids[i]);
-        if (f && f->state == FRAME_GRANTED && f->owner == s->id)
+        if (f && f->state == FRAME_GRANTED && f->owner == s->id) {
             bytes += frame_pool_bytes(&d->pool, r->ids[i]);
+            freed += f->holders ? 0 : frame_pool_bytes(&d->pool, r->ids[i]);
+        }
     }
+    uint64_t lent = bytes - freed;
     int err = frame_pool_return(&d->pool, r->ids, r->n_ids, s->id);
     if (err == 0)
         shares_revoke(d, s, r->ids, r->n_ids);
@@ -335,8 +337,15 @@ static void h_ret(struct request_ctx *rc, const Mb__Request *req, Mb__Reply *rep
     }
     s->frames -= (uint32_t)r->n_ids;
     s->bytes -= bytes;
+    s->lent_bytes -= lent;
     s->tenant->bytes -= bytes;
     s->cached = s->cached > bytes ? s->cached - bytes : 0;
+    if (freed) {
+        /* Only frames that come free answer a reclaim: returning frames an
+         * importer still holds frees nothing. */
+        s->reclaim_returned += freed;
+        s->ignored_notices = 0;
+    }
     if (d->pending) {
         d->count.reclaim_bytes += bytes;
         pending_run(d);
@@ -378,8 +387,11 @@ static void h_reattach(struct request_ctx *rc, const Mb__Request *req, Mb__Reply
             }
             continue;
         }
-        int e = frame_pool_adopt_reported(&d->pool, f->id, f->bytes, s->id, s->tenant->id);
+        int e = frame_pool_adopt_reported(&d->pool, f->id, f->bytes, s->id, s->uid, s->tenant->id);
         if (e == 0) {
+            struct frame *fr = frame_pool_get(&d->pool, f->id);
+            if (fr && fr->holders)
+                s->lent_bytes += f->bytes;   /* its importers reported it first */
             s->frames++;
             rr.adopted++;
             s->bytes += f->bytes;
@@ -402,7 +414,8 @@ static void h_cache(struct request_ctx *rc, const Mb__Request *req, Mb__Reply *r
 {
     static Mb__CacheReply cr;
     struct session *s = rc->s;
-    uint64_t held = s->bytes;
+    /* What returning could free: frames importers hold stay held. */
+    uint64_t held = s->bytes - s->lent_bytes;
     s->cached = req->cache->bytes < held ? req->cache->bytes : held;
     mb__cache_reply__init(&cr);
     rep->body_case = MB__REPLY__BODY_CACHE;
@@ -451,6 +464,11 @@ static int fill_status(struct daemon *d, Mb__StatusReply *sr)
     sr->conns_refused = d->count.conns_refused;
     sr->hello_timeouts = d->count.hello_timeouts;
     sr->slow_readers = d->count.slow_readers;
+    sr->released_isolation = d->pool.released_isolation;
+    sr->released_idle = d->pool.released_idle;
+    pthread_mutex_lock(&d->pool.lock);
+    sr->reserve_target = d->pool.reserve_bytes;
+    pthread_mutex_unlock(&d->pool.lock);
     size_t n = 0;
     for (struct session *s = d->sessions; s; s = s->next) {
         if (!s->bound)
@@ -464,6 +482,7 @@ static int fill_status(struct daemon *d, Mb__StatusReply *sr)
         si->frames = s->frames;
         si->bytes = s->bytes;
         si->cached = s->cached;
+        si->import_bytes = s->import_bytes;
         infop[n++] = si;
     }
     sr->n_sessions = n;
@@ -703,6 +722,7 @@ static void h_metrics(struct request_ctx *rc, const Mb__Request *req, Mb__Reply 
     mr.reclaim_bytes = d->count.reclaim_bytes;
     mr.reclaim_timeouts = d->count.reclaim_timeouts;
     mr.refused_auth = d->count.refused_auth;
+    mr.reclaim_ignored = d->count.reclaim_ignored;
     rep->body_case = MB__REPLY__BODY_METRICS;
     rep->metrics = &mr;
 }

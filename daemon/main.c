@@ -51,7 +51,10 @@ static void usage(FILE *f)
         "  --budget SIZE       most bytes of frames to create (default: the device's memory;\n"
         "                      host backend: half of physical memory)\n"
         "  --frame-size SIZE   bytes per frame (default 2M; a multiple of the device granularity)\n"
-        "  --reserve SIZE      frames created ahead of demand (default 0)\n"
+        "  --reserve SIZE      frames created ahead of demand at least (default 0; the\n"
+        "                      reserve grows to what recent grants took)\n"
+        "  --reserve-idle MS   free frames nobody took for MS are released to the driver,\n"
+        "                      down to the reserve's target (default 5000; 0 keeps them)\n"
         "  --no-scrub          do not zero frames between tenants (single-tenant hosts)\n"
         "  --foreground        stay in the foreground (systemd uses this)\n"
         "  --drain-timeout S   on SIGTERM, wait at most S seconds (default 10; may be\n"
@@ -78,6 +81,7 @@ static int parse_options(int argc, char **argv, struct options *o)
         { "drain-timeout", required_argument, 0, 'D' },
         { "reclaim-timeout", required_argument, 0, 'T' },
         { "state-dir", required_argument, 0, 'J' },
+        { "reserve-idle", required_argument, 0, 'I' },
         { 0, 0, 0, 0 },
     };
     int c, idx;
@@ -114,7 +118,7 @@ static int parse_options(int argc, char **argv, struct options *o)
             o->reclaim_timeout_ms = ms;
             break;
         }
-        case 'b': case 'r': case 'B': case 'f': case 'R': case 'l':
+        case 'b': case 'r': case 'B': case 'f': case 'R': case 'l': case 'I':
             if (o->n < 16) {
                 o->keys[o->n] = longs[idx].name;
                 o->values[o->n++] = optarg;
@@ -552,7 +556,10 @@ int main(int argc, char **argv)
                    d.pool.max_frames);
     }
     d.pool.scrub = cfg->scrub;
-    if (cfg->reserve && frame_pool_prefill(&d.pool, cfg->reserve) != 0)
+    d.pool.idle_ms = cfg->reserve_idle_ms;
+    /* The workers run even without a configured reserve: its target
+     * follows recent grants (frame_pool_tick). */
+    if (frame_pool_prefill(&d.pool, cfg->reserve) != 0)
         mb_log(MB_LOG_WARN, "failed to create the %llu-byte reserve; continuing",
                (unsigned long long)cfg->reserve);
     if (add_config_tenants(&d) != 0 || bind_sockets(&d) != 0)

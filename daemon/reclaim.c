@@ -1,8 +1,10 @@
 /* reclaim.c: elastic reclaim. A grant that the budget cannot cover waits in
  * a FIFO while sessions that report cached frames are asked (RECLAIM
  * notices, tenants above their min first) to hand some back; the poll loop
- * answers it when returned frames cover it, or with MB_ENOMEM at its
- * deadline. Also the guarantee arithmetic every grant goes through. */
+ * answers it when returned frames cover it (checking quotas again), asks
+ * the next sessions when the asked ones let their deadline pass, or
+ * answers MB_ENOMEM. Also the guarantee arithmetic every grant goes
+ * through. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -47,11 +49,14 @@ static bool over_min(const struct session *s)
     return !s->tenant || s->tenant->bytes > s->tenant->min;
 }
 
-/* Sessions above their tenant's min come first, then larger caches. */
+/* Sessions that ignored a notice come last; then those above their
+ * tenant's min, then larger caches. */
 static int ask_order(const void *a, const void *b)
 {
     const struct session *x = *(const struct session *const *)a;
     const struct session *y = *(const struct session *const *)b;
+    if ((x->ignored_notices > 0) != (y->ignored_notices > 0))
+        return x->ignored_notices ? 1 : -1;
     if (over_min(x) != over_min(y))
         return over_min(x) ? -1 : 1;
     return x->cached < y->cached ? 1 : x->cached > y->cached ? -1 : 0;
@@ -71,11 +76,12 @@ uint32_t reclaim_ask(struct daemon *d, const struct tenant *t, const struct sess
     }
     uint32_t k = 0;
     bool automatic = bytes != 0;
+    int64_t now = mb_now_ms();
     for (struct session *s = d->sessions; s; s = s->next) {
         if (!s->bound || s == except || s->frames == 0 || (t && s->tenant != t))
             continue;
-        if (automatic && s->cached == 0)
-            continue;   /* only sessions that report a cache are asked */
+        if (automatic && (s->cached == 0 || s->ignored_notices || s->notice_deadline_ms > now))
+            continue;   /* only sessions that report a cache, and answer, are asked, once */
         v[k++] = s;
     }
     qsort(v, k, sizeof(*v), ask_order);
@@ -88,6 +94,10 @@ uint32_t reclaim_ask(struct daemon *d, const struct tenant *t, const struct sess
                           automatic ? "a grant is waiting for frames" : "reclaim requested") == 0) {
             sent++;
             d->count.reclaim_notices++;
+            if (automatic) {   /* watched: an unanswered notice lets the next be asked */
+                v[i]->notice_deadline_ms = now + (int64_t)deadline;
+                v[i]->returned_at_notice = v[i]->reclaim_returned;
+            }
         }
         left = sat_sub(left, ask);
     }
@@ -105,7 +115,7 @@ int pending_add(struct daemon *d, struct session *s, const uint8_t *ident, size_
         return MB_ENOMEM;
     uint64_t cached = 0;
     for (const struct session *o = d->sessions; o; o = o->next)
-        if (o != s && o->bound)
+        if (o != s && o->bound && !o->ignored_notices)
             cached += o->cached;
     if (cached < short_bytes)
         return MB_ENOMEM;   /* nobody could give enough back: fail now */
@@ -154,9 +164,40 @@ static void pending_answer(struct daemon *d, struct pending *p, Mb__Reply *rep)
         mb_log(MB_LOG_DEBUG, "failed to send a deferred grant reply (peer gone)");
 }
 
+/* Sessions whose notice deadline passed without a return are marked: their
+ * cache reports no longer get them asked first, nor count for a grant. */
+static void mark_ignored(struct daemon *d, int64_t now)
+{
+    for (struct session *s = d->sessions; s; s = s->next) {
+        if (!s->notice_deadline_ms || now < s->notice_deadline_ms)
+            continue;
+        s->notice_deadline_ms = 0;
+        if (s->reclaim_returned != s->returned_at_notice)
+            continue;
+        s->ignored_notices++;
+        d->count.reclaim_ignored++;
+        mb_log(MB_LOG_INFO, "session %llu (pid %d) let a RECLAIM notice pass unanswered; "
+               "other sessions are asked first from now on", (unsigned long long)s->id, (int)s->pid);
+    }
+}
+
+/* Quotas again at grant time: other sessions, or a lowered max, may have
+ * changed them while the grant waited. */
+static bool still_within_quota(struct daemon *d, struct session *s, struct pending *p)
+{
+    Mb__Reply rep = MB__REPLY__INIT;
+    if (within_quota(d, s, grant_bytes(d, p->bytes, p->large), &rep))
+        return true;
+    s->waiting = false;
+    pending_answer(d, p, &rep);
+    pending_unlink(d, p);
+    return false;
+}
+
 void pending_run(struct daemon *d)
 {
     int64_t now = mb_now_ms();
+    mark_ignored(d, now);
     bool blocked = false;   /* FIFO: a grant that still waits keeps later ones waiting */
     for (struct pending *p = d->pending, *next; p; p = next) {
         next = p->next;
@@ -165,13 +206,24 @@ void pending_run(struct daemon *d)
             pending_unlink(d, p);
             continue;
         }
-        uint64_t short_bytes;
+        uint64_t short_bytes = 0;
         if (!blocked && grant_fits(d, s, grant_bytes(d, p->bytes, p->large), &short_bytes)) {
+            if (!still_within_quota(d, s, p))
+                continue;
             Mb__Reply rep = MB__REPLY__INIT;
             grant_now(d, s, p->bytes, p->large, &rep);
             s->waiting = false;
             pending_answer(d, p, &rep);
             pending_unlink(d, p);
+            continue;
+        }
+        if (now >= p->deadline_ms && p->rounds + 1 < MB_RECLAIM_ROUNDS && !blocked &&
+            reclaim_ask(d, NULL, s, short_bytes, NULL) > 0) {
+            /* The asked sessions let the deadline pass: the next ones were
+             * asked; wait for them. */
+            p->rounds++;
+            p->deadline_ms = now + d->reclaim_timeout_ms;
+            blocked = true;
             continue;
         }
         if (now >= p->deadline_ms) {

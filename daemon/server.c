@@ -349,7 +349,7 @@ int daemon_serve(struct daemon *d)
                         ? (int64_t)(wd_usec / 2000) : 0;
     if (wd_period <= 0 && wd_usec)
         wd_period = 1;
-    int64_t next_wd = mb_now_ms(), next_status = mb_now_ms();
+    int64_t next_wd = mb_now_ms(), next_status = mb_now_ms(), next_tick = mb_now_ms();
     struct pollfd *items = NULL;
     uint64_t *ids = NULL;
     struct ctl_conn **conns = NULL;
@@ -406,6 +406,8 @@ int daemon_serve(struct daemon *d)
         int64_t deadline = next_status;
         if (wd_period && next_wd < deadline)
             deadline = next_wd;
+        if (next_tick < deadline)
+            deadline = next_tick;
         if (pending_next_deadline(d) < deadline)
             deadline = pending_next_deadline(d);
         if (d->stopping && d->drain_deadline_ms < deadline)
@@ -443,6 +445,10 @@ int daemon_serve(struct daemon *d)
         if (d->pending)
             pending_run(d);
         now = mb_now_ms();
+        if (now >= next_tick) {
+            next_tick = frame_pool_tick(&d->pool, now);   /* the reserve follows demand */
+            withdrawn_poll(d);
+        }
         if (wd_period && now >= next_wd) {
             sd_notify(0, "WATCHDOG=1");
             next_wd = now + wd_period;

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/random.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -15,6 +16,7 @@
 #include <moonbright/status.h>
 
 #include "daemon.h"
+#include "faults.h"
 #include "log.h"
 
 struct session *session_open(struct daemon *d, int chan)
@@ -104,33 +106,88 @@ static int pidfd_open_pid(pid_t pid)
 #endif
 }
 
+/* When a process started (field 22 of /proc/PID/stat, clock ticks since
+ * boot), so a reused pid is not taken for it; 0 when unknown. *zombie
+ * (when not NULL) tells whether it has exited and waits to be reaped. */
+static unsigned long long start_time(pid_t pid, bool *zombie)
+{
+    char path[64], buf[1024];
+    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "re");
+    if (!f)
+        return 0;
+    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    char *p = strrchr(buf, ')');   /* the command name may hold spaces */
+    unsigned long long t = 0;
+    char state = 0;
+    if (p && sscanf(p + 2, "%c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %*d "
+                           "%*d %*d %llu", &state, &t) != 2)
+        t = 0;
+    if (zombie)
+        *zombie = state == 'Z' || state == 'X';
+    return t;
+}
+
+/* Whether a killed session's process (watched without a pidfd) is gone. */
+static bool process_gone(const struct withdrawn *w)
+{
+    if (kill(w->pid, 0) != 0 && errno == ESRCH)
+        return true;
+    bool zombie = false;
+    unsigned long long t = start_time(w->pid, &zombie);
+    return zombie || (w->start_time && t && t != w->start_time);
+}
+
+void withdrawn_poll(struct daemon *d)
+{
+    for (struct withdrawn *w = d->withdrawn, *next; w; w = next) {
+        next = w->next;
+        if (w->pidfd < 0 && process_gone(w))
+            withdrawn_release(d, w);
+    }
+}
+
 uint32_t session_kill(struct daemon *d, struct session *s)
 {
     if (s->bound)
         daemon_notice(d, s, MB__NOTICE__KIND__KILLED, 0, 0, "ended by an administrator");
     shares_revoke_all(d, s->id);
     uint32_t n = s->frames;
-    bool holds = false;   /* frames it imported stay held while it may map them */
-    for (size_t k = 0; k < d->n_holds && !holds; k++)
-        holds = d->holds[k].session == s->id;
+    /* frames it imported stay held while it may map them */
+    bool holds = shares_session_holds(d, s->id);
     struct withdrawn *w = n || holds ? calloc(1, sizeof(*w)) : NULL;
     if (w) {
         w->session = s->id;
         w->frames = n;
         w->bytes = s->bytes;
+        w->import_bytes = s->import_bytes;
         w->tenant = s->tenant;
-        w->pidfd = pidfd_open_pid(s->pid);
-        if (w->pidfd >= 0 && w->tenant)
+        w->uid = s->uid;
+        w->pid = s->pid;
+        w->start_time = start_time(s->pid, NULL);
+        if (mb_fault(MB_FAULT_PIDFD)) {
+            w->pidfd = -1;
+            errno = ENOSYS;
+        } else {
+            w->pidfd = pidfd_open_pid(s->pid);
+        }
+        if (w->pidfd < 0 && (errno == ESRCH || (kill(s->pid, 0) != 0 && errno == ESRCH))) {
+            free(w);   /* the process is gone already: nothing maps the frames */
+            w = NULL;
+        } else if (w->pidfd < 0) {
+            /* Not watchable by pidfd: the frames stay withdrawn, and the
+             * poll loop checks the pid until the process is gone. */
+            mb_log(MB_LOG_WARN, "failed to open a pidfd for pid %d: %s; its frames stay "
+                   "withdrawn until the loop sees it gone", (int)s->pid, strerror(errno));
+        }
+        if (w && w->tenant)
             w->tenant->n_withdrawn++;
     }
-    if ((n || holds) && (!w || w->pidfd < 0)) {
-        /* The process is gone already (or cannot be watched and we cannot
-         * keep the record): nothing maps the frames any more. */
-        if (w && errno != ESRCH)
-            mb_log(MB_LOG_WARN, "failed to watch pid %d: %s; taking its frames back now",
-                   (int)s->pid, strerror(errno));
-        free(w);
-        w = NULL;
+    if ((n || holds) && !w) {
+        /* The process is gone already (or there is no memory for the
+         * record): frames go back now. */
         session_close(d, s);
         d->count.sessions_killed++;
         return n;
@@ -208,7 +265,7 @@ uint64_t uid_bytes(const struct daemon *d, uid_t uid)
     uint64_t n = 0;
     for (const struct session *s = d->sessions; s; s = s->next)
         if (s->uid == uid)
-            n += s->bytes;
+            n += s->bytes + s->import_bytes;
     return n;
 }
 

@@ -1,8 +1,10 @@
 /* shares.c: sharing frames between processes: capability tokens a session
- * makes for frames it holds (random, single use, optionally for one uid),
- * their redemption by another session (the frames' descriptors follow on
- * its handle channel), the holds importers keep, and revocation. A frame is
- * free only when its owner and every importer have let go (frames.c). */
+ * makes for frames it holds (random, single use, optionally for one uid,
+ * capped per session and per uid), their redemption by another session (the
+ * frames' descriptors follow on its handle channel; the importer is charged
+ * for them), the holds importers keep (indexed by a hash of session and
+ * frame), and revocation. A frame is free only when its owner and every
+ * importer have let go (frames.c). */
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
@@ -14,10 +16,14 @@
 
 #define SHARE_TOKEN_BYTES MB_SHARE_TOKEN_BYTES
 #define SHARE_MAX_FRAMES MB_SHARE_MAX_FRAMES
+/* Unredeemed tokens one session, and all sessions of one uid, may have. */
+#define SHARE_MAX_TOKENS_SESSION 64u
+#define SHARE_MAX_TOKENS_UID 256u
 
 struct share {
     uint8_t token[SHARE_TOKEN_BYTES];
     uint64_t exporter;           /* session id */
+    uid_t exporter_uid;
     bool restrict_uid;
     uid_t uid;
     uint32_t n;
@@ -29,6 +35,28 @@ static void share_free(struct share *sh)
 {
     free(sh->ids);
     free(sh);
+}
+
+static int cmp_u32(const void *a, const void *b)
+{
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* The first id named twice in ids[], or 0. */
+static uint32_t duplicate_id(const uint32_t *ids, size_t n)
+{
+    uint32_t *v = malloc(n * sizeof(*v));
+    if (!v)
+        return UINT32_MAX;   /* treated as a refusal by the caller */
+    memcpy(v, ids, n * sizeof(*v));
+    qsort(v, n, sizeof(*v), cmp_u32);
+    uint32_t dup = 0;
+    for (size_t i = 1; i < n && !dup; i++)
+        if (v[i] == v[i - 1])
+            dup = v[i] ? v[i] : UINT32_MAX;
+    free(v);
+    return dup;
 }
 
 void h_share(struct request_ctx *rc, const Mb__Request *req, Mb__Reply *rep)
@@ -49,6 +77,26 @@ void h_share(struct request_ctx *rc, const Mb__Request *req, Mb__Reply *rep)
             return;
         }
     }
+    uint32_t dup = duplicate_id(m->ids, m->n_ids);
+    if (dup) {
+        if (dup == UINT32_MAX)
+            mb_reply_error(rep, MB_ENOMEM, "share refused: out of memory");
+        else
+            mb_reply_error(rep, MB_EINVAL, "share refused: frame %u is named more than once", dup);
+        return;
+    }
+    uint32_t mine = 0, uid_tokens = 0;
+    for (const struct share *o = d->shares; o; o = o->next) {
+        mine += o->exporter == rc->s->id;
+        uid_tokens += o->exporter_uid == rc->s->uid;
+    }
+    if (mine >= SHARE_MAX_TOKENS_SESSION || uid_tokens >= SHARE_MAX_TOKENS_UID) {
+        mb_reply_error(rep, MB_ELIMIT, "share refused: %u unredeemed share tokens already (at most "
+                       "%u per session and %u per uid); wait until some are imported or revoked",
+                       mine >= SHARE_MAX_TOKENS_SESSION ? mine : uid_tokens,
+                       SHARE_MAX_TOKENS_SESSION, SHARE_MAX_TOKENS_UID);
+        return;
+    }
     struct share *sh = calloc(1, sizeof(*sh));
     if (sh)
         sh->ids = malloc(m->n_ids * sizeof(*sh->ids));
@@ -61,6 +109,7 @@ void h_share(struct request_ctx *rc, const Mb__Request *req, Mb__Reply *rep)
     memcpy(sh->ids, m->ids, m->n_ids * sizeof(*sh->ids));
     sh->n = (uint32_t)m->n_ids;
     sh->exporter = rc->s->id;
+    sh->exporter_uid = rc->s->uid;
     sh->restrict_uid = m->restrict_uid;
     sh->uid = (uid_t)m->uid;
     sh->next = d->shares;
@@ -89,10 +138,108 @@ static struct share **find_token(struct daemon *d, const uint8_t *token)
     return NULL;
 }
 
+/* The hold index: open addressing with linear probing over hold_slots,
+ * each slot 0 (empty) or the index + 1 of a hold in holds[]. */
+static size_t hold_hash(uint64_t session, uint32_t id)
+{
+    uint64_t x = session * 0x9e3779b97f4a7c15ull ^ ((uint64_t)id + 0x632be59bd9b4e019ull);
+    x ^= x >> 31;
+    x *= 0xbf58476d1ce4e5b9ull;
+    x ^= x >> 29;
+    return (size_t)x;
+}
+
+/* The slot holding (session, id), or the empty slot where it would go. */
+static size_t hold_slot(const struct daemon *d, uint64_t session, uint32_t id)
+{
+    size_t mask = d->hold_slots_cap - 1;
+    size_t i = hold_hash(session, id) & mask;
+    while (d->hold_slots[i]) {
+        const struct hold *h = &d->holds[d->hold_slots[i] - 1];
+        if (h->session == session && h->id == id)
+            break;
+        i = (i + 1) & mask;
+    }
+    return i;
+}
+
+/* Index of the hold (session, id) in holds[], or -1. */
+static ptrdiff_t hold_find(const struct daemon *d, uint64_t session, uint32_t id)
+{
+    if (!d->hold_slots_cap)
+        return -1;
+    size_t i = hold_slot(d, session, id);
+    return d->hold_slots[i] ? (ptrdiff_t)d->hold_slots[i] - 1 : -1;
+}
+
+static int index_grow(struct daemon *d, size_t want)
+{
+    size_t cap = d->hold_slots_cap ? d->hold_slots_cap : 128;
+    while (cap < 2 * want + 2)
+        cap *= 2;
+    if (cap == d->hold_slots_cap)
+        return 0;
+    uint32_t *ns = calloc(cap, sizeof(*ns));
+    if (!ns)
+        return MB_ENOMEM;
+    free(d->hold_slots);
+    d->hold_slots = ns;
+    d->hold_slots_cap = cap;
+    for (size_t k = 0; k < d->n_holds; k++)
+        d->hold_slots[hold_slot(d, d->holds[k].session, d->holds[k].id)] = (uint32_t)k + 1;
+    return 0;
+}
+
+/* Remove the hold at index k: its slot (shifting later probes back), then
+ * move the last hold into its place. */
+static void hold_remove(struct daemon *d, size_t k)
+{
+    size_t mask = d->hold_slots_cap - 1;
+    size_t i = hold_slot(d, d->holds[k].session, d->holds[k].id);
+    d->hold_slots[i] = 0;
+    for (size_t j = (i + 1) & mask; d->hold_slots[j]; j = (j + 1) & mask) {
+        const struct hold *h = &d->holds[d->hold_slots[j] - 1];
+        size_t home = hold_hash(h->session, h->id) & mask;
+        /* Move j back to the hole at i when the hole lies between its home
+         * and j (cyclically): a lookup from home would stop at the hole. */
+        if (((j - home) & mask) >= ((j - i) & mask)) {
+            d->hold_slots[i] = d->hold_slots[j];
+            d->hold_slots[j] = 0;
+            i = j;
+        }
+    }
+    size_t last = --d->n_holds;
+    if (k != last) {
+        d->holds[k] = d->holds[last];
+        d->hold_slots[hold_slot(d, d->holds[k].session, d->holds[k].id)] = (uint32_t)k + 1;
+    }
+}
+
+bool shares_is_valid(const struct daemon *d)
+{
+    if (d->n_holds && (!d->hold_slots_cap || d->hold_slots_cap <= 2 * d->n_holds ||
+                       (d->hold_slots_cap & (d->hold_slots_cap - 1))))
+        return false;
+    size_t used = 0;
+    for (size_t i = 0; i < d->hold_slots_cap; i++)
+        used += d->hold_slots[i] != 0;
+    if (used != d->n_holds)
+        return false;
+    for (size_t k = 0; k < d->n_holds; k++)
+        if (hold_find(d, d->holds[k].session, d->holds[k].id) != (ptrdiff_t)k)
+            return false;
+    return true;
+}
+
 bool shares_holds(struct daemon *d, const struct session *s, uint32_t id)
 {
-    for (size_t i = 0; i < d->n_holds; i++)
-        if (d->holds[i].session == s->id && d->holds[i].id == id)
+    return hold_find(d, s->id, id) >= 0;
+}
+
+bool shares_session_holds(const struct daemon *d, uint64_t session)
+{
+    for (size_t k = 0; k < d->n_holds; k++)
+        if (d->holds[k].session == session)
             return true;
     return false;
 }
@@ -100,6 +247,8 @@ bool shares_holds(struct daemon *d, const struct session *s, uint32_t id)
 /* Room for n more hold records. */
 static int holds_room(struct daemon *d, size_t n)
 {
+    if (d->n_holds + n > UINT32_MAX / 4)
+        return MB_ELIMIT;
     if (d->n_holds + n > d->cap_holds) {
         size_t cap = d->cap_holds ? d->cap_holds : 64;
         while (cap < d->n_holds + n)
@@ -110,19 +259,79 @@ static int holds_room(struct daemon *d, size_t n)
         d->holds = nh;
         d->cap_holds = cap;
     }
-    return 0;
+    return index_grow(d, d->n_holds + n);
 }
 
-static int add_holds(struct daemon *d, uint64_t session, const uint32_t *ids, uint32_t n)
+static void hold_add(struct daemon *d, uint64_t session, uint32_t id)
+{
+    d->holds[d->n_holds] = (struct hold){ session, id };
+    d->hold_slots[hold_slot(d, session, id)] = (uint32_t)++d->n_holds;
+}
+
+/* Charge (or with a negative sign, uncharge) imported bytes to the holder:
+ * its session, or the record of its killed session. */
+static void charge(struct daemon *d, uint64_t session, uint64_t bytes, bool add)
+{
+    struct session *s = session_by_id(d, session);
+    if (s) {
+        s->import_bytes = add ? s->import_bytes + bytes : s->import_bytes - bytes;
+        if (s->tenant)
+            s->tenant->bytes = add ? s->tenant->bytes + bytes : s->tenant->bytes - bytes;
+        return;
+    }
+    for (struct withdrawn *w = d->withdrawn; w; w = w->next)
+        if (w->session == session && !add) {
+            w->import_bytes -= bytes;
+            if (w->tenant)
+                w->tenant->bytes -= bytes;
+            return;
+        }
+}
+
+/* Frame id of its owner's becomes lent (or stops being lent). */
+static void lent_change(struct daemon *d, uint32_t id, bool more)
+{
+    struct frame *f = frame_pool_get(&d->pool, id);
+    struct session *o = f && f->owner ? session_by_id(d, f->owner) : NULL;
+    if (!o)
+        return;   /* nobody owns it, or a killed session: nothing to bound */
+    uint64_t b = frame_pool_bytes(&d->pool, id);
+    o->lent_bytes = more ? o->lent_bytes + b : o->lent_bytes - b;
+    if (o->cached > o->bytes - o->lent_bytes)
+        o->cached = o->bytes - o->lent_bytes;
+}
+
+void shares_lend(struct daemon *d, uint32_t id, bool more)
+{
+    struct frame *f = frame_pool_get(&d->pool, id);
+    if (f && f->holders == (more ? 0u : 1u))
+        lent_change(d, id, more);
+}
+
+static int add_holds(struct daemon *d, struct session *s, const uint32_t *ids, uint32_t n)
 {
     int rc = holds_room(d, n);
     if (rc != 0)
         return rc;
     for (uint32_t i = 0; i < n; i++) {
-        d->holds[d->n_holds++] = (struct hold){ session, ids[i] };
+        hold_add(d, s->id, ids[i]);
+        shares_lend(d, ids[i], true);
         frame_pool_get(&d->pool, ids[i])->holders++;
+        frame_pool_note_importer(&d->pool, ids[i], s->uid);
+        charge(d, s->id, frame_pool_bytes(&d->pool, ids[i]), true);
     }
     return 0;
+}
+
+/* Drop the hold at index k: uncharge its holder, let the frame go. */
+static void drop_hold_at(struct daemon *d, size_t k)
+{
+    uint64_t session = d->holds[k].session;
+    uint32_t id = d->holds[k].id;
+    hold_remove(d, k);
+    charge(d, session, frame_pool_bytes(&d->pool, id), false);
+    shares_lend(d, id, false);
+    frame_pool_drop_hold(&d->pool, id);
 }
 
 int shares_reattach_hold(struct daemon *d, struct session *s, uint32_t id, uint64_t bytes)
@@ -130,8 +339,18 @@ int shares_reattach_hold(struct daemon *d, struct session *s, uint32_t id, uint6
     if (shares_holds(d, s, id))
         return MB_EPERM;   /* reported twice */
     int rc = holds_room(d, 1);
-    if (rc == 0 && (rc = frame_pool_adopt_held(&d->pool, id, bytes)) == 0)
-        d->holds[d->n_holds++] = (struct hold){ s->id, id };
+    struct frame *f = frame_pool_get(&d->pool, id);
+    /* Its owner reported it first: the owner's frame becomes lent. */
+    bool lend = f && f->state == FRAME_GRANTED && f->adopted && f->holders == 0 && f->owner;
+    if (rc == 0)
+        rc = frame_pool_adopt_held(&d->pool, id, bytes, s->uid);
+    if (rc == 0 && lend)
+        lent_change(d, id, true);
+    if (rc == 0) {
+        hold_add(d, s->id, id);
+        frame_pool_note_importer(&d->pool, id, s->uid);
+        charge(d, s->id, frame_pool_bytes(&d->pool, id), true);
+    }
     return rc;
 }
 
@@ -157,15 +376,20 @@ void h_import(struct request_ctx *rc, const Mb__Request *req, Mb__Reply *rep)
         mb_reply_error(rep, MB_EINVAL, "a session cannot import its own share");
         return;
     }
+    uint64_t want = 0;
     for (uint32_t i = 0; i < sh->n; i++) {
         if (shares_holds(d, s, sh->ids[i])) {
             mb_reply_error(rep, MB_EINVAL, "this session already holds frame %u", sh->ids[i]);
             return;
         }
+        want += frame_pool_bytes(&d->pool, sh->ids[i]);
     }
+    /* Imported frames count against the importer's quotas like granted ones. */
+    if (!within_quota(d, s, want, rep))
+        return;
     /* Single use: the token is gone whatever happens next. */
     *pp = sh->next;
-    int err = add_holds(d, s->id, sh->ids, sh->n);
+    int err = add_holds(d, s, sh->ids, sh->n);
     if (err == 0 && (err = send_frame_fds(d, s, sh->ids, sh->n)) != 0)
         /* Some descriptors may have reached the process: the holds stay
          * until it returns them or exits. */
@@ -197,15 +421,10 @@ int shares_return(struct daemon *d, struct session *s, const uint32_t *ids, size
     for (size_t i = 0; i < n; i++)
         if (!shares_holds(d, s, ids[i]))
             return MB_EPERM;
-    for (size_t i = 0; i < n; i++) {
-        for (size_t k = 0; k < d->n_holds; k++) {
-            if (d->holds[k].session == s->id && d->holds[k].id == ids[i]) {
-                d->holds[k] = d->holds[--d->n_holds];
-                frame_pool_drop_hold(&d->pool, ids[i]);
-                break;
-            }
-        }
-    }
+    if (duplicate_id(ids, n))
+        return MB_EINVAL;
+    for (size_t i = 0; i < n; i++)
+        drop_hold_at(d, (size_t)hold_find(d, s->id, ids[i]));
     return 0;
 }
 
@@ -242,13 +461,10 @@ void shares_revoke_all(struct daemon *d, uint64_t session)
 void shares_drop_holds(struct daemon *d, uint64_t session)
 {
     for (size_t k = 0; k < d->n_holds;) {
-        if (d->holds[k].session == session) {
-            uint32_t id = d->holds[k].id;
-            d->holds[k] = d->holds[--d->n_holds];
-            frame_pool_drop_hold(&d->pool, id);
-        } else {
+        if (d->holds[k].session == session)
+            drop_hold_at(d, k);   /* the last hold moves into k */
+        else
             k++;
-        }
     }
 }
 
@@ -260,6 +476,8 @@ void shares_destroy(struct daemon *d)
         share_free(sh);
     }
     free(d->holds);
+    free(d->hold_slots);
     d->holds = NULL;
-    d->n_holds = d->cap_holds = 0;
+    d->hold_slots = NULL;
+    d->n_holds = d->cap_holds = d->hold_slots_cap = 0;
 }

@@ -140,6 +140,15 @@ static void test_empty_and_comments(void **state)
     assert_int_equal(cfg.budget, 3 * GiB);
     assert_int_equal(cfg.reserve, 512 * MiB);
     mb_config_free(&cfg);
+    /* durations: milliseconds, or with ms or s */
+    assert_int_equal(cfg.reserve_idle_ms, 5000);
+    const char *idle[][2] = { { "reserve_idle = 2s", "2000" }, { "reserve_idle = 250ms", "250" },
+                              { "reserve_idle = 0", "0" }, { "reserve_idle = 1.5s", "1500" } };
+    for (size_t i = 0; i < 4; i++) {
+        assert_int_equal(mb_config_parse_string(idle[i][0], "e.conf", &cfg, err, sizeof(err)), 0);
+        assert_int_equal(cfg.reserve_idle_ms, atoi(idle[i][1]));
+        mb_config_free(&cfg);
+    }
 }
 
 /* Parse text that must fail; the message must start with "FILE:LINE: " and
@@ -249,6 +258,9 @@ static void test_bad_sizes(void **state)
     }
     expect_error("budget = 0\n", 1, "bad size '0' for budget");
     expect_error("reserve = lots\n", 1, "bad size 'lots' for reserve");
+    expect_error("reserve_idle = soon\n", 1, "bad duration 'soon' for reserve_idle");
+    expect_error("reserve_idle = 5m\n", 1, "bad duration '5m' for reserve_idle");
+    expect_error("reserve_idle = -1\n", 1, "bad duration '-1' for reserve_idle");
     expect_error("frame_size = 6000\n", 1, "bad frame_size '6000': not a non-zero multiple of 4K");
     expect_error("frame_size = 1K\n", 1, "bad frame_size '1K'");
     expect_error("frame_size = 0\n", 1, "bad frame_size '0'");

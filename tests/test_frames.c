@@ -37,7 +37,7 @@ static void random_books_balance(void **state)
             uint32_t n = 1 + (uint32_t)(rand() % 8);
             uint32_t ids[8];
             uint32_t before = p.n_granted;
-            int rc = frame_pool_grant(&p, n, (uint64_t)s + 1, (uint32_t)(s % 2) + 1, ids);
+            int rc = frame_pool_grant(&p, n, (uint64_t)s + 1, 0, (uint32_t)(s % 2) + 1, ids);
             if (before + n <= 64) {
                 assert_int_equal(rc, 0);
                 for (uint32_t i = 0; i < n; i++)
@@ -79,12 +79,12 @@ static void duplicate_return_changes_nothing(void **state)
     struct frame_pool p;
     assert_int_equal(frame_pool_init(&p, b, FB, 8 * FB), 0);
     uint32_t ids[2];
-    assert_int_equal(frame_pool_grant(&p, 2, 1, 1, ids), 0);
+    assert_int_equal(frame_pool_grant(&p, 2, 1, 0, 1, ids), 0);
     uint32_t twice[2] = { ids[0], ids[0] };
     assert_int_equal(frame_pool_return(&p, twice, 2, 1), MB_EINVAL);
     assert_int_equal(p.n_granted, 2);
-    assert_int_equal(frame_pool_grant(&p, 0, 1, 1, ids), MB_EINVAL);
-    assert_int_equal(frame_pool_grant(&p, 9, 1, 1, ids), MB_ENOMEM);
+    assert_int_equal(frame_pool_grant(&p, 0, 1, 0, 1, ids), MB_EINVAL);
+    assert_int_equal(frame_pool_grant(&p, 9, 1, 0, 1, ids), MB_ENOMEM);
     assert_true(frame_pool_is_valid(&p));
     frame_pool_destroy(&p);
     mb_backend_close(b);
@@ -98,10 +98,10 @@ static void descriptor_cap_is_an_error_not_a_crash(void **state)
     assert_int_equal(frame_pool_init(&p, b, FB, 64 * FB), 0);
     p.max_frames = 5;
     uint32_t ids[8];
-    assert_int_equal(frame_pool_grant(&p, 6, 1, 1, ids), MB_ELIMIT);
+    assert_int_equal(frame_pool_grant(&p, 6, 1, 0, 1, ids), MB_ELIMIT);
     assert_int_equal(p.n_granted, 0);
-    assert_int_equal(frame_pool_grant(&p, 5, 1, 1, ids), 0);
-    assert_int_equal(frame_pool_grant(&p, 1, 2, 1, ids), MB_ELIMIT);
+    assert_int_equal(frame_pool_grant(&p, 5, 1, 0, 1, ids), 0);
+    assert_int_equal(frame_pool_grant(&p, 1, 2, 0, 1, ids), MB_ELIMIT);
     assert_true(frame_pool_is_valid(&p));
     frame_pool_destroy(&p);
     mb_backend_close(b);
@@ -114,23 +114,89 @@ static void scrubbed_between_tenants(void **state)
     struct frame_pool p;
     assert_int_equal(frame_pool_init(&p, b, FB, 1 * FB), 0);
     uint32_t id;
-    assert_int_equal(frame_pool_grant(&p, 1, 1, 7, &id), 0);
+    assert_int_equal(frame_pool_grant(&p, 1, 1, 0, 7, &id), 0);
     struct frame *f = frame_pool_get(&p, id);
     uint8_t *m = mmap(NULL, FB, PROT_READ | PROT_WRITE, MAP_SHARED, f->mem.fd, 0);
     assert_true(m != MAP_FAILED);
     memset(m, 0xa5, FB);
     assert_int_equal(frame_pool_return(&p, &id, 1, 1), 0);
     /* The same tenant gets its data back unscrubbed... */
-    assert_int_equal(frame_pool_grant(&p, 1, 2, 7, &id), 0);
+    assert_int_equal(frame_pool_grant(&p, 1, 2, 0, 7, &id), 0);
     assert_int_equal(m[100], 0xa5);
     assert_int_equal(p.scrubs, 0);
     assert_int_equal(frame_pool_return(&p, &id, 1, 2), 0);
     /* ...another tenant reads only zeros. */
-    assert_int_equal(frame_pool_grant(&p, 1, 3, 8, &id), 0);
+    assert_int_equal(frame_pool_grant(&p, 1, 3, 0, 8, &id), 0);
     for (size_t k = 0; k < FB; k += 64)
         assert_int_equal(m[k], 0);
     assert_int_equal(p.scrubs, 1);
     munmap(m, FB);
+    frame_pool_destroy(&p);
+    mb_backend_close(b);
+}
+
+/* A frame one uid held never goes to another uid (it may keep the
+ * descriptor): uid 2 gets fresh frames, uid 1's free frames are released to
+ * make room and counted; uid 2 later gets its own frames back. */
+static void other_uid_gets_fresh_frames(void **state)
+{
+    mb_backend *b;
+    assert_int_equal(mb_backend_host_open(0, &b), 0);
+    struct frame_pool p;
+    assert_int_equal(frame_pool_init(&p, b, FB, 4 * FB), 0);
+    uint32_t a[4], c[4], e[4];
+    assert_int_equal(frame_pool_grant(&p, 4, 1, 1000, 1, a), 0);
+    assert_int_equal(frame_pool_return(&p, a, 4, 1), 0);
+    assert_int_equal(frame_pool_grant(&p, 4, 2, 2000, 1, c), 0);
+    for (int i = 0; i < 4; i++)
+        for (int k = 0; k < 4; k++)
+            assert_int_not_equal(c[i], a[k]);
+    assert_int_equal(p.released_isolation, 4);
+    assert_int_equal(p.scrubs, 0);
+    assert_true(frame_pool_is_valid(&p));
+    assert_int_equal(frame_pool_return(&p, c, 4, 2), 0);
+    assert_int_equal(frame_pool_grant(&p, 4, 3, 2000, 1, e), 0);
+    for (int i = 0; i < 4; i++) {
+        bool found = false;
+        for (int k = 0; k < 4; k++)
+            found |= e[i] == c[k];
+        assert_true(found);   /* its own frames, not new ones */
+    }
+    assert_int_equal(p.released_isolation, 4);
+    assert_true(frame_pool_is_valid(&p));
+    frame_pool_destroy(&p);
+    mb_backend_close(b);
+}
+
+/* Free frames above the reserve's target go back to the driver once they
+ * have been idle for the idle period, not before. */
+static void idle_frames_released(void **state)
+{
+    mb_backend *b;
+    assert_int_equal(mb_backend_host_open(0, &b), 0);
+    struct frame_pool p;
+    assert_int_equal(frame_pool_init(&p, b, FB, 8 * FB), 0);
+    p.idle_ms = 1000;
+    uint32_t ids[6];
+    assert_int_equal(frame_pool_grant(&p, 6, 1, 0, 1, ids), 0);
+    assert_int_equal(frame_pool_return(&p, ids, 3, 1), 0);
+    int64_t t0 = mb_now_ms();   /* the frames came free at or before t0 */
+    frame_pool_tick(&p, t0 + 100);
+    frame_pool_tick(&p, t0 + 600);
+    assert_int_equal(p.bytes_free, 3 * FB);   /* not idle long enough */
+    /* Three more come free later (as if at t0 + 900): the first three go,
+     * these stay until they too have been idle for the period. */
+    assert_int_equal(frame_pool_return(&p, ids + 3, 3, 1), 0);
+    for (int i = 3; i < 6; i++)
+        p.frames[ids[i]].freed_ms = t0 + 900;
+    frame_pool_tick(&p, t0 + 1100);
+    assert_int_equal(p.bytes_free, 3 * FB);
+    assert_int_equal(p.released_idle, 3);
+    frame_pool_tick(&p, t0 + 2000);
+    assert_int_equal(p.bytes_free, 0);
+    assert_int_equal(p.bytes_total, 0);
+    assert_int_equal(p.released_idle, 6);
+    assert_true(frame_pool_is_valid(&p));
     frame_pool_destroy(&p);
     mb_backend_close(b);
 }
@@ -154,12 +220,12 @@ static void warm_reserve_fills_in_background(void **state)
     assert_int_equal(ready, 8);
     assert_int_equal(p.n_total, 0);   /* not in the books until adopted */
     uint32_t ids[12];
-    assert_int_equal(frame_pool_grant(&p, 6, 1, 1, ids), 0);
+    assert_int_equal(frame_pool_grant(&p, 6, 1, 0, 1, ids), 0);
     assert_true(p.n_total >= 8);      /* adopted, not created on the request path */
     assert_true(frame_pool_is_valid(&p));
     /* The budget holds across workers and the request path together. */
-    assert_int_equal(frame_pool_grant(&p, 6, 2, 1, ids), 0);
-    assert_int_equal(frame_pool_grant(&p, 1, 2, 1, ids), MB_ENOMEM);
+    assert_int_equal(frame_pool_grant(&p, 6, 2, 0, 1, ids), 0);
+    assert_int_equal(frame_pool_grant(&p, 1, 2, 0, 1, ids), MB_ENOMEM);
     pthread_mutex_lock(&p.lock);
     assert_true(p.committed <= p.budget_bytes);
     assert_true(p.bytes_total + (uint64_t)(p.n_ready + p.creating) * FB == p.committed);
@@ -260,7 +326,7 @@ static void mixed_orders_recreate_within_budget(void **state)
             uint32_t n = (uint32_t)mb_frame_plan(bytes, FB, orders, 16, &covered);
             uint32_t ids[16];
             uint32_t before = p.n_granted;
-            int rc = frame_pool_grant_orders(&p, orders, n, (uint64_t)s + 1, 1, ids);
+            int rc = frame_pool_grant_orders(&p, orders, n, (uint64_t)s + 1, 0, 1, ids);
             if (model_bytes + covered <= budget && nheld[s] + n <= MAXH) {
                 assert_int_equal(rc, 0);
                 for (uint32_t i = 0; i < n; i++) {
@@ -307,9 +373,9 @@ static void adopted_large_frame_keeps_its_size(void **state)
     assert_int_equal(frame_pool_init(&p, b, FB, 64 * FB), 0);
     p.id_limit = 100;   /* as if a journal said ids below 100 were handed out */
     p.next_unused = 100;
-    assert_int_equal(frame_pool_adopt_reported(&p, 5, 3 * FB, 1, 1), MB_EINVAL);
-    assert_int_equal(frame_pool_adopt_reported(&p, 5, 16 * FB, 1, 1), 0);
-    assert_int_equal(frame_pool_adopt_reported(&p, 5, 16 * FB, 2, 1), MB_EPERM);
+    assert_int_equal(frame_pool_adopt_reported(&p, 5, 3 * FB, 1, 0, 1), MB_EINVAL);
+    assert_int_equal(frame_pool_adopt_reported(&p, 5, 16 * FB, 1, 0, 1), 0);
+    assert_int_equal(frame_pool_adopt_reported(&p, 5, 16 * FB, 2, 0, 1), MB_EPERM);
     assert_int_equal(p.bytes_granted, 16 * FB);
     assert_true(frame_pool_is_valid(&p));
     uint32_t id = 5;
@@ -318,11 +384,11 @@ static void adopted_large_frame_keeps_its_size(void **state)
     assert_true(frame_pool_is_valid(&p));
     /* A shared frame: its importer reports first (a hold, no owner), then
      * its owner claims it; a second owner, or another size, is refused. */
-    assert_int_equal(frame_pool_adopt_held(&p, 7, 4 * FB), 0);
-    assert_int_equal(frame_pool_adopt_held(&p, 7, 8 * FB), MB_EPERM);
+    assert_int_equal(frame_pool_adopt_held(&p, 7, 4 * FB, 0), 0);
+    assert_int_equal(frame_pool_adopt_held(&p, 7, 8 * FB, 0), MB_EPERM);
     assert_int_equal(p.bytes_granted, 4 * FB);
-    assert_int_equal(frame_pool_adopt_reported(&p, 7, 4 * FB, 3, 1), 0);
-    assert_int_equal(frame_pool_adopt_reported(&p, 7, 4 * FB, 4, 1), MB_EPERM);
+    assert_int_equal(frame_pool_adopt_reported(&p, 7, 4 * FB, 3, 0, 1), 0);
+    assert_int_equal(frame_pool_adopt_reported(&p, 7, 4 * FB, 4, 0, 1), MB_EPERM);
     assert_true(frame_pool_is_valid(&p));
     id = 7;
     assert_int_equal(frame_pool_return(&p, &id, 1, 3), 0);   /* the owner lets go */
@@ -338,6 +404,8 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(random_books_balance),
+        cmocka_unit_test(other_uid_gets_fresh_frames),
+        cmocka_unit_test(idle_frames_released),
         cmocka_unit_test(duplicate_return_changes_nothing),
         cmocka_unit_test(scrubbed_between_tenants),
         cmocka_unit_test(descriptor_cap_is_an_error_not_a_crash),

@@ -522,8 +522,8 @@ static void config_errors_name_file_and_line(void **state)
 
 /* Plain allocations above the pool's range get the few large frames of the
  * frame plan: 150 units + 24 bytes -> 128 + 16 + 8 units, three frames. The
- * pattern crosses the boundaries between them intact; another tenant gets
- * the same three frames back (no new frames), scrubbed; and an order-0 request
+ * pattern crosses the boundaries between them intact; another tenant of the
+ * same uid gets the same three frames back, scrubbed; and an order-0 request
  * that needs the whole budget re-creates them as small frames instead of
  * failing while they sit free. */
 static void large_frames_by_plan(void **state)
@@ -555,7 +555,9 @@ static void large_frames_by_plan(void **state)
     assert_int_equal(mbt_run(&d, b, out2, sizeof(out2), false), 0);
     assert_non_null(strstr(out2, "nonzero: 0"));
     j = mbt_status(&d);
-    assert_int_equal((int)json_num(j, "frames_total"), 3);   /* the same three frames */
+    /* The same three frames (scrubbed: another tenant of the same uid),
+     * beside at most one warm spare of each of their orders. */
+    assert_true(json_num(j, "frames_total") <= 6);
     assert_true(json_num(j, "scrubs") >= 3);
     json_free(j);
 

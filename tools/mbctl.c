@@ -27,6 +27,7 @@
 #include "commands.h"
 #include "fdpass.h"
 #include "log.h"
+#include "nvml.h"
 #include "size.h"
 #include "wire.h"
 
@@ -315,6 +316,38 @@ static void print_status_head(const Mb__StatusReply *s)
            (unsigned long long)s->errors);
     printf("reclaim  %llu notices sent, %u grants waiting; %llu scrubs\n",
            (unsigned long long)s->reclaim_notices, s->grants_waiting, (unsigned long long)s->scrubs);
+    printf("reserve  target %s; released %llu idle frames, %llu frames of one uid so another "
+           "got fresh ones\n", mb_format_size(s->reserve_target, a, sizeof(a)),
+           (unsigned long long)s->released_idle, (unsigned long long)s->released_isolation);
+}
+
+/* Processes holding more device memory than MoonBright granted them, by
+ * NVML (absent on the host backend or without an NVIDIA driver: -1). A
+ * descriptor kept after a return keeps its memory alive outside the
+ * daemon's books; a CUDA context also takes some memory of its own. */
+#define MAX_OVER 256
+struct over {
+    pid_t pid;
+    uint64_t used, granted;
+};
+
+static int over_granted(const Mb__StatusReply *s, struct over *out)
+{
+    struct nvml_proc procs[MAX_OVER];
+    if (strcmp(s->backend, "cuda") != 0)
+        return -1;
+    int n = nvml_processes(s->device, procs, MAX_OVER), k = 0;
+    for (int i = 0; i < n; i++) {
+        if ((uint32_t)procs[i].pid == s->pid)
+            continue;   /* the daemon holds every frame it created */
+        uint64_t granted = 0;
+        for (size_t j = 0; j < s->n_sessions; j++)
+            if ((pid_t)s->sessions[j]->pid == procs[i].pid)
+                granted += s->sessions[j]->bytes + s->sessions[j]->import_bytes;
+        if (procs[i].used > granted)
+            out[k++] = (struct over){ procs[i].pid, procs[i].used, granted };
+    }
+    return n < 0 ? -1 : k;
 }
 
 static int cli_status(struct ctl *ctl, int argc, char **argv)
@@ -331,7 +364,9 @@ static int cli_status(struct ctl *ctl, int argc, char **argv)
                "\"budget_bytes\":%llu,\"frames_total\":%u,\"frames_free\":%u,\"frames_granted\":%u,"
                "\"bytes_free\":%llu,\"bytes_granted\":%llu,\"requests\":%llu,\"malformed\":%llu,"
                "\"refused\":%llu,\"refused_quota\":%llu,\"errors\":%llu,\"draining\":%s,"
-               "\"scrubs\":%llu,\"reclaim_notices\":%llu,\"grants_waiting\":%u,\"tenants\":[",
+               "\"scrubs\":%llu,\"reclaim_notices\":%llu,\"grants_waiting\":%u,"
+               "\"released_isolation\":%llu,\"released_idle\":%llu,\"reserve_target\":%llu,"
+               "\"tenants\":[",
                s->device, s->pid, (unsigned long long)s->uptime_ms,
                (unsigned long long)s->frame_bytes, (unsigned long long)s->budget_bytes,
                s->frames_total, s->frames_free, s->frames_granted,
@@ -340,21 +375,44 @@ static int cli_status(struct ctl *ctl, int argc, char **argv)
                (unsigned long long)s->refused, (unsigned long long)s->refused_quota,
                (unsigned long long)s->errors, s->draining ? "true" : "false",
                (unsigned long long)s->scrubs, (unsigned long long)s->reclaim_notices,
-               s->grants_waiting);
+               s->grants_waiting, (unsigned long long)s->released_isolation,
+               (unsigned long long)s->released_idle, (unsigned long long)s->reserve_target);
         /* "tenants" lists sessions (each with its tenant's name), as before. */
         for (size_t i = 0; i < s->n_sessions; i++) {
             const Mb__SessionInfo *si = s->sessions[i];
             printf("%s{\"session\":%llu,\"pid\":%u,\"uid\":%u,\"name\":", i ? "," : "",
                    (unsigned long long)si->id, si->pid, si->uid);
             json_str(si->tenant);
-            printf(",\"frames\":%u,\"bytes\":%llu,\"cached\":%llu}", si->frames,
-                   (unsigned long long)si->bytes, (unsigned long long)si->cached);
+            printf(",\"frames\":%u,\"bytes\":%llu,\"import_bytes\":%llu,\"cached\":%llu}",
+                   si->frames, (unsigned long long)si->bytes, (unsigned long long)si->import_bytes,
+                   (unsigned long long)si->cached);
         }
-        printf("]}\n");
+        printf("]");
+        struct over ov[MAX_OVER];
+        int n = over_granted(s, ov);
+        if (n >= 0) {
+            printf(",\"over_granted\":[");
+            for (int i = 0; i < n; i++)
+                printf("%s{\"pid\":%d,\"device_bytes\":%llu,\"granted\":%llu}", i ? "," : "",
+                       (int)ov[i].pid, (unsigned long long)ov[i].used,
+                       (unsigned long long)ov[i].granted);
+            printf("]");
+        }
+        printf("}\n");
     } else {
         print_status_head(s);
         printf("\n");
         print_sessions(s);
+        struct over ov[MAX_OVER];
+        int n = over_granted(s, ov);
+        if (n > 0) {
+            char a[32], b[32];
+            printf("\nprocesses holding more device memory than granted (NVML; a CUDA context "
+                   "takes some of its own):\n%-8s %12s %12s\n", "PID", "DEVICE", "GRANTED");
+            for (int i = 0; i < n; i++)
+                printf("%-8d %12s %12s\n", (int)ov[i].pid, mb_format_size(ov[i].used, a, sizeof(a)),
+                       mb_format_size(ov[i].granted, b, sizeof(b)));
+        }
     }
     mb__reply__free_unpacked(rep, NULL);
     return 0;
@@ -650,12 +708,26 @@ static void prom_metrics(const Mb__MetricsReply *m, const Mb__TenantsReply *t)
     printf("moonbright_malformed_total{device=\"%u\"} %llu\n", dev, (unsigned long long)s->malformed);
     prom_head("moonbright_scrubs_total", "counter", "Frames zeroed before moving to another tenant.");
     printf("moonbright_scrubs_total{device=\"%u\"} %llu\n", dev, (unsigned long long)s->scrubs);
+    prom_head("moonbright_released_frames_total", "counter",
+              "Free frames released to the driver, by reason (isolation: one uid's frames "
+              "released so another uid got fresh ones; idle: above the reserve target).");
+    printf("moonbright_released_frames_total{device=\"%u\",reason=\"isolation\"} %llu\n", dev,
+           (unsigned long long)s->released_isolation);
+    printf("moonbright_released_frames_total{device=\"%u\",reason=\"idle\"} %llu\n", dev,
+           (unsigned long long)s->released_idle);
+    prom_head("moonbright_reserve_target_bytes", "gauge", "Bytes the warm reserve keeps ready now.");
+    printf("moonbright_reserve_target_bytes{device=\"%u\"} %llu\n", dev,
+           (unsigned long long)s->reserve_target);
     prom_head("moonbright_reclaim_notices_total", "counter", "RECLAIM notices sent to sessions.");
     printf("moonbright_reclaim_notices_total{device=\"%u\"} %llu\n", dev, (unsigned long long)s->reclaim_notices);
     prom_head("moonbright_reclaim_bytes_total", "counter", "Bytes returned while a grant waited.");
     printf("moonbright_reclaim_bytes_total{device=\"%u\"} %llu\n", dev, (unsigned long long)m->reclaim_bytes);
     prom_head("moonbright_reclaim_timeouts_total", "counter", "Waiting grants that ran out of time.");
     printf("moonbright_reclaim_timeouts_total{device=\"%u\"} %llu\n", dev, (unsigned long long)m->reclaim_timeouts);
+    prom_head("moonbright_reclaim_ignored_total", "counter",
+              "RECLAIM notices that passed their deadline without a return.");
+    printf("moonbright_reclaim_ignored_total{device=\"%u\"} %llu\n", dev,
+           (unsigned long long)m->reclaim_ignored);
     prom_head("moonbright_grants_waiting", "gauge", "Grants waiting for reclaimed frames.");
     printf("moonbright_grants_waiting{device=\"%u\"} %u\n", dev, s->grants_waiting);
     prom_head("moonbright_draining", "gauge", "1 while grants are refused (drain).");
@@ -671,14 +743,17 @@ static void json_metrics(const Mb__MetricsReply *m)
            "\"bytes_granted\":%llu,\"budget_bytes\":%llu,\"sessions\":%zu,\"sessions_opened\":%llu,"
            "\"sessions_closed\":%llu,\"sessions_killed\":%llu,\"refused_permission\":%llu,"
            "\"refused_quota\":%llu,\"malformed\":%llu,\"scrubs\":%llu,\"reclaim_notices\":%llu,"
-           "\"reclaim_bytes\":%llu,\"reclaim_timeouts\":%llu,\"commands\":[",
+           "\"reclaim_bytes\":%llu,\"reclaim_timeouts\":%llu,\"released_isolation\":%llu,"
+           "\"released_idle\":%llu,\"reclaim_ignored\":%llu,\"commands\":[",
            s->device, s->frames_free, s->frames_granted, (unsigned long long)s->bytes_free,
            (unsigned long long)s->bytes_granted, (unsigned long long)s->budget_bytes, s->n_sessions,
            (unsigned long long)m->sessions_opened, (unsigned long long)m->sessions_closed,
            (unsigned long long)m->sessions_killed, (unsigned long long)m->refused_auth,
            (unsigned long long)s->refused_quota, (unsigned long long)s->malformed,
            (unsigned long long)s->scrubs, (unsigned long long)s->reclaim_notices,
-           (unsigned long long)m->reclaim_bytes, (unsigned long long)m->reclaim_timeouts);
+           (unsigned long long)m->reclaim_bytes, (unsigned long long)m->reclaim_timeouts,
+           (unsigned long long)s->released_isolation, (unsigned long long)s->released_idle,
+           (unsigned long long)m->reclaim_ignored);
     for (size_t i = 0; i < m->n_commands; i++) {
         const Mb__CommandStats *c = m->commands[i];
         printf("%s{\"name\":", i ? "," : "");

@@ -8,8 +8,13 @@
  * in every state, so hello is reached. With bit 7 of the first byte set,
  * the rest is instead a byte stream on a control connection (zmtp.c:
  * greeting, READY, frames), bound to the first session in states 1-3.
+ * A state journal says ids 1..39 were handed out by an earlier daemon (odd
+ * ids to uid 1000, even ones to uid 1001, ids divisible by 3 also imported
+ * by the other uid), so Reattach reports meet the journal's checks; new
+ * frames start at id 40 (session B holds 40-47, session A 48-50).
  * Must never crash or leak; the frame books must stay valid. */
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -94,9 +99,33 @@ static void give(struct daemon *d, struct session *s, uint32_t n)
     grant_now(d, s, (uint64_t)n * d->pool.frame_bytes, false, &rep);
 }
 
+/* The journal's layout (frames.c): records of 16 bytes from offset 4096,
+ * indexed by frame id: uid + 1, importing uid + 1, order. */
+#define JOURNAL_IDS 40u
+static int journal_fd = -1;
+
+static void journal_reset(void)
+{
+    uint8_t rec[JOURNAL_IDS][16];
+    memset(rec, 0, sizeof(rec));
+    for (uint32_t id = 1; id < JOURNAL_IDS; id++) {
+        uint32_t uid = id % 2 ? 1000 : 1001, other = id % 2 ? 1001 : 1000;
+        uint32_t u = uid + 1, imp = id % 3 == 0 ? other + 1 : 0;
+        memcpy(rec[id], &u, 4);
+        memcpy(rec[id] + 4, &imp, 4);
+    }
+    if (pwrite(journal_fd, rec, sizeof(rec), 4096) != (ssize_t)sizeof(rec))
+        abort();
+}
+
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
     mb_log_set_level(MB_LOG_ERR - 1);   /* quiet */
+    char path[] = "/tmp/mbfuzz-journal.XXXXXX";
+    journal_fd = mkstemp(path);
+    if (journal_fd < 0)
+        abort();
+    unlink(path);
     return 0;
 }
 
@@ -117,6 +146,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         mb_backend_open("host", 0, &d.be) != 0 ||
         frame_pool_init(&d.pool, d.be, 4096, 64 * 4096) != 0)
         abort();
+    journal_reset();
+    d.pool.journal_fd = dup(journal_fd);
+    d.pool.journal_limit = UINT32_MAX;   /* the header is never rewritten */
+    d.pool.id_limit = d.pool.next_unused = JOURNAL_IDS;
     d.started_ms = mb_now_ms();
     for (size_t i = 0; i < d.cfg.n_tenants; i++)
         tenant_get(&d, d.cfg.tenants[i].name);
@@ -157,7 +190,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         d.pending->deadline_ms = 0;
         pending_run(&d);
     }
-    if (!frame_pool_is_valid(&d.pool))
+    if (!frame_pool_is_valid(&d.pool) || !shares_is_valid(&d))
         abort();
     if (peer_a >= 0)
         drain_peer(peer_a);

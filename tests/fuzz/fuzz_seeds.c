@@ -82,7 +82,7 @@ int main(int argc, char **argv)
     h.version = 1;
     Mb__Grant g = MB__GRANT__INIT;
     g.bytes = 3 * 4096;
-    uint32_t ids[] = { 9, 10, 1 };
+    uint32_t ids[] = { 48, 49, 1 };
     Mb__Return ret = MB__RETURN__INIT;
     ret.ids = ids;
     ret.n_ids = 3;
@@ -150,6 +150,28 @@ int main(int argc, char **argv)
     r.body_case = MB__REQUEST__BODY_HELLO;
     r.hello = &h;
     bad |= write_stream(dir, "stream-hello", 0x80, &r, false);
+    /* Share naming one frame twice; Reattach of another uid's frame, of an
+     * import the journal names, and of a frame of the wrong size. */
+    uint32_t dup[] = { 48, 49, 48 };
+    sh.ids = dup;
+    sh.n_ids = 3;
+    r.body_case = MB__REQUEST__BODY_SHARE;
+    r.share = &sh;
+    bad |= write_seed(dir, "share-dup", 1, &r);
+    Mb__Frame rf[3] = { MB__FRAME__INIT, MB__FRAME__INIT, MB__FRAME__INIT };
+    Mb__Frame *rfp[3] = { &rf[0], &rf[1], &rf[2] };
+    rf[0].id = 4;                /* uid 1001's */
+    rf[0].bytes = 4096;
+    rf[1].id = 6;                /* uid 1001's, imported by uid 1000 */
+    rf[1].bytes = 4096;
+    rf[1].imported = 1;
+    rf[2].id = 7;
+    rf[2].bytes = 8192;          /* not the size it had */
+    ra.frames = rfp;
+    ra.n_frames = 3;
+    r.body_case = MB__REQUEST__BODY_REATTACH;
+    r.reattach = &ra;
+    bad |= write_seed(dir, "reattach-proof", 1, &r);
     /* A grant that needs reclaim (more than the free frames). */
     g.bytes = 60 * 4096;
     r.body_case = MB__REQUEST__BODY_GRANT;
