@@ -134,6 +134,8 @@ struct mb_client {
     bool large_frames;           /* plain allocations ask for large frames
                                   * (MOONBRIGHT_LARGE_FRAMES=0 turns it off) */
     bool async_map;              /* $MOONBRIGHT_ASYNC_MAP: heap misses on a stream map behind a gate */
+    bool close_fit;              /* $MOONBRIGHT_HEAP_CLOSE_FIT: large requests never split a much
+                                  * larger free block (less memory, more misses) */
     int64_t next_reconnect_ms;   /* back-off: earliest next attempt */
     int reconnect_wait_ms;       /* current back-off step */
     char tenant[64];
@@ -269,8 +271,10 @@ size_t tiers_take_idle(mb_client *c, int64_t idle_ms, int64_t since_ms, struct s
 /* Device-sync fences: begin, synchronise the device (lock dropped), end. */
 uint64_t tiers_sync_begin(mb_client *c, uint64_t *pool_ticket);
 void tiers_sync_end(mb_client *c, uint64_t ticket, uint64_t pool_ticket);
-/* Frees on streams that no event covers yet. */
+/* Frees on streams that no event covers yet (the legacy stream aside). */
 bool tiers_unsettled(mb_client *c);
+/* Cover the heap's frees on the legacy stream with an event (always alive). */
+void tiers_fence_legacy(mb_client *c);
 void tiers_stats(mb_client *c, mb_client_stats *st);
 int64_t tiers_now_ms(void);
 

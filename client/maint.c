@@ -208,6 +208,7 @@ static void *maint_main(void *arg)
         /* Frees no event covers settle by a device sync when an allocation
          * missed while they waited, or when they have waited a while. */
         pthread_mutex_lock(&c->lock);
+        tiers_fence_legacy(c);   /* cheap: an event on a stream that is always alive */
         bool unsettled = tiers_unsettled(c), want_sync = c->want_sync;
         pthread_mutex_unlock(&c->lock);
         unsettled_ticks = unsettled ? unsettled_ticks + 1 : 0;

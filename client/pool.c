@@ -721,7 +721,7 @@ size_t mb_pool_pending(const struct mb_pool *p, bool *unfenced_any)
     bool any = false;
     for (const struct pstream *s = p->streams; s; s = s->next) {
         bytes += s->fl.bytes;
-        any |= unfenced(s);
+        any |= unfenced(s) && s->stream != NULL;   /* the legacy stream can always be fenced */
     }
     if (unfenced_any)
         *unfenced_any = any;

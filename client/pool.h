@@ -90,7 +90,8 @@ int  mb_pool_fence(struct mb_pool *p, void *stream);
  * returned (no lock needs to be held in between). */
 uint64_t mb_pool_sync_begin(struct mb_pool *p);
 void mb_pool_sync_end(struct mb_pool *p, uint64_t ticket);
-/* Bytes of blocks pending on streams; *unfenced_any: some have no fence. */
+/* Bytes of blocks pending on streams; *unfenced_any: some on a stream
+ * other than the legacy one have no fence (only a device sync settles them). */
 size_t mb_pool_pending(const struct mb_pool *p, bool *unfenced_any);
 /* Collect completed fences (records nothing), then shrink arenas that are
  * entirely free and ready until mapped - live <= keep_bytes or none is

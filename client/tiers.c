@@ -259,7 +259,7 @@ int tiers_init(mb_client *c)
     /* The heap asks for what the request needs; heap_grow picks the arena
      * size, so it can fall back to a smaller one near the budget. */
     int rc = mb_pool_new(&c->pool, host_backend(c) ? &heap_ops_host : &heap_ops_streams, c, 256, fb);
-    if (rc == 0)
+    if (rc == 0 && c->close_fit)
         mb_pool_set_close_fit(c->pool, OWN_ARENA_ABOVE);
     return rc;
 }
@@ -359,10 +359,11 @@ int tiers_alloc(mb_client *c, size_t size, void *stream, bool sync, void **ptr)
 {
     uint64_t misses = mb_pool_misses(c->pool);
     int rc = mb_pool_alloc(c->pool, size, sync ? MB_POOL_SYNC : stream, ptr);
+    bool unfenced = false;
     if (mb_pool_misses(c->pool) == misses)
         c->st.heap_hits++;
-    else if (mb_pool_pending(c->pool, NULL))
-        c->want_sync = true;    /* memory freed on streams may settle soon */
+    else if (mb_pool_pending(c->pool, &unfenced) && unfenced)
+        c->want_sync = true;    /* frees on other streams may settle soon */
     return rc;
 }
 
@@ -419,6 +420,12 @@ bool tiers_unsettled(mb_client *c)
     bool unfenced = false;
     mb_pool_pending(c->pool, &unfenced);
     return unfenced || c->sync_ticket > c->synced;
+}
+
+void tiers_fence_legacy(mb_client *c)
+{
+    if (!host_backend(c))
+        mb_pool_fence(c->pool, NULL);
 }
 
 void tiers_trim(mb_client *c, int64_t idle_ms)

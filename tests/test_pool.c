@@ -277,6 +277,35 @@ static void test_adopt_detach(void **state)
     assert_int_equal(d.arenas, 0);
 }
 
+/* Close fits: a large request does not split a much larger free block. */
+static void test_close_fit(void **state)
+{
+    (void)state;
+    struct dev d = { 0 };
+    struct mb_pool *p;
+    const size_t M = 1 << 20;
+    assert_int_equal(mb_pool_new(&p, &dev_ops_nostream, &d, 256, M), 0);
+    mb_pool_set_close_fit(p, M);
+    void *a, *b, *x;
+    assert_int_equal(mb_pool_alloc(p, 8 * M, NULL, &a), 0);
+    assert_int_equal(mb_pool_release(p, a, NULL), 0);
+    assert_int_equal(d.arenas, 1);
+    assert_int_equal(mb_pool_alloc(p, 4 * M, NULL, &b), 0);   /* 8 MiB is twice too big */
+    assert_int_equal(d.arenas, 2);
+    assert_int_equal(mb_pool_alloc(p, 7 * M + M / 2, NULL, &x), 0);   /* within 1/8: taken */
+    assert_ptr_equal(x, a);
+    assert_int_equal(d.arenas, 2);
+    assert_int_equal(mb_pool_release(p, x, NULL), 0);
+    assert_int_equal(mb_pool_release(p, b, NULL), 0);
+    void *small;
+    assert_int_equal(mb_pool_alloc(p, 4096, NULL, &small), 0);   /* below the limit: splits */
+    assert_int_equal(d.arenas, 2);
+    assert_int_equal(mb_pool_release(p, small, NULL), 0);
+    assert_true(mb_pool_is_valid(p));
+    mb_pool_free(p);
+    assert_int_equal(d.arenas, 0);
+}
+
 /* The stream rule, step by step. */
 static void test_streams(void **state)
 {
@@ -663,6 +692,7 @@ int main(void)
         cmocka_unit_test(test_streams),
         cmocka_unit_test(test_batched_fences),
         cmocka_unit_test(test_adopt_detach),
+        cmocka_unit_test(test_close_fit),
         cmocka_unit_test(test_no_streams),
         cmocka_unit_test(test_model_every_step),
         cmocka_unit_test(test_model_long),
