@@ -134,6 +134,8 @@ struct mb_client {
     bool large_frames;           /* plain allocations ask for large frames
                                   * (MOONBRIGHT_LARGE_FRAMES=0 turns it off) */
     bool async_map;              /* $MOONBRIGHT_ASYNC_MAP: heap misses on a stream map behind a gate */
+    bool repair;                 /* $MOONBRIGHT_HEAP_REPAIR (default on): a large heap miss
+                                  * stitches whole free arenas' frames before growing */
     bool close_fit;              /* $MOONBRIGHT_HEAP_CLOSE_FIT: large requests never split a much
                                   * larger free block (less memory, more misses) */
     int64_t next_reconnect_ms;   /* back-off: earliest next attempt */

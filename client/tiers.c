@@ -206,7 +206,7 @@ static int heap_grow(void *ctx, size_t min_bytes, void **base, size_t *bytes)
     /* Nothing free fits: arenas entirely free become idle ranges, and a
      * large request is stitched from their frames (repair) rather than
      * granted anew. */
-    bool repair = min_bytes > OWN_ARENA_ABOVE;
+    bool repair = c->repair && min_bytes > OWN_ARENA_ABOVE;
     if (repair)
         mb_pool_trim_for(c->pool, want);
     int rc = backing_take(c, want, repair, base, bytes);
