@@ -39,26 +39,29 @@ static int hold(struct frame_cache *fc, struct cframe *f)
     return 0;
 }
 
-/* Tell the daemon these frames are gone from this process. */
-static int return_ids(mb_client *c, uint32_t *ids, size_t n)
+/* Tell the daemon these frames are gone from this process: waiting for
+ * each answer (wait), or not (frames of calls that gave up). */
+static int send_return(mb_client *c, const uint32_t *ids, size_t n, bool wait)
 {
     int rc = 0;
     for (size_t off = 0; off < n; off += MB_RETURN_MAX_IDS) {
         Mb__Request req = MB__REQUEST__INIT;
         Mb__Return r = MB__RETURN__INIT;
-        r.ids = ids + off;
+        r.ids = (uint32_t *)ids + off;
         r.n_ids = n - off < MB_RETURN_MAX_IDS ? n - off : MB_RETURN_MAX_IDS;
         req.body_case = MB__REQUEST__BODY_RET;
         req.ret = &r;
         Mb__Reply *rep;
-        int e = rpc_call(c, &req, &rep);
-        if (e == 0)
+        int e = wait ? rpc_call(c, &req, &rep) : rpc_post(c, &req);
+        if (e == 0 && wait)
             mb__reply__free_unpacked(rep, NULL);
-        else
+        else if (e != 0)
             rc = e;
     }
     return rc;
 }
+
+static int return_ids(mb_client *c, uint32_t *ids, size_t n) { return send_return(c, ids, n, true); }
 
 /* What this process could hand back: cached frames, plus the idle bytes
  * of its tiers (what a trim would release; an upper bound, since a partly
@@ -78,18 +81,6 @@ void fcache_report(mb_client *c, uint64_t tier_idle)
         c->cache_reported = now;
 }
 
-/* Hand frames back by id without waiting for the answer. */
-static void post_return(mb_client *c, const uint32_t *ids, size_t n)
-{
-    Mb__Request req = MB__REQUEST__INIT;
-    Mb__Return r = MB__RETURN__INIT;
-    r.ids = (uint32_t *)ids;
-    r.n_ids = n;
-    req.body_case = MB__REQUEST__BODY_RET;
-    req.ret = &r;
-    rpc_post(c, &req);
-}
-
 /* A channel message that belongs to no call in progress: its frames were
  * granted to a call that gave up before the answer came. */
 static void drop_stray(mb_client *c, const struct mb_chan_msg *m, const int *fds)
@@ -98,7 +89,7 @@ static void drop_stray(mb_client *c, const struct mb_chan_msg *m, const int *fds
         close(fds[i]);
     if (m->type == MB_CHAN_FRAMES && m->count) {
         mb_log(MB_LOG_WARN, "handing back %u frames granted to a call that gave up", m->count);
-        post_return(c, m->ids, m->count);
+        send_return(c, m->ids, m->count, false);
     }
 }
 

@@ -563,14 +563,20 @@ int mb_pool_alloc(struct mb_pool *p, size_t size, void *stream, void **ptr)
     return 0;
 }
 
+/* The hash link that holds the live block at addr (*result NULL: none). */
+static struct blk **hash_link(struct mb_pool *p, uintptr_t addr)
+{
+    struct blk **pp = &p->hash[hash_slot(p->hlg, addr)];
+    while (*pp && (*pp)->addr != addr)
+        pp = &(*pp)->hnext;
+    return pp;
+}
+
 int mb_pool_release(struct mb_pool *p, void *ptr, void *stream)
 {
     if (!p || !ptr)
         return MB_ENOENT;
-    uintptr_t addr = (uintptr_t)ptr;
-    struct blk **pp = &p->hash[hash_slot(p->hlg, addr)];
-    while (*pp && (*pp)->addr != addr)
-        pp = &(*pp)->hnext;
+    struct blk **pp = hash_link(p, (uintptr_t)ptr);
     struct blk *b = *pp;
     if (!b)
         return MB_ENOENT;
@@ -766,10 +772,7 @@ int mb_pool_adopt(struct mb_pool *p, void *base, size_t bytes, void *stream)
 
 int mb_pool_detach(struct mb_pool *p, void *ptr, void **base, size_t *bytes)
 {
-    uintptr_t addr = (uintptr_t)ptr;
-    struct blk **pp = p && ptr ? &p->hash[hash_slot(p->hlg, addr)] : NULL;
-    while (pp && *pp && (*pp)->addr != addr)
-        pp = &(*pp)->hnext;
+    struct blk **pp = p && ptr ? hash_link(p, (uintptr_t)ptr) : NULL;
     struct blk *b = pp ? *pp : NULL;
     if (!b)
         return MB_ENOENT;

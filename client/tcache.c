@@ -209,6 +209,16 @@ static void flush_all(struct tcache *t)
 
 /* ---- attaching a thread's cache to a client ---- */
 
+/* Take t off its client's list (g_tc_lock held). */
+static void detach(struct tcache *t)
+{
+    for (struct tcache **pp = &t->c->tcaches; *pp; pp = &(*pp)->next)
+        if (*pp == t) {
+            *pp = t->next;
+            break;
+        }
+}
+
 static void thread_exit(void *unused)
 {
     (void)unused;
@@ -221,11 +231,7 @@ static void thread_exit(void *unused)
             pthread_mutex_lock(&t->m);
             flush_all(t);
             pthread_mutex_unlock(&t->m);
-            for (struct tcache **pp = &t->c->tcaches; *pp; pp = &(*pp)->next)
-                if (*pp == t) {
-                    *pp = t->next;
-                    break;
-                }
+            detach(t);
         }
         pthread_mutex_destroy(&t->m);
         free(t);
@@ -259,11 +265,7 @@ static struct tcache *attach(mb_client *c)
         pthread_mutex_lock(&old->m);
         flush_all(old);
         pthread_mutex_unlock(&old->m);
-        for (struct tcache **pp = &old->c->tcaches; *pp; pp = &(*pp)->next)
-            if (*pp == old) {
-                *pp = old->next;
-                break;
-            }
+        detach(old);
         old->c = NULL;
     }
     if (tl_slots[slot]) {

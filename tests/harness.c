@@ -23,7 +23,7 @@
 #include "fdpass.h"
 #include "wire.h"
 
-static void sleep_ms(int ms)
+void mbt_sleep_ms(int ms)
 {
     struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
     nanosleep(&ts, NULL);
@@ -188,7 +188,7 @@ static int wait_ready(const struct mbt_daemon *d)
         }
         if (!mbt_daemon_alive(d))
             return -1;
-        sleep_ms(50);
+        mbt_sleep_ms(50);
     }
     return -1;
 }
@@ -265,7 +265,7 @@ int mbt_daemon_wait(struct mbt_daemon *d, int timeout_ms)
             break;
         if (r < 0 || waited >= timeout_ms)
             return -1;
-        sleep_ms(20);
+        mbt_sleep_ms(20);
     }
     track(0, d->pid);
     d->pid = 0;
@@ -459,4 +459,26 @@ int mbt_session_notice(struct mbt_session *s, int timeout_ms, int *kind, uint64_
     *kind = kb[0];
     memcpy(bytes, &kb[1], sizeof(uint64_t));
     return 0;
+}
+
+void mbt_write_config(char *path, size_t len, const char *text)
+{
+    snprintf(path, len, "/tmp/mbtest-conf.XXXXXX");
+    int fd = mkstemp(path);
+    if (fd < 0 || write(fd, text, strlen(text)) != (ssize_t)strlen(text)) {
+        fprintf(stderr, "failed to write a test config: %s\n", strerror(errno));
+        abort();
+    }
+    close(fd);
+    chmod(path, 0644);
+}
+
+double mbt_status_num(const struct mbt_daemon *d, const char *key)
+{
+    struct json *j = mbt_status(d);
+    if (!j)
+        return -1;
+    double v = json_num(j, key);
+    json_free(j);
+    return v;
 }

@@ -56,6 +56,12 @@ int mbt_read_line(int fd, char *buf, size_t len, int timeout_ms);
 
 /* mbctl status --json, parsed; NULL when mbctl failed. */
 struct json *mbt_status(const struct mbt_daemon *d);
+/* One number of the status (-1 when the daemon did not answer). */
+double mbt_status_num(const struct mbt_daemon *d, const char *key);
+/* A config file holding text in a fresh temporary path (mode 0644); the
+ * caller unlinks it. Aborts when it cannot be written. */
+void mbt_write_config(char *path, size_t len, const char *text);
+void mbt_sleep_ms(int ms);
 /* mbctl ARGS... --json, parsed (NULL when mbctl failed or printed no JSON);
  * *rc gets mbctl's exit code when rc is not NULL. */
 struct json *mbt_ctl_json(const struct mbt_daemon *d, int *rc, const char *const *args);

@@ -39,13 +39,6 @@
 #define NOBODY "/usr/bin/setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"
 
 static char self_exe[4096];
-
-static void sleep_ms(int ms)
-{
-    struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
-    nanosleep(&ts, NULL);
-}
-
 /* ---- the attacker (runs as uid 65534) ---------------------------------- */
 
 static void *dealer(void *ctx, const char *ep, const void *id, size_t id_len)
@@ -131,7 +124,7 @@ static int connect_unix(const char *path, int type)
         close(fd);
         if (errno != EAGAIN)
             return -1;
-        sleep_ms(1);
+        mbt_sleep_ms(1);
     }
     return -1;
 }
@@ -210,7 +203,7 @@ static int attack_noread(const char *dir, int k, int m)
                     sent++;
                     break;
                 }
-                sleep_ms(10);
+                mbt_sleep_ms(10);
             }
         }
     printf("sent %d\n", sent);
@@ -306,17 +299,6 @@ static pid_t start_attacker(const struct mbt_daemon *d, const char *const *args,
     remember(pid);
     return pid;
 }
-
-static void write_config(char *path, size_t len, const char *text)
-{
-    snprintf(path, len, "/tmp/mbtest-conf.XXXXXX");
-    int fd = mkstemp(path);
-    assert_true(fd >= 0);
-    assert_int_equal(write(fd, text, strlen(text)), (ssize_t)strlen(text));
-    close(fd);
-    chmod(path, 0644);
-}
-
 /* Status through a raw session (fields mbctl does not print). */
 static Mb__Reply *raw_status(struct mbt_session *s)
 {
@@ -362,7 +344,7 @@ static int run_daemon_in(const char *dir, const char *log)
         int st;
         if (waitpid(pid, &st, WNOHANG) == pid)
             return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-        sleep_ms(20);
+        mbt_sleep_ms(20);
     }
     kill(pid, SIGKILL);
     waitpid(pid, NULL, 0);
@@ -422,7 +404,7 @@ static void start_logged(struct mbt_daemon *d, const char *log, const char *cons
             return;
         }
         assert_true(mbt_daemon_alive(d));
-        sleep_ms(50);
+        mbt_sleep_ms(50);
     }
     fail_msg("moonbrightd did not answer");
 }
@@ -492,7 +474,7 @@ static void connection_flood_is_bounded(void **state)
     /* The hello and handshake timeouts (3 s) close what the flood holds. */
     int closed_chan = 0, closed_ctl = 0, c_held, k_held;
     for (int i = 0; i < 20 && (closed_chan < held_chan || closed_ctl < held_ctl); i++) {
-        sleep_ms(1000);
+        mbt_sleep_ms(1000);
         assert_int_equal(write(in, "check\n", 6), 6);
         assert_true(mbt_read_line(out, line, sizeof(line), 30000) >= 0);
         assert_int_equal(sscanf(line, "closed %d %d of %d %d", &closed_chan, &closed_ctl, &c_held,
@@ -563,13 +545,13 @@ static void descriptor_exhaustion_refuses_cleanly(void **state)
     pid_t pid = start_attacker(&d, args, &out, &in);
     char line[128];
     assert_true(mbt_read_line(out, line, sizeof(line), 60000) >= 0);
-    sleep_ms(2000);   /* the flood meets the limit for a while */
+    mbt_sleep_ms(2000);   /* the flood meets the limit for a while */
     assert_true(mbt_daemon_alive(&d));
     close(in);
     assert_int_equal(mbt_wait(pid), 0);
     close(out);
     assert_true(mbt_daemon_alive(&d));
-    sleep_ms(4500);   /* the flood's connections are closed (hello timeout) */
+    mbt_sleep_ms(4500);   /* the flood's connections are closed (hello timeout) */
     char buf[1024];
     const char *legit[] = { MB_CLIENT_BIN, "pattern", "1048576", "3", "legit", NULL };
     assert_int_equal(mbt_run(&d, legit, buf, sizeof(buf), false), 0);
@@ -613,7 +595,7 @@ static void unread_replies_do_not_grow_daemon(void **state)
     int sent = 0;
     assert_int_equal(sscanf(line, "sent %d", &sent), 1);
     assert_true(sent > 8000);
-    sleep_ms(3000);   /* whatever the daemon would take in, it has by now */
+    mbt_sleep_ms(3000);   /* whatever the daemon would take in, it has by now */
     long rss1 = daemon_rss_kib(d.pid);
     /* Unbounded, 24000 replies of ~30 KB would be ~700 MB. */
     assert_true(rss1 - rss0 < 64 * 1024);
@@ -639,7 +621,7 @@ static void tenant_bound_to_uids(void **state)
     if (!mbt_can_setpriv())
         skip();
     char conf[64];
-    write_config(conf, sizeof(conf),
+    mbt_write_config(conf, sizeof(conf),
                  "[tenant prod]\nmax = 32M\nmin = 16M\nuids = 0\n[uid 65534]\nmax = 8M\n");
     struct mbt_daemon d;
     const char *extra[] = { "--frame-size", "1M", "--budget", "64M", "--config", conf, NULL };
@@ -719,7 +701,7 @@ static uint32_t tenants_known(struct mbt_session *probe)
 static void short_lived_tenants_are_freed(void **state)
 {
     char conf[64];
-    write_config(conf, sizeof(conf), "[tenant prod]\nmax = 32M\n");
+    mbt_write_config(conf, sizeof(conf), "[tenant prod]\nmax = 32M\n");
     struct mbt_daemon d;
     const char *extra[] = { "--frame-size", "64K", "--budget", "64M", "--config", conf, NULL };
     assert_int_equal(mbt_daemon_start(&d, extra), 0);
@@ -752,7 +734,7 @@ static void short_lived_tenants_are_freed(void **state)
     zmq_ctx_term(ctx);
     uint32_t now = 0;
     for (int i = 0; i < 100 && (now = tenants_known(&probe)) != base; i++)
-        sleep_ms(100);
+        mbt_sleep_ms(100);
     assert_int_equal(now, base);
     /* Sessions in use are counted per tenant, with their cached bytes. */
     struct mbt_session live[3], other[2];
@@ -778,7 +760,7 @@ static void short_lived_tenants_are_freed(void **state)
         mbt_session_close(&live[i]);
     mbt_session_close(&other[0]);
     for (int i = 0; i < 100 && tenants_known(&probe) != base + 1; i++)
-        sleep_ms(100);
+        mbt_sleep_ms(100);
     assert_int_equal(tenants_known(&probe), base + 1);   /* "other" has a session left */
     assert_true(tenant_row(&d, "other", &n, &cached));
     assert_int_equal(n, 1);
@@ -813,7 +795,7 @@ static void reconnect_keeps_tenant(void **state)
         back = t && t->n == 1 && json_num(&t->kids[0], "frames") > 0;
         json_free(j);
         if (!back)
-            sleep_ms(100);
+            mbt_sleep_ms(100);
     }
     assert_true(back);
     assert_true(tenant_row(&d, "keeper", &n, &cached));
@@ -1113,7 +1095,7 @@ static void pipelined_requests_all_answered(void **state)
         n += 2 + len;
     }
     int fd = zmtp_open(&d, buf, n);
-    sleep_ms(500);   /* the daemon fills the connection and holds the rest */
+    mbt_sleep_ms(500);   /* the daemon fills the connection and holds the rest */
     for (uint64_t id = 1; id <= 40; id++) {
         Mb__Reply *rep = zmtp_reply(fd);
         assert_non_null(rep);

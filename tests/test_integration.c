@@ -29,21 +29,6 @@
 
 static const char *const small_frames[] = { "--frame-size", "64K", "--budget", "64M", NULL };
 
-static void sleep_ms(int ms)
-{
-    struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
-    nanosleep(&ts, NULL);
-}
-
-static double status_num(const struct mbt_daemon *d, const char *key)
-{
-    struct json *j = mbt_status(d);
-    assert_non_null(j);
-    double v = json_num(j, key);
-    json_free(j);
-    return v;
-}
-
 /* A holder client, asserted to have started. */
 static pid_t spawn_holder(struct mbt_daemon *d, const char *size, const char *seed,
                           const char *tenant, int *out, int *in)
@@ -59,9 +44,9 @@ static int wait_granted(const struct mbt_daemon *d, int want)
 {
     int granted = -1;
     for (int i = 0; i < 200 && granted != want; i++) {
-        granted = (int)status_num(d, "frames_granted");
+        granted = (int)mbt_status_num(d, "frames_granted");
         if (granted != want)
-            sleep_ms(50);
+            mbt_sleep_ms(50);
     }
     return granted;
 }
@@ -160,9 +145,9 @@ static void budget_exhausted_then_still_serving(void **state)
     close(in);   /* end of input: the holder frees and exits */
     assert_int_equal(mbt_wait(holder), 0);
     close(fd);
-    assert_int_equal((int)status_num(&d, "frames_granted"), 0);
+    assert_int_equal((int)mbt_status_num(&d, "frames_granted"), 0);
     assert_true(mbt_daemon_alive(&d));
-    assert_true(status_num(&d, "budget_bytes") == 8 * FRAME);
+    assert_true(mbt_status_num(&d, "budget_bytes") == 8 * FRAME);
     assert_int_equal(mbt_daemon_stop(&d), 0);
 }
 
@@ -319,7 +304,7 @@ static void sharing_outlives_the_exporter(void **state)
     assert_int_equal(write(b_in, line, strlen(line)), (ssize_t)strlen(line));
     assert_true(mbt_read_line(b_out, line, sizeof(line), 10000) >= 0);
     assert_string_equal(line, "intact");
-    assert_int_equal((int)status_num(&d, "frames_granted"), 160);
+    assert_int_equal((int)mbt_status_num(&d, "frames_granted"), 160);
 
     /* B frees: every frame is back. */
     close(b_in);
@@ -371,7 +356,7 @@ static void daemon_restart_keeps_clients(void **state)
         snprintf(tenant, sizeof(tenant), "keeper%d", i);
         pid[i] = spawn_holder(&d, size, seed, tenant, &out[i], &in[i]);
     }
-    assert_int_equal((int)status_num(&d, "frames_granted"), 480);
+    assert_int_equal((int)mbt_status_num(&d, "frames_granted"), 480);
 
     kill(d.pid, SIGKILL);
     /* While it is down, what needs the daemon fails clearly, and soon. */
@@ -428,7 +413,7 @@ static void daemon_restart_keeps_shares(void **state)
     pid_t b = mbt_spawn(&d, imp, &b_out, &b_in);
     assert_true(mbt_read_line(b_out, line, sizeof(line), 10000) >= 0);
     assert_string_equal(line, "import: success");
-    assert_int_equal((int)status_num(&d, "frames_granted"), 160);
+    assert_int_equal((int)mbt_status_num(&d, "frames_granted"), 160);
 
     kill(d.pid, SIGKILL);
     assert_int_equal(mbt_daemon_restart(&d, small_frames), 0);
@@ -469,7 +454,7 @@ static void second_daemon_refuses(void **state)
     assert_int_equal(mbt_run(&d, argv, out, sizeof(out), true), 1);
     assert_non_null(strstr(out, "already serves device 0"));
     assert_true(mbt_daemon_alive(&d));
-    assert_true(status_num(&d, "frames_total") >= 0);
+    assert_true(mbt_status_num(&d, "frames_total") >= 0);
     assert_int_equal(mbt_daemon_stop(&d), 0);
 }
 

@@ -30,31 +30,6 @@
 #define SECRET "ROOT-SECRET-0123456789"
 #define ATTACKER 65534
 
-static void sleep_ms(int ms)
-{
-    struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
-    nanosleep(&ts, NULL);
-}
-
-static void write_config(char *path, size_t len, const char *text)
-{
-    snprintf(path, len, "/tmp/mbtest-conf.XXXXXX");
-    int fd = mkstemp(path);
-    assert_true(fd >= 0);
-    assert_int_equal(write(fd, text, strlen(text)), (ssize_t)strlen(text));
-    close(fd);
-    chmod(path, 0644);
-}
-
-static double status_num(const struct mbt_daemon *d, const char *key)
-{
-    struct json *j = mbt_status(d);
-    assert_non_null(j);
-    double v = json_num(j, key);
-    json_free(j);
-    return v;
-}
-
 static double metric(const struct mbt_daemon *d, const char *key)
 {
     const char *m[] = { "metrics", NULL };
@@ -391,9 +366,9 @@ static void retained_descriptor_never_sees_another_uid(void **state)
     assert_int_equal(sscanf(rest, "%d %d", &secret, &nonzero), 2);
     assert_int_equal(secret, 0);
     /* The attacker's frames were released to make room, and counted. */
-    assert_int_equal((int)status_num(&d, "released_isolation"), 4);
+    assert_int_equal((int)mbt_status_num(&d, "released_isolation"), 4);
     assert_int_equal((int)metric(&d, "released_isolation"), 4);
-    assert_int_equal((int)status_num(&d, "frames_granted"), 4);
+    assert_int_equal((int)mbt_status_num(&d, "frames_granted"), 4);
     attacker_stop(&a);
     mbt_session_close(&root.s[0]);
     assert_int_equal(mbt_daemon_stop(&d), 0);
@@ -427,7 +402,7 @@ static void tenant_name_does_not_skip_the_scrub(void **state)
     int secret = -1, nonzero = -1;
     assert_int_equal(sscanf(rest, "%d %d", &secret, &nonzero), 2);
     assert_int_equal(nonzero, 0);
-    assert_int_equal((int)status_num(&d, "released_isolation"), 4);
+    assert_int_equal((int)mbt_status_num(&d, "released_isolation"), 4);
     attacker_stop(&a);
     mbt_session_close(&root.s[0]);
     assert_int_equal(mbt_daemon_stop(&d), 0);
@@ -467,11 +442,11 @@ static void share_refuses_duplicates_and_caps_tokens(void **state)
     assert_int_equal(att(&a, NULL, 0, "open 1 eve2"), 0);
     assert_int_equal(att(&a, NULL, 0, "import 1 %s", tok), 0);
     assert_int_equal(att(&a, NULL, 0, "return 0"), 0);
-    assert_int_equal((int)status_num(&d, "frames_granted"), 2);   /* the importer holds them */
+    assert_int_equal((int)mbt_status_num(&d, "frames_granted"), 2);   /* the importer holds them */
     assert_int_equal(att(&a, NULL, 0, "close 1"), 0);
-    for (int i = 0; i < 100 && status_num(&d, "frames_granted") != 0; i++)
-        sleep_ms(20);
-    assert_int_equal((int)status_num(&d, "frames_granted"), 0);
+    for (int i = 0; i < 100 && mbt_status_num(&d, "frames_granted") != 0; i++)
+        mbt_sleep_ms(20);
+    assert_int_equal((int)mbt_status_num(&d, "frames_granted"), 0);
     attacker_stop(&a);
     assert_true(mbt_daemon_alive(&d));
     assert_int_equal(mbt_daemon_stop(&d), 0);
@@ -484,7 +459,7 @@ static void reattach_only_by_the_uid_that_held(void **state)
     if (!mbt_can_setpriv())
         skip();
     char conf[64];
-    write_config(conf, sizeof(conf), "[uid 65534]\nmax = 192K\n");
+    mbt_write_config(conf, sizeof(conf), "[uid 65534]\nmax = 192K\n");
     const char *extra[] = { "--frame-size", "64K", "--budget", "1M", "--config", conf, NULL };
     struct mbt_daemon d;
     assert_int_equal(mbt_daemon_start(&d, extra), 0);
@@ -521,7 +496,7 @@ static void reattach_only_by_the_uid_that_held(void **state)
     /* The daemon dies; clients keep their memory. It comes back with the
      * uid's max lowered below what the attacker holds. */
     kill(d.pid, SIGKILL);
-    write_config(conf, sizeof(conf), "[uid 65534]\nmax = 64K\n");
+    mbt_write_config(conf, sizeof(conf), "[uid 65534]\nmax = 64K\n");
     const char *again[] = { "--frame-size", "64K", "--budget", "1M", "--config", conf, NULL };
     assert_int_equal(mbt_daemon_restart(&d, again), 0);
     mbt_session_close(&root.s[0]);
@@ -553,7 +528,7 @@ static void reattach_only_by_the_uid_that_held(void **state)
     assert_int_equal(call_reattach(&s, ip, 4, &adopted, &refused), 0);
     assert_int_equal(adopted, 4);
     assert_int_equal(refused, 0);
-    assert_int_equal((int)status_num(&d, "bytes_granted"), 6 * FRAME);
+    assert_int_equal((int)mbt_status_num(&d, "bytes_granted"), 6 * FRAME);
     attacker_stop(&a);
     mbt_session_close(&s);
     assert_int_equal(mbt_daemon_stop(&d), 0);
@@ -596,7 +571,7 @@ static void self_import_is_charged(void **state)
     if (!mbt_can_setpriv())
         skip();
     char conf[64];
-    write_config(conf, sizeof(conf), "[uid 65534]\nmax = 512K\n");
+    mbt_write_config(conf, sizeof(conf), "[uid 65534]\nmax = 512K\n");
     const char *extra[] = { "--frame-size", "64K", "--budget", "4M", "--config", conf, NULL };
     struct mbt_daemon d;
     assert_int_equal(mbt_daemon_start(&d, extra), 0);
@@ -712,7 +687,7 @@ static void cache_report_counts_only_what_would_come_free(void **state)
     for (int i = 0; i < 100 && c != 4 * FRAME; i++) {   /* once the daemon saw it go */
         assert_int_equal(att(&a, NULL, 0, "cache 0 %u", 4 * FRAME), 0);
         if ((c = cached_of(&d, "eve-a")) != 4 * FRAME)
-            sleep_ms(20);
+            mbt_sleep_ms(20);
     }
     assert_int_equal((int)c, 4 * FRAME);
     attacker_stop(&a);
@@ -726,7 +701,7 @@ static void cache_report_counts_only_what_would_come_free(void **state)
 static void deferred_grant_checks_quota_again(void **state)
 {
     char conf[64];
-    write_config(conf, sizeof(conf), "[tenant capped]\nmax = 256K\n");
+    mbt_write_config(conf, sizeof(conf), "[tenant capped]\nmax = 256K\n");
     const char *extra[] = { "--frame-size", "64K", "--budget", "512K", "--reclaim-timeout", "10000",
                             "--config", conf, NULL };
     struct mbt_daemon d;
@@ -795,7 +770,7 @@ static void stray_grant_frames_handed_back_by_id(void **state)
         ids[i] = rep->grant->frames[i]->id;
     mb__reply__free_unpacked(rep, NULL);
     assert_int_equal(mbt_session_return(&s, ids, 3), 0);
-    assert_int_equal((int)status_num(&d, "frames_granted"), 0);
+    assert_int_equal((int)mbt_status_num(&d, "frames_granted"), 0);
     assert_int_equal(mbt_session_grant(&s, FRAME), 0);   /* the session carries on */
     mbt_session_close(&s);
     assert_int_equal(mbt_daemon_stop(&d), 0);
@@ -832,16 +807,16 @@ static void kill_without_pidfd_keeps_frames_withdrawn(void **state)
     assert_int_equal(rc, 0);
     json_free(j);
     /* Still running, still mapping: nobody else may get its frames. */
-    sleep_ms(600);
-    assert_int_equal((int)status_num(&d, "frames_granted"), 4);
+    mbt_sleep_ms(600);
+    assert_int_equal((int)mbt_status_num(&d, "frames_granted"), 4);
     close(in);
     mbt_wait(victim);
     close(out);
     int granted = -1;
     for (int i = 0; i < 200 && granted != 0; i++) {
-        granted = (int)status_num(&d, "frames_granted");
+        granted = (int)mbt_status_num(&d, "frames_granted");
         if (granted)
-            sleep_ms(50);
+            mbt_sleep_ms(50);
     }
     assert_int_equal(granted, 0);
     assert_int_equal(mbt_daemon_stop(&d), 0);
@@ -860,10 +835,10 @@ static void reserve_follows_demand_and_releases_idle_frames(void **state)
     /* Demand raised the target; the workers make frames ahead of the next grant. */
     double target = 0, free_bytes = 0;
     for (int i = 0; i < 100 && (target < 32 * FRAME || free_bytes < 32 * FRAME); i++) {
-        target = status_num(&d, "reserve_target");
-        free_bytes = status_num(&d, "bytes_free");
+        target = mbt_status_num(&d, "reserve_target");
+        free_bytes = mbt_status_num(&d, "bytes_free");
         if (target < 32 * FRAME || free_bytes < 32 * FRAME)
-            sleep_ms(20);
+            mbt_sleep_ms(20);
     }
     assert_true(target >= 32 * FRAME);
     assert_true(free_bytes >= 32 * FRAME);
@@ -876,7 +851,7 @@ static void reserve_follows_demand_and_releases_idle_frames(void **state)
         j = mbt_status(&d);
         if (json_num(j, "bytes_free") == 0 && json_num(j, "reserve_target") == 0)
             break;
-        sleep_ms(50);
+        mbt_sleep_ms(50);
     }
     assert_int_equal((int)json_num(j, "reserve_target"), 0);
     assert_int_equal((int)json_num(j, "bytes_free"), 0);

@@ -24,33 +24,6 @@
 
 #define FRAME (64u << 10)
 #define NOBODY "/usr/bin/setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"
-
-static void sleep_ms(int ms)
-{
-    struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
-    nanosleep(&ts, NULL);
-}
-
-/* A config file in a fresh temporary path; the caller unlinks it. */
-static void write_config(char *path, size_t len, const char *text)
-{
-    snprintf(path, len, "/tmp/mbtest-conf.XXXXXX");
-    int fd = mkstemp(path);
-    assert_true(fd >= 0);
-    assert_int_equal(write(fd, text, strlen(text)), (ssize_t)strlen(text));
-    close(fd);
-    chmod(path, 0644);
-}
-
-static double status_num(const struct mbt_daemon *d, const char *key)
-{
-    struct json *j = mbt_status(d);
-    assert_non_null(j);
-    double v = json_num(j, key);
-    json_free(j);
-    return v;
-}
-
 /* The tenant object named `name` in tenants --json (copied out), or false. */
 static bool tenant_info(const struct mbt_daemon *d, const char *name, double *bytes, double *max,
                         bool *unlimited)
@@ -115,7 +88,7 @@ static double session_of(const struct mbt_daemon *d, pid_t pid)
 static void tenant_quota_and_other_tenant(void **state)
 {
     char conf[64];
-    write_config(conf, sizeof(conf), "[tenant capped]\nmax = 40M\n");
+    mbt_write_config(conf, sizeof(conf), "[tenant capped]\nmax = 40M\n");
     const char *extra[] = { "--frame-size", "1M", "--budget", "128M", "--config", conf, NULL };
     struct mbt_daemon d;
     assert_int_equal(mbt_daemon_start(&d, extra), 0);
@@ -144,8 +117,8 @@ static void tenant_quota_and_other_tenant(void **state)
     /* Another tenant is unaffected. */
     const char *other[] = { MB_CLIENT_BIN, "pattern", "1048576", "9", "other", NULL };
     assert_int_equal(mbt_run(&d, other, buf, sizeof(buf), false), 0);
-    assert_true(status_num(&d, "refused_quota") >= 2);
-    assert_true(status_num(&d, "refused") >= 2);
+    assert_true(mbt_status_num(&d, "refused_quota") >= 2);
+    assert_true(mbt_status_num(&d, "refused") >= 2);
 
     /* An administrator raises the quota at run time. */
     const char *raise[] = { "quota", "capped", "80M", NULL };
@@ -181,7 +154,7 @@ static void uid_quota(void **state)
     if (!mbt_can_setpriv())
         skip();
     char conf[64];
-    write_config(conf, sizeof(conf), "[uid 65534]\nmax = 40M\n");
+    mbt_write_config(conf, sizeof(conf), "[uid 65534]\nmax = 40M\n");
     const char *extra[] = { "--frame-size", "1M", "--budget", "128M", "--config", conf, NULL };
     struct mbt_daemon d;
     assert_int_equal(mbt_daemon_start(&d, extra), 0);
@@ -247,7 +220,7 @@ static void non_admin_refused_victim_intact(void **state)
 
     /* A uid in admin_uids may. */
     char conf[64];
-    write_config(conf, sizeof(conf), "admin_uids = 65534\n");
+    mbt_write_config(conf, sizeof(conf), "admin_uids = 65534\n");
     const char *extra2[] = { "--config", conf, NULL };
     assert_int_equal(mbt_daemon_start(&d, extra2), 0);
     const char *drain[] = { NOBODY, MB_CTL_BIN, "--runtime-dir", d.dir, "drain", NULL };
@@ -275,12 +248,12 @@ static void foreign_frames_refused(void **state)
     assert_int_equal(mbt_session_grant(&b, FRAME), 0);
     uint32_t mixed[2] = { b.frame_ids[0], a.frame_ids[2] };
     assert_int_equal(mbt_session_return(&b, mixed, 2), MB_EPERM);
-    assert_int_equal((int)status_num(&d, "frames_granted"), 5);
+    assert_int_equal((int)mbt_status_num(&d, "frames_granted"), 5);
     uint32_t none = 99999;
     assert_int_equal(mbt_session_return(&b, &none, 1), MB_ENOENT);
     uint32_t twice[2] = { b.frame_ids[0], b.frame_ids[0] };
     assert_int_equal(mbt_session_return(&b, twice, 2), MB_EINVAL);
-    assert_int_equal((int)status_num(&d, "frames_granted"), 5);
+    assert_int_equal((int)mbt_status_num(&d, "frames_granted"), 5);
     /* The frame table still shows Alice holding hers. */
     const char *fr[] = { "frames", NULL };
     struct json *j = mbt_ctl_json(&d, NULL, fr);
@@ -295,7 +268,7 @@ static void foreign_frames_refused(void **state)
         }
     assert_int_equal(alice, 3);
     json_free(j);
-    assert_true(status_num(&d, "refused") >= 2);
+    assert_true(mbt_status_num(&d, "refused") >= 2);
     assert_int_equal(mbt_session_return(&a, a.frame_ids, a.n_frames), 0);
     mbt_session_close(&a);
     mbt_session_close(&b);
@@ -318,7 +291,7 @@ static void kill_withdraws_until_exit(void **state)
     assert_int_equal((int)json_num(j, "frames"), 4);
     json_free(j);
     /* Withdrawn: granted to no one while the process may still map them. */
-    assert_int_equal((int)status_num(&d, "frames_granted"), 4);
+    assert_int_equal((int)mbt_status_num(&d, "frames_granted"), 4);
     const char *fr[] = { "frames", NULL };
     j = mbt_ctl_json(&d, NULL, fr);
     const struct json *f = json_get(j, "frames");
@@ -337,9 +310,9 @@ static void kill_withdraws_until_exit(void **state)
     close(out);
     int granted = -1;
     for (int i = 0; i < 200 && granted != 0; i++) {
-        granted = (int)status_num(&d, "frames_granted");
+        granted = (int)mbt_status_num(&d, "frames_granted");
         if (granted)
-            sleep_ms(50);
+            mbt_sleep_ms(50);
     }
     assert_int_equal(granted, 0);
     assert_int_equal(mbt_daemon_stop(&d), 0);
@@ -402,7 +375,7 @@ static void reclaim_notice_completes_grant(void **state)
 static void reclaim_deadline_and_order(void **state)
 {
     char conf[64];
-    write_config(conf, sizeof(conf), "[tenant guarded]\nmin = 256K\n");
+    mbt_write_config(conf, sizeof(conf), "[tenant guarded]\nmin = 256K\n");
     struct mbt_daemon d = reclaim_daemon("300", conf);
     struct mbt_session g, p;
     assert_int_equal(mbt_session_open(&d, "guarded", &g), 0);
@@ -470,7 +443,7 @@ static void elastic_reclaim_end_to_end(void **state)
                 cached = json_num(&t->kids[k], "cached");
         json_free(j);
         if (cached <= 0)
-            sleep_ms(50);
+            mbt_sleep_ms(50);
     }
     if (cached <= 0) {
         close(in);
@@ -491,7 +464,7 @@ static void elastic_reclaim_end_to_end(void **state)
     close(in);
     assert_int_equal(mbt_wait(a), 0);
     close(out);
-    assert_true(status_num(&d, "reclaim_notices") >= 1);
+    assert_true(mbt_status_num(&d, "reclaim_notices") >= 1);
     assert_int_equal(mbt_daemon_stop(&d), 0);
 }
 

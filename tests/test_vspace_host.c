@@ -262,13 +262,6 @@ static void test_errors(void **state)
     mb_vspace_destroy(NULL);
     assert_null(mb_vspace_device(NULL));
 }
-
-static void sleep_ms(int ms)
-{
-    struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
-    nanosleep(&ts, NULL);
-}
-
 static mb_client_stats stats_of(mb_client *c)
 {
     mb_client_stats st;
@@ -352,7 +345,7 @@ static mb_client_stats wait_free(mb_client *c, size_t want)
 {
     mb_client_stats st = stats_of(c);
     for (int i = 0; i < 400 && st.vspace_free_bytes < want; i++) {
-        sleep_ms(10);
+        mbt_sleep_ms(10);
         st = stats_of(c);
     }
     assert_true(st.vspace_free_bytes >= want);
@@ -463,7 +456,7 @@ static void test_map_during_refill(void **state)
     tag_pages(v[0], tag[0], 0, a_pages);
     /* Under the watermark now: the thread's next refill starts and is held. */
     for (int i = 0; i < 400 && growers(c, page) == 0; i++)
-        sleep_ms(5);
+        mbt_sleep_ms(5);
     assert_int_equal(growers(c, page), 1);
     uint64_t waits = stats_of(c).vspace_refill_waits;
     assert_int_equal(mb_vspace_map_async(v[1], 0, 8, NULL), 0);      /* from the 10 free */
@@ -476,7 +469,7 @@ static void test_map_during_refill(void **state)
     check_owners(v, tag, 2, vpages);
     /* The refill lands; maps use its pages without a wait. */
     for (int i = 0; i < 400 && stats_of(c).vspace_extents < ext + 2; i++)
-        sleep_ms(5);
+        mbt_sleep_ms(5);
     st = stats_of(c);
     assert_int_equal(st.vspace_extents, ext + 2);
     size_t more = st.vspace_free_bytes / page;
@@ -517,7 +510,7 @@ static void test_reclaim(void **state)
     json_free(j);
     assert_int_equal(rc, 0);
     for (int i = 0; i < 200 && (st.vspace_pool_bytes || st.grow_mapped_ahead >= st.frame_bytes); i++) {
-        sleep_ms(25);
+        mbt_sleep_ms(25);
         st = stats_of(c);
     }
     assert_int_equal(st.vspace_pool_bytes, 0);
@@ -648,7 +641,7 @@ static void test_idle_and_close(void **state)
     /* Nothing uses the pool or the growable tail now: both go back. */
     mb_client_stats st = stats_of(c);
     for (int i = 0; i < 200 && (st.vspace_pool_bytes || st.grow_mapped_ahead); i++) {
-        sleep_ms(25);
+        mbt_sleep_ms(25);
         st = stats_of(c);
     }
     assert_int_equal(st.vspace_pool_bytes, 0);
@@ -665,7 +658,7 @@ static void test_idle_and_close(void **state)
     mb_close(c);
     assert_int_equal(n_threads(), threads0);
     for (int i = 0; i < 200 && status_num("frames_granted") != granted0; i++)
-        sleep_ms(25);
+        mbt_sleep_ms(25);
     assert_true(status_num("frames_granted") == granted0);
 }
 
@@ -684,7 +677,7 @@ static void test_grow_tail(void **state)
     memset(p, 0x11, 4 * mib);
     mb_client_stats st = stats_of(g_c);
     for (int i = 0; i < 200 && st.grow_mapped_ahead < 2 * mib; i++) {
-        sleep_ms(10);
+        mbt_sleep_ms(10);
         st = stats_of(g_c);
     }
     assert_int_equal(st.grow_mapped_ahead, 2 * mib);   /* mapped up to the reservation */
@@ -720,7 +713,7 @@ static void test_grow_tail(void **state)
     assert_int_equal(mb_grow(g_c, p, 6 * mib), 0);
     st = stats_of(g_c);
     for (int i = 0; i < 200 && st.grow_mapped_ahead < 4 * mib; i++) {
-        sleep_ms(10);
+        mbt_sleep_ms(10);
         st = stats_of(g_c);
     }
     assert_true(st.grow_mapped_ahead >= 4 * mib);
@@ -760,7 +753,7 @@ static void test_grow_tail(void **state)
     assert_int_equal(mb_malloc_growable(g_c, 32 * mib, max, &p), 0);
     st = stats_of(g_c);
     for (int i = 0; i < 200 && st.grow_mapped_ahead == 0; i++) {
-        sleep_ms(25);
+        mbt_sleep_ms(25);
         st = stats_of(g_c);
     }
     assert_true(st.grow_mapped_ahead > 0);
