@@ -144,6 +144,7 @@ struct mb_client {
     bool reclaim_due;            /* a RECLAIM notice waits to be answered */
     uint64_t reclaim_bytes;      /* ... for this many bytes (0: all cached) */
     uint64_t cache_reported;     /* bytes of the last Cache report */
+    uint64_t counters_reported[7];   /* ... and its counters (Mb__ClientCounters order) */
     uint64_t tier_idle;          /* idle tier bytes, as maint.c last saw them */
     pthread_t maint_thread;      /* notices, idle policy, settling (maint.c) */
     bool maint_on, stopping;
@@ -224,6 +225,9 @@ int fcache_return_ids(mb_client *c, uint32_t *ids, size_t n);
 /* Tell the daemon how much this process could give back (cached frames
  * plus tier_idle bytes), when it changed. */
 void fcache_report(mb_client *c, uint64_t tier_idle);
+/* The same with the allocator's counters (mbctl tenants shows them), sent
+ * when either changed. */
+void fcache_report_counters(mb_client *c, uint64_t tier_idle, const mb_client_stats *st);
 bool fcache_is_valid(const struct frame_cache *fc);
 
 /* stitch.c */
@@ -302,6 +306,9 @@ bool tc_is_object(mb_client *c, const void *ptr);
  * closing). c->lock not held. */
 void tc_flush_every_thread(mb_client *c, bool detach);
 size_t tc_cached_bytes(mb_client *c);
+/* Flush the caches of threads that made no call for idle_ms (the idle
+ * policy). c->lock not held. */
+void tc_flush_idle(mb_client *c, int64_t idle_ms);
 /* The chunk registry (c->lock held). */
 int tc_chunk_add(mb_client *c, void *base, unsigned cls, size_t size, size_t chunk_bytes);
 void tc_chunk_del(mb_client *c, void *base);

@@ -66,19 +66,47 @@ static int return_ids(mb_client *c, uint32_t *ids, size_t n) { return send_retur
 /* What this process could hand back: cached frames, plus the idle bytes
  * of its tiers (what a trim would release; an upper bound, since a partly
  * used arena stays). */
-void fcache_report(mb_client *c, uint64_t tier_idle)
+static void report(mb_client *c, uint64_t tier_idle, const mb_client_stats *st)
 {
     uint64_t now = c->fc.bytes_cached + tier_idle;
     now += refill_reclaimable(c);   /* free vspace pages, growable tails */
-    if (now == c->cache_reported || c->broken)
+    uint64_t v[7] = { 0 };
+    if (st) {
+        const uint64_t k[7] = { st->bytes_idle, st->heap_hits, st->heap_grants, st->stitches,
+                                st->unmaps, st->vspace_refill_waits, st->grow_waits };
+        memcpy(v, k, sizeof(v));
+    }
+    bool counters = st && memcmp(v, c->counters_reported, sizeof(v)) != 0;
+    if ((now == c->cache_reported && !counters) || c->broken)
         return;
     Mb__Request req = MB__REQUEST__INIT;
     Mb__Cache m = MB__CACHE__INIT;
+    Mb__ClientCounters cc = MB__CLIENT_COUNTERS__INIT;
     m.bytes = now;
+    if (counters) {
+        cc.bytes_idle = v[0];
+        cc.heap_hits = v[1];
+        cc.heap_grants = v[2];
+        cc.stitches = v[3];
+        cc.unmaps = v[4];
+        cc.refill_waits = v[5];
+        cc.grow_waits = v[6];
+        m.counters = &cc;
+    }
     req.body_case = MB__REQUEST__BODY_CACHE;
     req.cache = &m;
-    if (rpc_post(c, &req) == 0)
+    if (rpc_post(c, &req) == 0) {
         c->cache_reported = now;
+        if (counters)
+            memcpy(c->counters_reported, v, sizeof(v));
+    }
+}
+
+void fcache_report(mb_client *c, uint64_t tier_idle) { report(c, tier_idle, NULL); }
+
+void fcache_report_counters(mb_client *c, uint64_t tier_idle, const mb_client_stats *st)
+{
+    report(c, tier_idle, st);
 }
 
 /* A channel message that belongs to no call in progress: its frames were

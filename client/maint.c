@@ -119,6 +119,8 @@ static void settle(mb_client *c)
 
 int maint_release(mb_client *c, int64_t idle_ms, size_t keep_bytes)
 {
+    if (idle_ms >= 0 && c->tc_reg)
+        tc_flush_idle(c, idle_ms);   /* caches of threads gone quiet */
     pthread_mutex_lock(&c->lock);
     bool unsettled = tiers_unsettled(c);
     pthread_mutex_unlock(&c->lock);
@@ -220,14 +222,14 @@ static void *maint_main(void *arg)
         if (now - last_idle >= c->idle_ms / 4) {
             maint_release(c, c->idle_ms, 0);
             last_idle = now;
-        } else {
-            pthread_mutex_lock(&c->lock);
-            mb_client_stats st = { 0 };
-            tiers_stats(c, &st);
-            pthread_mutex_unlock(&c->lock);
+        }
+        /* What could be given back, and the allocator's counters, for the
+         * daemon's books and mbctl tenants. */
+        mb_client_stats st;
+        if (mb_stats(c, &st) == 0) {
             pthread_mutex_lock(&c->flock);
             c->tier_idle = st.bytes_idle;
-            fcache_report(c, c->tier_idle);
+            fcache_report_counters(c, c->tier_idle, &st);
             pthread_mutex_unlock(&c->flock);
         }
         pthread_mutex_lock(&c->flock);

@@ -63,6 +63,9 @@ struct tcache {
     uint64_t ev_gen;
     uint32_t unfenced;           /* legacy frees since the last event */
     size_t bytes;                /* read by mb_stats without m (atomic) */
+    uint64_t ops;                /* calls served; the idle policy watches it */
+    uint64_t seen_ops;           /* ops when the idle policy last saw it change */
+    int64_t seen_ms;             /* ... and when */
     struct tcache *next;         /* the client's list (g_tc_lock) */
     struct tc_bin bins[];
 };
@@ -347,6 +350,7 @@ int tc_alloc(mb_client *c, size_t size, void *stream, bool sync, void **ptr)
         return MB_ENOENT;   /* no cache: the caller takes the shared path */
     unsigned k = mb_slab_class_of(c->slab, size);
     size_t csize = mb_slab_class_size(c->slab, k);
+    t->ops++;
     struct tc_bin *b = &t->bins[k];
     int rc = 0;
     void *p = NULL;
@@ -476,6 +480,23 @@ void tc_flush_every_thread(mb_client *c, bool detach)
             *pp = t->next;
         } else {
             pp = &t->next;
+        }
+        pthread_mutex_unlock(&t->m);
+    }
+    pthread_mutex_unlock(&g_tc_lock);
+}
+
+void tc_flush_idle(mb_client *c, int64_t idle_ms)
+{
+    int64_t now = tiers_now_ms();
+    pthread_mutex_lock(&g_tc_lock);
+    for (struct tcache *t = c->tcaches; t; t = t->next) {
+        pthread_mutex_lock(&t->m);
+        if (t->ops != t->seen_ops || !t->seen_ms) {
+            t->seen_ops = t->ops;
+            t->seen_ms = now;
+        } else if (now - t->seen_ms >= idle_ms && t->c) {
+            flush_all(t);
         }
         pthread_mutex_unlock(&t->m);
     }

@@ -417,6 +417,12 @@ static void h_cache(struct request_ctx *rc, const Mb__Request *req, Mb__Reply *r
     /* What returning could free: frames importers hold stay held. */
     uint64_t held = s->bytes - s->lent_bytes;
     s->cached = req->cache->bytes < held ? req->cache->bytes : held;
+    const Mb__ClientCounters *k = req->cache->counters;
+    if (k) {
+        const uint64_t v[7] = { k->bytes_idle, k->heap_hits, k->heap_grants, k->stitches,
+                                k->unmaps, k->refill_waits, k->grow_waits };
+        memcpy(s->counters, v, sizeof(v));
+    }
     mb__cache_reply__init(&cr);
     rep->body_case = MB__REPLY__BODY_CACHE;
     rep->cache = &cr;
@@ -506,19 +512,23 @@ static void h_tenants(struct request_ctx *rc, const Mb__Request *req, Mb__Reply 
     static Mb__TenantsReply tr;
     static Mb__TenantInfo *infos;
     static Mb__TenantInfo **infop;
+    static Mb__ClientCounters *counters;
     static uint32_t cap;
     struct daemon *d = rc->d;
     if (d->n_tenants > cap) {
         uint32_t ncap = d->n_tenants * 2;
         Mb__TenantInfo *ni = realloc(infos, ncap * sizeof(*ni));
         Mb__TenantInfo **np = ni ? realloc(infop, ncap * sizeof(*np)) : NULL;
+        Mb__ClientCounters *nk = np ? realloc(counters, ncap * sizeof(*nk)) : NULL;
         if (ni)
             infos = ni;
-        if (!np) {
+        if (np)
+            infop = np;
+        if (!nk) {
             mb_reply_error(rep, MB_ENOMEM, "out of memory");
             return;
         }
-        infop = np;
+        counters = nk;
         cap = ncap;
     }
     size_t n = 0;
@@ -530,8 +540,19 @@ static void h_tenants(struct request_ctx *rc, const Mb__Request *req, Mb__Reply 
         ti->max = t->max;
         ti->min = t->min;
         ti->sessions = t->n_sessions;
-        for (const struct session *s = t->sessions; s; s = s->t_next)
+        Mb__ClientCounters *k = &counters[n];
+        mb__client_counters__init(k);
+        for (const struct session *s = t->sessions; s; s = s->t_next) {
             ti->cached += s->cached;
+            k->bytes_idle += s->counters[0];
+            k->heap_hits += s->counters[1];
+            k->heap_grants += s->counters[2];
+            k->stitches += s->counters[3];
+            k->unmaps += s->counters[4];
+            k->refill_waits += s->counters[5];
+            k->grow_waits += s->counters[6];
+        }
+        ti->counters = k;
         /* Tenants with nothing to show (past sessions, default policy) are left out. */
         if (ti->sessions == 0 && t->bytes == 0 && t->max == MB_CONFIG_UNLIMITED && t->min == 0)
             continue;

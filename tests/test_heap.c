@@ -1,0 +1,145 @@
+/* test_heap.c: the heap keeps freed memory mapped, and gives it back only
+ * the ways it should: the idle policy ($MOONBRIGHT_IDLE_MS), mb_trim and a
+ * reclaim notice; the daemon's books balance after each, and mbctl tenants
+ * shows the idle bytes and the allocator's counters. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include <moonbright/mbclient.h>
+
+#include "harness.h"
+
+/* A number of tenant `name` in mbctl tenants --json (-1: not listed). */
+static double tenant_num(const struct mbt_daemon *d, const char *name, const char *key)
+{
+    const char *args[] = { "tenants", NULL };
+    struct json *j = mbt_ctl_json(d, NULL, args);
+    assert_non_null(j);
+    const struct json *t = json_get(j, "tenants");
+    double v = -1;
+    for (size_t i = 0; t && i < t->n; i++) {
+        const struct json *name_j = json_get(&t->kids[i], "name");
+        if (name_j && name_j->str && strcmp(name_j->str, name) == 0)
+            v = json_num(&t->kids[i], key);
+    }
+    json_free(j);
+    return v;
+}
+
+/* Wait up to ms for cond; true when it held. */
+#define WAIT_FOR(ms, cond)                                        \
+    ({                                                            \
+        bool ok_ = false;                                         \
+        for (int w_ = 0; w_ < (ms) / 50 && !(ok_ = (cond)); w_++) \
+            mbt_sleep_ms(50);                                     \
+        ok_ || (cond);                                            \
+    })
+
+static size_t granted(mb_client *c)
+{
+    mb_client_stats st;
+    assert_int_equal(mb_stats(c, &st), 0);
+    return st.bytes_granted;
+}
+
+static size_t idle(mb_client *c)
+{
+    mb_client_stats st;
+    assert_int_equal(mb_stats(c, &st), 0);
+    return st.bytes_idle;
+}
+
+/* Allocate and free a mix of heap sizes; the memory stays mapped. */
+static void churn(mb_client *c)
+{
+    static const size_t sizes[] = { 20u << 20, 3u << 20, 12u << 20, 1u << 20, 40u << 20 };
+    void *p[5];
+    for (int round = 0; round < 3; round++) {
+        for (int i = 0; i < 5; i++)
+            assert_int_equal(mb_malloc(c, sizes[i], &p[i]), 0);
+        for (int i = 0; i < 5; i++)
+            assert_int_equal(mb_free(c, p[i]), 0);
+    }
+}
+
+static void idle_policy_and_trim(void **state)
+{
+    (void)state;
+    struct mbt_daemon d;
+    assert_int_equal(mbt_daemon_start(&d, NULL), 0);
+    setenv("MOONBRIGHT_RUNTIME_DIR", d.dir, 1);
+    setenv("MOONBRIGHT_IDLE_MS", "400", 1);
+    mb_client *c;
+    assert_int_equal(mb_open(&c, "heap-idle"), 0);
+    churn(c);
+    mb_client_stats st;
+    assert_int_equal(mb_stats(c, &st), 0);
+    assert_int_equal(st.bytes_live, 0);
+    assert_true(st.heap_hits > 0);            /* later rounds reused what the first mapped */
+    assert_true(st.bytes_idle > 0);
+    /* mbctl tenants sees the idle memory and the counters... */
+    assert_true(WAIT_FOR(2000, tenant_num(&d, "heap-idle", "heap_hits") > 0));
+    /* ...and, once the idle policy has run, idle bytes fall to zero and
+     * every frame is back with the daemon. */
+    assert_true(WAIT_FOR(5000, idle(c) == 0 && granted(c) == 0));
+    assert_true(WAIT_FOR(2000, mbt_status_num(&d, "frames_granted") == 0));
+    assert_true(WAIT_FOR(2000, tenant_num(&d, "heap-idle", "idle") == 0));
+    assert_true(tenant_num(&d, "heap-idle", "unmaps") > 0);
+    /* mb_trim gives it back at once. */
+    setenv("MOONBRIGHT_IDLE_MS", "600000", 1);
+    mb_client *t;
+    assert_int_equal(mb_open(&t, "heap-trim"), 0);
+    churn(t);
+    assert_true(idle(t) > 0 && granted(t) > 0);
+    assert_int_equal(mb_trim(t, 0), 0);
+    assert_int_equal(idle(t), 0);
+    assert_int_equal(granted(t), 0);
+    mb_close(t);
+    mb_close(c);
+    assert_int_equal(mbt_status_num(&d, "frames_granted"), 0);
+    assert_int_equal(mbt_daemon_stop(&d), 0);
+}
+
+/* A client holding idle heap memory answers a reclaim notice: another
+ * client's grant, refused for budget at first, is served. */
+static void reclaim_returns_idle(void **state)
+{
+    (void)state;
+    struct mbt_daemon d;
+    static const char *const args[] = { "--budget", "128M", "--reserve", "0", NULL };
+    assert_int_equal(mbt_daemon_start(&d, args), 0);
+    setenv("MOONBRIGHT_RUNTIME_DIR", d.dir, 1);
+    setenv("MOONBRIGHT_IDLE_MS", "600000", 1);   /* only the notice can move it */
+    mb_client *a, *b;
+    assert_int_equal(mb_open(&a, "holder"), 0);
+    void *p;
+    assert_int_equal(mb_malloc(a, 96u << 20, &p), 0);
+    assert_int_equal(mb_free(a, p), 0);
+    size_t held = granted(a);
+    assert_true(held >= (96u << 20));
+    assert_true(WAIT_FOR(2000, tenant_num(&d, "holder", "cached") > 0));   /* reported */
+    assert_int_equal(mb_open(&b, "needy"), 0);
+    void *q;
+    assert_int_equal(mb_malloc(b, 64u << 20, &q), 0);   /* waits for the reclaim */
+    assert_true(granted(a) < held);
+    assert_int_equal(mb_free(b, q), 0);
+    mb_close(b);
+    mb_close(a);
+    assert_int_equal(mbt_status_num(&d, "frames_granted"), 0);
+    assert_int_equal(mbt_daemon_stop(&d), 0);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(idle_policy_and_trim),
+        cmocka_unit_test(reclaim_returns_idle),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
