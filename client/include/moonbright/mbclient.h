@@ -33,14 +33,27 @@ MB_API int mb_open(mb_client **out, const char *tenant_name);
 MB_API void mb_close(mb_client *c);
 
 /* Synchronous, cudaMalloc-like: the memory is usable when the call returns,
- * aligned to at least 256 bytes. mb_free waits for work that may still use
- * the memory only when frames leave the process. */
+ * aligned to at least 256 bytes, and free of any stream's earlier work.
+ * mb_free never waits: the memory is freed on the legacy default stream and
+ * is not reused before work queued there has finished (cudaFree's
+ * guarantee). A free never unmaps either: freed memory stays mapped for
+ * reuse until mb_trim, a reclaim notice or $MOONBRIGHT_IDLE_MS of disuse.
+ * Any thread may free what another thread allocated. */
 MB_API int mb_malloc(mb_client *c, size_t size, void **ptr);
 MB_API int mb_free(mb_client *c, void *ptr);
 
 /* Stream-ordered: stream is a cudaStream_t / CUstream (NULL: the legacy
- * default stream). On the host backend streams are accepted and ordering is
- * trivially satisfied. */
+ * default stream). Memory freed on stream S is reused at once by requests on
+ * S, by other streams once the work queued on S before the free is known
+ * complete; no call waits for the device. On the host backend streams are
+ * accepted and ordering is trivially satisfied.
+ *
+ * Streams are the application's to destroy: the library records work on a
+ * stream only inside a call that names it. Once the application has
+ * synchronised a stream on which it freed memory and destroyed it, the
+ * library never uses that handle again and the memory is not stranded (a
+ * background device synchronisation settles frees no event covered). Only
+ * destroy a stream after the work queued on it has finished. */
 MB_API int mb_malloc_async(mb_client *c, size_t size, void *stream, void **ptr);
 MB_API int mb_free_async(mb_client *c, void *ptr, void *stream);
 
