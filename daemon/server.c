@@ -198,10 +198,15 @@ static uint32_t pending_of_uid(const struct daemon *d, uid_t uid)
     return n;
 }
 
-static void accept_sessions(struct daemon *d)
+/* Accept up to a burst of `what` connections on listen_fd (the `sock`) and
+ * hand each to open once the peer's credentials and the limits allow it;
+ * the uid's own cap is uid_full's to judge (its reason, or NULL). */
+static void accept_burst(struct daemon *d, int listen_fd, const char *sock, const char *what,
+                         const char *(*uid_full)(struct daemon *d, uid_t uid),
+                         bool (*open)(struct daemon *d, int fd, pid_t pid, uid_t uid))
 {
     for (int i = 0; i < ACCEPT_BURST; i++) {
-        int fd = accept_one(d, d->chan_listen, "handle channel");
+        int fd = accept_one(d, listen_fd, sock);
         if (fd == -1)
             return;
         if (fd < 0)
@@ -214,50 +219,53 @@ static void accept_sessions(struct daemon *d)
             why = "no peer credentials";
         else if (d->n_sessions + d->n_ctl >= d->conn_cap)
             why = "the daemon's connection limit is reached";
-        else if (pending_of_uid(d, uid) >= d->uid_pending_cap)
-            why = "too many of its connections have not said hello";
+        else
+            why = uid_full(d, uid);
         if (why) {
             d->count.conns_refused++;
-            daemon_log_limited(d, LOG_REFUSED, MB_LOG_WARN, "refused a handle-channel connection of pid %d (uid %u): %s",
-                               (int)pid, (unsigned)uid, why);
+            daemon_log_limited(d, LOG_REFUSED, MB_LOG_WARN, "refused a %s connection of pid %d (uid %u): %s",
+                               what, (int)pid, (unsigned)uid, why);
             close(fd);
             continue;
         }
-        int buf = 1 << 20;
-        setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &buf, sizeof(buf));
-        if (!session_open(d, fd))
+        if (!open(d, fd, pid, uid))
             close(fd);
     }
 }
 
+static const char *sessions_full(struct daemon *d, uid_t uid)
+{
+    return pending_of_uid(d, uid) >= d->uid_pending_cap
+               ? "too many of its connections have not said hello" : NULL;
+}
+
+static bool open_session(struct daemon *d, int fd, pid_t pid, uid_t uid)
+{
+    (void)pid;
+    (void)uid;
+    int buf = 1 << 20;
+    setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &buf, sizeof(buf));
+    return session_open(d, fd) != NULL;
+}
+
+static void accept_sessions(struct daemon *d)
+{
+    accept_burst(d, d->chan_listen, "handle channel", "handle-channel", sessions_full, open_session);
+}
+
+static const char *ctl_full(struct daemon *d, uid_t uid)
+{
+    return ctl_count_uid(d, uid) >= d->uid_ctl_cap ? "the uid has too many control connections" : NULL;
+}
+
+static bool open_ctl(struct daemon *d, int fd, pid_t pid, uid_t uid)
+{
+    return ctl_open(d, fd, pid, uid) != NULL;
+}
+
 static void accept_ctl(struct daemon *d)
 {
-    for (int i = 0; i < ACCEPT_BURST; i++) {
-        int fd = accept_one(d, d->ctl_listen, "control socket");
-        if (fd == -1)
-            return;
-        if (fd < 0)
-            continue;
-        pid_t pid;
-        uid_t uid;
-        gid_t gid;
-        const char *why = NULL;
-        if (mb_chan_peer(fd, &pid, &uid, &gid) != 0)
-            why = "no peer credentials";
-        else if (d->n_sessions + d->n_ctl >= d->conn_cap)
-            why = "the daemon's connection limit is reached";
-        else if (ctl_count_uid(d, uid) >= d->uid_ctl_cap)
-            why = "the uid has too many control connections";
-        if (why) {
-            d->count.conns_refused++;
-            daemon_log_limited(d, LOG_REFUSED, MB_LOG_WARN, "refused a control connection of pid %d (uid %u): %s",
-                               (int)pid, (unsigned)uid, why);
-            close(fd);
-            continue;
-        }
-        if (!ctl_open(d, fd, pid, uid))
-            close(fd);
-    }
+    accept_burst(d, d->ctl_listen, "control socket", "control", ctl_full, open_ctl);
 }
 
 /* Handle-channel connections that never said hello end after a while. */
