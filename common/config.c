@@ -301,31 +301,9 @@ struct list_ctx {
     size_t n_devices;
 };
 
-static int add_admin(void *vctx, const char *word)
+/* Add one user of a list of uids; a repeat is dropped (dup_ok) or refused. */
+static int add_uid(struct list_ctx *c, const char *word, bool dup_ok)
 {
-    struct list_ctx *c = vctx;
-    uid_t uid;
-    if (parse_user(word, &uid, c->why, c->whylen) != 0) {
-        size_t n = strlen(c->why);
-        snprintf(c->why + n, c->whylen - n, " in %s", c->key);
-        return MB_EINVAL;
-    }
-    for (size_t i = 0; i < c->n_uids; i++)
-        if (c->uids[i] == uid)
-            return 0;
-    uid_t *grown = realloc(c->uids, (c->n_uids + 1) * sizeof(*grown));
-    if (!grown) {
-        set_err(c->why, c->whylen, "out of memory");
-        return MB_ENOMEM;
-    }
-    c->uids = grown;
-    c->uids[c->n_uids++] = uid;
-    return 0;
-}
-
-static int add_bound_uid(void *vctx, const char *word)
-{
-    struct list_ctx *c = vctx;
     uid_t uid;
     if (parse_user(word, &uid, c->why, c->whylen) != 0) {
         size_t n = strlen(c->why);
@@ -334,6 +312,8 @@ static int add_bound_uid(void *vctx, const char *word)
     }
     for (size_t i = 0; i < c->n_uids; i++)
         if (c->uids[i] == uid) {
+            if (dup_ok)
+                return 0;
             set_err(c->why, c->whylen, "uid %u listed twice in %s", (unsigned)uid, c->key);
             return MB_EINVAL;
         }
@@ -346,6 +326,9 @@ static int add_bound_uid(void *vctx, const char *word)
     c->uids[c->n_uids++] = uid;
     return 0;
 }
+
+static int add_admin(void *vctx, const char *word) { return add_uid(vctx, word, true); }
+static int add_bound_uid(void *vctx, const char *word) { return add_uid(vctx, word, false); }
 
 static int set_admin_uids(struct mb_config *cfg, const char *key, const char *v,
                           char *why, size_t whylen)
