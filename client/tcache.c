@@ -491,7 +491,8 @@ void tc_flush_idle(mb_client *c, int64_t idle_ms)
     int64_t now = tiers_now_ms();
     pthread_mutex_lock(&g_tc_lock);
     for (struct tcache *t = c->tcaches; t; t = t->next) {
-        pthread_mutex_lock(&t->m);
+        if (pthread_mutex_trylock(&t->m) != 0)
+            continue;   /* in use right now: not idle */
         if (t->ops != t->seen_ops || !t->seen_ms) {
             t->seen_ops = t->ops;
             t->seen_ms = now;
