@@ -51,6 +51,7 @@ int mb_open(mb_client **out, const char *tenant_name)
         return MB_ENOMEM;
     mb_raise_fd_limit(false);   /* host frames are descriptors in this process too */
     pthread_mutex_init(&c->lock, NULL);
+    lclock_init(&c->lclk);
     pthread_mutex_init(&c->flock, NULL);
     c->sd_fenced_tail = &c->sd_fenced;
     c->chan = -1;
@@ -92,6 +93,7 @@ int mb_open(mb_client **out, const char *tenant_name)
         mb_backend_close(c->be);
         pthread_mutex_destroy(&c->flock);
         pthread_mutex_destroy(&c->lock);
+        pthread_mutex_destroy(&c->lclk.m);
         free(c);
         return rc;
     }
@@ -138,6 +140,7 @@ void mb_close(mb_client *c)
     ptrmap_destroy(&c->live);
     ptrmap_destroy(&c->backing);
     tc_client_free(c);
+    lclock_destroy(&c->lclk, c->be);
     /* Handles go first; closing the channel then ends the session and the
      * daemon takes every frame back. */
     fcache_release_all(c);

@@ -93,6 +93,16 @@ struct retiring {
     struct retiring *next;
 };
 
+/* The legacy clock (lclock.c): epochs of frees on the legacy stream. */
+struct lclock {
+    uint64_t open;               /* frees now are tagged with it (atomic) */
+    uint64_t done;               /* tags <= done are complete (atomic) */
+    pthread_mutex_t m;           /* the advancing thread */
+    void *ev;                    /* recorded on the legacy stream ... */
+    uint64_t ev_gen;             /* ... after closing this epoch */
+    bool ev_pending;
+};
+
 /* ptr -> stitched, open addressing with linear probing. */
 struct ptrmap {
     struct ptrmap_slot { uintptr_t key; void *val; } *slots;
@@ -171,6 +181,7 @@ struct mb_client {
     uint64_t cid;                /* unique per client, never reused */
     struct tc_reg *tc_reg;       /* chunk registry */
     struct tcache *tcaches;      /* every thread's cache for this client */
+    struct lclock lclk;          /* frees on the legacy stream (lclock.c) */
     int slab_err;                /* why the last refill got nothing */
     int sticky;                  /* first error of work that failed after its call returned */
     struct amap *amap;           /* stream-ordered mapper (async_map.c), once started */
@@ -312,6 +323,16 @@ void tc_flush_idle(mb_client *c, int64_t idle_ms);
 /* The chunk registry (c->lock held). */
 int tc_chunk_add(mb_client *c, void *base, unsigned cls, size_t size, size_t chunk_bytes);
 void tc_chunk_del(mb_client *c, void *base);
+
+/* lclock.c: which legacy-stream frees are complete (no lock held). */
+void lclock_init(struct lclock *k);
+void lclock_destroy(struct lclock *k, mb_backend *be);
+/* The tag of a free on the legacy stream made now. */
+uint64_t lclock_tag(struct lclock *k);
+bool lclock_ready(struct lclock *k, uint64_t gen);
+/* Move done forward to gen or beyond if the driver says the work is done
+ * (a query, never a wait). */
+void lclock_advance(struct lclock *k, mb_backend *be, uint64_t gen);
 
 /* maint.c: the background thread and the ranges of their own. */
 int maint_start(mb_client *c);

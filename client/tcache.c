@@ -7,10 +7,12 @@
  *
  * Glossary
  *   bin      a thread's cached objects of one class: a ring, oldest first.
- *   gen      when an object entered the cache: objects with gen <= done
- *            are free of any stream's earlier work (ready); the others were
- *            freed on the cache's stream and are usable at once only by
- *            allocations on that same stream.
+ *   gen      when an object entered the cache. Under the legacy tag it is
+ *            the client's legacy clock (lclock.c) and the object is ready
+ *            (free of any stream's earlier work) once the clock is done
+ *            with it; under a stream's tag it counts the thread's frees and
+ *            only gen 0 (objects from a refill) is ready. Objects not
+ *            ready are usable at once only by allocations on the tag.
  *   tag      the stream of the cache's pending objects (NULL: the legacy
  *            default stream, which synchronous frees use).
  *   chunk    a slab chunk and its class, found by a two-level radix table
@@ -25,9 +27,9 @@
  * that crosses threads is caught when the object reaches the shared slab
  * (logged, the second copy dropped).
  *
- * Events: the legacy stream is always alive, so a cache tagged NULL records
- * one event per TC_FENCE_BATCH frees (one in flight at a time) to make them
- * ready for synchronous allocations. A cache tagged with an application's stream never records on
+ * Events: frees on the legacy stream record nothing; an allocation that
+ * finds its oldest object not ready advances the shared legacy clock (one
+ * driver call for every thread's frees so far). A cache tagged with an application's stream never records on
  * it except inside a free that names it (an overflowing bin); when the
  * thread moves to another stream, exits, or the client trims or closes,
  * its pending objects go to the shared slab under a device-sync fence. */
@@ -42,7 +44,6 @@
 #define TC_BIN_BYTES ((size_t)8 << 20)   /* ... and at most this many bytes */
 #define TC_REFILL 8          /* objects taken from the slab per refill */
 #define TC_SLOTS 4           /* clients a thread caches for at once */
-#define TC_FENCE_BATCH 32    /* legacy-stream frees per event */
 #define LEAF_BITS 13
 
 struct tc_ent { void *p; uint64_t gen; };
@@ -58,10 +59,7 @@ struct tcache {
     uint64_t cid;
     void *tag;
     bool host;                   /* no events: every object is ready */
-    uint64_t open_gen, done_gen;
-    void *ev;                    /* legacy tag: event covering gen <= ev_gen */
-    uint64_t ev_gen;
-    uint32_t unfenced;           /* legacy frees since the last event */
+    uint64_t open_gen, done_gen; /* a stream's tag: its frees' gens; ready ones */
     size_t bytes;                /* read by mb_stats without m (atomic) */
     uint64_t ops;                /* calls served; the idle policy watches it */
     uint64_t seen_ops;           /* ops when the idle policy last saw it change */
@@ -165,6 +163,14 @@ static uint32_t bin_cap(size_t size)
     return n < 4 ? 4 : n > TC_CAP ? TC_CAP : (uint32_t)n;
 }
 
+/* Free of every stream's earlier work. */
+static bool ent_ready(struct tcache *t, uint64_t gen)
+{
+    if (t->host)
+        return true;
+    return t->tag == NULL ? lclock_ready(&t->c->lclk, gen) : gen <= t->done_gen;
+}
+
 /* ---- flushing into the shared slab ---- */
 
 /* Move the first n (oldest) entries of b to the shared slab: ready ones
@@ -176,7 +182,7 @@ static void bin_flush(struct tcache *t, struct tc_bin *b, uint32_t n, size_t siz
     uint32_t nr = 0, np = 0;
     for (uint32_t i = 0; i < n; i++) {
         struct tc_ent *e = bin_at(b, i);
-        if (t->host || e->gen <= t->done_gen)
+        if (ent_ready(t, e->gen))
             ready[nr++] = e->p;
         else
             pending[np++] = e->p;
@@ -196,17 +202,11 @@ static void flush_all(struct tcache *t)
 {
     mb_client *c = t->c;
     unsigned nclasses = c->slab ? mb_slab_class_count(c->slab) : 0;
-    if (t->ev) {
-        /* the legacy event covers gen <= ev_gen: settle by it if done */
-        if (c->be->ops->event_query(c->be, t->ev) == 1)
-            t->done_gen = t->ev_gen;
-        c->be->ops->event_destroy(c->be, t->ev);
-        t->ev = NULL;
-    }
+    if (t->tag == NULL && !t->host)
+        lclock_advance(&c->lclk, c->be, lclock_tag(&c->lclk) - 1);
     for (unsigned k = 0; k < nclasses; k++)
         if (t->bins[k].n)
             bin_flush(t, &t->bins[k], t->bins[k].n, mb_slab_class_size(c->slab, k), NULL);
-    t->unfenced = 0;
     t->done_gen = t->open_gen++;
 }
 
@@ -255,7 +255,7 @@ static struct tcache *attach(mb_client *c)
     pthread_mutex_init(&t->m, NULL);
     t->c = c;
     t->cid = c->cid;
-    t->host = c->be->ops->event_record == NULL || c->be->name[0] == 'h';
+    t->host = c->be->ops->event_record == NULL;
     t->open_gen = 1;
     pthread_mutex_lock(&g_tc_lock);
     int slot = -1;
@@ -304,18 +304,6 @@ static struct tcache *tc_get(mb_client *c)
 
 /* ---- the fast paths ---- */
 
-/* Objects freed on the legacy stream become ready once an event recorded
- * after them completes. */
-static void legacy_poll(struct tcache *t)
-{
-    mb_backend *be = t->c->be;
-    if (t->ev && be->ops->event_query(be, t->ev) == 1) {
-        t->done_gen = t->ev_gen;
-        be->ops->event_destroy(be, t->ev);
-        t->ev = NULL;
-    }
-}
-
 static int refill(struct tcache *t, unsigned k, size_t size, void **ptr)
 {
     mb_client *c = t->c;
@@ -358,8 +346,8 @@ int tc_alloc(mb_client *c, size_t size, void *stream, bool sync, void **ptr)
         p = bin_at(b, --b->n)->p;              /* the newest: stream order */
     } else {
         if (b->n && !t->host && t->tag == NULL)
-            legacy_poll(t);
-        if (b->n && (t->host || bin_at(b, 0)->gen <= t->done_gen)) {
+            lclock_advance(&c->lclk, c->be, bin_at(b, 0)->gen);
+        if (b->n && ent_ready(t, bin_at(b, 0)->gen)) {
             p = bin_at(b, 0)->p;               /* the oldest, ready */
             b->head = (b->head + 1) % TC_CAP;
             b->n--;
@@ -399,7 +387,10 @@ int tc_free(mb_client *c, void *ptr, void *stream)
         /* Full: the older half goes to the shared slab, pending ones under
          * an event recorded now on the stream this free names. */
         void *ev = NULL;
-        if (!t->host) {
+        struct tc_ent *last = bin_at(b, b->n - cap / 2 - 1);   /* the newest to go */
+        if (!t->host && t->tag == NULL)
+            lclock_advance(&c->lclk, c->be, last->gen);
+        if (!ent_ready(t, last->gen)) {
             mb_backend *be = c->be;
             if (be->ops->event_create(be, &ev) == 0 && be->ops->event_record(be, ev, stream) != 0) {
                 be->ops->event_destroy(be, ev);
@@ -408,25 +399,9 @@ int tc_free(mb_client *c, void *ptr, void *stream)
         }
         bin_flush(t, b, b->n - cap / 2, ck->size, ev);
     }
-    *bin_at(b, b->n++) = (struct tc_ent){ ptr, t->open_gen };
+    uint64_t gen = t->host ? 0 : t->tag == NULL ? lclock_tag(&c->lclk) : t->open_gen;
+    *bin_at(b, b->n++) = (struct tc_ent){ ptr, gen };
     __atomic_store_n(&t->bytes, t->bytes + ck->size, __ATOMIC_RELAXED);
-    if (!t->host && t->tag == NULL && ++t->unfenced >= TC_FENCE_BATCH) {
-        /* One event per batch of legacy frees, one in flight at a time; it
-         * covers every free before it. */
-        legacy_poll(t);
-        if (!t->ev) {
-            mb_backend *be = c->be;
-            if (be->ops->event_create(be, &t->ev) == 0 &&
-                be->ops->event_record(be, t->ev, NULL) != 0) {
-                be->ops->event_destroy(be, t->ev);
-                t->ev = NULL;
-            }
-            if (t->ev) {
-                t->ev_gen = t->open_gen++;
-                t->unfenced = 0;
-            }
-        }
-    }
     pthread_mutex_unlock(&t->m);
     return 0;
 }

@@ -71,6 +71,9 @@ struct mb_backend_ops {
     int (*event_record)(mb_backend *b, void *ev, void *stream);
     int (*event_query)(mb_backend *b, void *ev);
     int (*stream_sync)(mb_backend *b, void *stream);
+    /* 1 when every operation queued on stream so far has completed, 0 while
+     * some is pending, <0 on error. NULL: the backend has no streams. */
+    int (*stream_query)(mb_backend *b, void *stream);
     /* Wait for all work on the device, every stream included (only ever
      * called off the request path). NULL: nothing to wait for. */
     int (*device_sync)(mb_backend *b);

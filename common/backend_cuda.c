@@ -30,7 +30,7 @@
     X(cuMemExportToShareableHandle) X(cuMemImportFromShareableHandle) X(cuMemAddressReserve)       \
     X(cuMemAddressFree) X(cuMemMap) X(cuMemUnmap) X(cuMemSetAccess) X(cuMemsetD8Async)             \
     X(cuStreamCreate) X(cuStreamDestroy) X(cuStreamSynchronize) X(cuCtxSynchronize) X(cuEventCreate)                   \
-    X(cuEventDestroy) X(cuEventRecord) X(cuEventQuery) X(cuMemHostAlloc) X(cuMemFreeHost)         \
+    X(cuEventDestroy) X(cuEventRecord) X(cuEventQuery) X(cuStreamQuery) X(cuMemHostAlloc) X(cuMemFreeHost)         \
     X(cuMemHostGetDevicePointer) X(cuStreamWaitValue32) X(cuStreamWriteValue32)                 \
     X(cuDeviceTotalMem)
 
@@ -587,6 +587,18 @@ static int cuda_stream_sync(mb_backend *b, void *stream)
     return r == CUDA_SUCCESS ? 0 : cu_fail(r, "synchronize stream");
 }
 
+static int cuda_stream_query(mb_backend *b, void *stream)
+{
+    ENTER(b);
+    CUresult r = CU(cuStreamQuery)((CUstream)stream);
+    LEAVE();
+    if (r == CUDA_SUCCESS)
+        return 1;
+    if (r == CUDA_ERROR_NOT_READY)
+        return 0;
+    return cu_fail(r, "query stream");
+}
+
 static int cuda_device_sync(mb_backend *b)
 {
     ENTER(b);
@@ -701,6 +713,7 @@ static const struct mb_backend_ops cuda_ops = {
     .event_record = cuda_event_record,
     .event_query = cuda_event_query,
     .stream_sync = cuda_stream_sync,
+    .stream_query = cuda_stream_query,
     .device_sync = cuda_device_sync,
     .close = cuda_close,
     .host_mapped_alloc = cuda_host_mapped_alloc,

@@ -160,6 +160,7 @@ static void host_event_destroy(mb_backend *b, void *ev) { }
 static int host_event_record(mb_backend *b, void *ev, void *stream) { return 0; }
 static int host_event_query(mb_backend *b, void *ev) { return 1; }
 static int host_stream_sync(mb_backend *b, void *stream) { return 0; }
+static int host_stream_query(mb_backend *b, void *stream) { return 1; }
 
 static void host_close(mb_backend *b) { free(b); }
 
@@ -180,6 +181,7 @@ static const struct mb_backend_ops host_ops = {
     .event_record = host_event_record,
     .event_query = host_event_query,
     .stream_sync = host_stream_sync,
+    .stream_query = host_stream_query,
     .close = host_close,
 };
 

@@ -11,3 +11,7 @@ foreach(tier slab pool)
   add_test(NAME test_${tier} COMMAND test_${tier})
   set_tests_properties(test_${tier} PROPERTIES LABELS unit TIMEOUT 300)
 endforeach()
+
+# The legacy clock, against a scripted backend.
+mb_unit_test(test_lclock ${CMAKE_CURRENT_SOURCE_DIR}/test_lclock.c ${PROJECT_SOURCE_DIR}/client/lclock.c)
+target_include_directories(test_lclock PRIVATE ${PROJECT_SOURCE_DIR}/client/include)
