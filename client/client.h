@@ -288,8 +288,9 @@ size_t tiers_take_idle(mb_client *c, int64_t idle_ms, int64_t since_ms, struct s
 /* Device-sync fences: begin, synchronise the device (lock dropped), end. */
 uint64_t tiers_sync_begin(mb_client *c, uint64_t *pool_ticket);
 void tiers_sync_end(mb_client *c, uint64_t ticket, uint64_t pool_ticket);
-/* Frees on streams that no event covers yet (the legacy stream aside). */
-bool tiers_unsettled(mb_client *c);
+/* Frees on streams that no event covers yet (the legacy stream aside);
+ * any: or frees whose fence has not been seen complete. */
+bool tiers_unsettled(mb_client *c, bool any);
 /* Cover the heap's frees on the legacy stream with an event (always alive). */
 void tiers_fence_legacy(mb_client *c);
 void tiers_stats(mb_client *c, mb_client_stats *st);

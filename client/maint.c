@@ -121,10 +121,14 @@ int maint_release(mb_client *c, int64_t idle_ms, size_t keep_bytes)
 {
     if (idle_ms >= 0 && c->tc_reg)
         tc_flush_idle(c, idle_ms);   /* caches of threads gone quiet */
+    /* An explicit trim or a reclaim settles every free, the legacy
+     * stream's included, so that memory freed before it goes back. */
     pthread_mutex_lock(&c->lock);
-    bool unsettled = tiers_unsettled(c);
+    if (idle_ms < 0)
+        tiers_fence_legacy(c);
+    bool unsettled = idle_ms < 0 && tiers_unsettled(c, true);
     pthread_mutex_unlock(&c->lock);
-    if (unsettled && idle_ms < 0)
+    if (unsettled)
         settle(c);
     maint_reap_retiring(c, false);
     pthread_mutex_lock(&c->lock);
@@ -211,7 +215,7 @@ static void *maint_main(void *arg)
          * missed while they waited, or when they have waited a while. */
         pthread_mutex_lock(&c->lock);
         tiers_fence_legacy(c);   /* cheap: an event on a stream that is always alive */
-        bool unsettled = tiers_unsettled(c), want_sync = c->want_sync;
+        bool unsettled = tiers_unsettled(c, false), want_sync = c->want_sync;
         pthread_mutex_unlock(&c->lock);
         unsettled_ticks = unsettled ? unsettled_ticks + 1 : 0;
         if (want_sync || unsettled_ticks * TICK_MS >= (c->idle_ms < 1000 ? c->idle_ms : 1000)) {
