@@ -112,13 +112,13 @@ void mb_close(mb_client *c)
     if (!c)
         return;
     maint_stop(c);
-    if (c->tc_reg)
-        tc_flush_every_thread(c, true);
     amap_close(c);
     /* Work that may still use this process's memory finishes first. */
     if (c->be->ops->device_sync)
         c->be->ops->device_sync(c->be);
-    refill_close(c);
+    refill_close(c);   /* may free table nodes: before the thread caches go */
+    if (c->tc_reg)
+        tc_flush_every_thread(c, true);
     maint_reap_retiring(c, true);
     pthread_mutex_lock(&c->lock);
     if (c->pool)

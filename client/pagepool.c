@@ -12,6 +12,7 @@
 #include "frame_plan.h"
 #include "log.h"
 #include "pagepool.h"
+#include "vsnodes.h"
 #include "refill.h"
 #include "wire.h"
 
@@ -219,6 +220,24 @@ static void push_pages(struct pagepool *p, const uint64_t *pages, size_t n, int6
     }
 }
 
+/* Query q's events, newest last, dropping those complete: 1 when none is
+ * left, 0 while one runs, <0 when the device failed. */
+static int batch_done(mb_backend *be, struct pp_pending *q, bool wait)
+{
+    while (q->nev) {
+        int done = be->ops->event_query(be, q->evs[q->nev - 1]);
+        while (wait && done == 0) {
+            struct timespec ts = { 0, 20000 };
+            nanosleep(&ts, NULL);
+            done = be->ops->event_query(be, q->evs[q->nev - 1]);
+        }
+        if (done != 1)
+            return done;
+        be->ops->event_destroy(be, q->evs[--q->nev]);
+    }
+    return 1;
+}
+
 /* Pending batches whose work completed become free; with wait, wait for
  * all of them. Pool lock held. */
 static void reclaim(struct pagepool *p, bool wait, int64_t now)
@@ -226,12 +245,7 @@ static void reclaim(struct pagepool *p, bool wait, int64_t now)
     mb_backend *be = p->c->be;
     for (struct pp_pending **qq = &p->pending; *qq;) {
         struct pp_pending *q = *qq;
-        int done = q->ev ? be->ops->event_query(be, q->ev) : 1;
-        while (wait && done == 0) {
-            struct timespec ts = { 0, 20000 };
-            nanosleep(&ts, NULL);
-            done = be->ops->event_query(be, q->ev);
-        }
+        int done = batch_done(be, q, wait);
         if (done < 0) {   /* the device failed: the pages may never be safe to reuse */
             mb_log(MB_LOG_ERR, "failed to learn whether unmapped pages are idle: %s; "
                                "keeping them out of use", mb_strerror(done));
@@ -247,8 +261,8 @@ static void reclaim(struct pagepool *p, bool wait, int64_t now)
         *qq = q->next;
         p->n_pending -= q->n;
         push_pages(p, q->pages, q->n, now);
-        if (q->ev)
-            be->ops->event_destroy(be, q->ev);
+        if (q->nn)
+            vsnodes_put(q->nodes_to, q->nodes, q->nn);
         free(q);
     }
 }
@@ -397,12 +411,17 @@ void pagepool_defer(struct pagepool *p, const uint64_t *pages, size_t n, void *s
     int rc = q ? be->ops->event_create(be, &q->ev) : MB_ENOMEM;
     if (rc == 0 && (rc = be->ops->event_record(be, q->ev, stream)) != 0)
         be->ops->event_destroy(be, q->ev);
+    if (q) {
+        q->evs = &q->ev;
+        q->nev = rc == 0;
+        q->nodes_to = NULL;
+        q->nodes = NULL;
+        q->nn = 0;
+    }
     if (rc != 0) {
         /* No event: wait for the stream instead, then the pages are idle. */
         int e = be->ops->stream_sync(be, stream);
-        if (e == 0 && q)
-            q->ev = NULL;
-        else {
+        if (e != 0 || !q) {
             mb_log(MB_LOG_ERR, "failed to wait for unmapped pages to be idle: %s; "
                                "keeping them out of use", mb_strerror(e ? e : rc));
             free(q);
@@ -418,6 +437,42 @@ void pagepool_defer(struct pagepool *p, const uint64_t *pages, size_t n, void *s
     p->n_pending += n;
     PP_CHECK(p);
     pthread_mutex_unlock(&p->lock);
+}
+
+int pagepool_retire(struct pagepool *p, const uint64_t *pages, size_t n, void *const *evs,
+                    size_t nev, struct vsnodes *to, const uint64_t *nodes, size_t nn)
+{
+    struct pp_pending *q = malloc(sizeof(*q) + (n + nn) * sizeof(uint64_t) + nev * sizeof(void *));
+    if (!q)
+        return MB_ENOMEM;
+    memcpy(q->pages, pages, n * sizeof(*pages));
+    q->nodes = q->pages + n;
+    memcpy(q->nodes, nodes, nn * sizeof(*nodes));
+    q->evs = (void **)(q->nodes + nn);
+    memcpy(q->evs, evs, nev * sizeof(*evs));
+    q->nev = nev;
+    q->ev = NULL;
+    q->nn = to ? nn : 0;
+    q->nodes_to = to;
+    q->n = n;
+    bool done = batch_done(p->c->be, q, false) == 1;   /* its work may be over already */
+    pthread_mutex_lock(&p->lock);
+    p->n_used -= n;
+    if (done) {
+        push_pages(p, q->pages, n, mb_now_ms());
+    } else {
+        q->next = p->pending;
+        p->pending = q;
+        p->n_pending += n;
+    }
+    PP_CHECK(p);
+    pthread_mutex_unlock(&p->lock);
+    if (done) {
+        if (q->nn)
+            vsnodes_put(to, q->nodes, q->nn);
+        free(q);
+    }
+    return 0;
 }
 
 /* ---- the pools of a client ---- */
@@ -515,8 +570,8 @@ void pagepool_free(struct pagepool *p)
     while (p->pending) {
         struct pp_pending *q = p->pending;
         p->pending = q->next;
-        if (q->ev)
-            p->c->be->ops->event_destroy(p->c->be, q->ev);
+        while (q->nev)
+            p->c->be->ops->event_destroy(p->c->be, q->evs[--q->nev]);
         free(q);
     }
     pthread_mutex_unlock(&p->lock);

@@ -27,6 +27,8 @@
 
 #include "client.h"
 
+struct vsnodes;
+
 #define PP_WINDOWS 10          /* demand history: 10 windows of PP_WINDOW_MS */
 #define PP_WINDOW_MS 100
 
@@ -41,8 +43,16 @@ struct pp_extent {
     uint32_t *free;              /* stack of free page indices; pops give the lowest first */
 };
 
+/* Pages (and with them a destroyed vspace's table nodes) waiting for the
+ * events recorded after their last use; evs[0..nev) are those not yet seen
+ * complete (none: free now). */
 struct pp_pending {
-    void *ev;                    /* recorded after the invalidation; NULL: already complete */
+    void *ev;                    /* pagepool_defer's one event (evs == &ev) */
+    void **evs;
+    size_t nev;
+    struct vsnodes *nodes_to;    /* nodes[0..nn) go back there with the pages */
+    uint64_t *nodes;
+    size_t nn;
     size_t n;
     struct pp_pending *next;
     uint64_t pages[];
@@ -79,6 +89,11 @@ int pagepool_take(struct pagepool *p, size_t n, uint64_t *out);
 void pagepool_give(struct pagepool *p, const uint64_t *pages, size_t n);
 /* Pages unmapped on stream: free once the work enqueued so far completed. */
 void pagepool_defer(struct pagepool *p, const uint64_t *pages, size_t n, void *stream);
+/* A destroyed vspace's pages and table nodes: free (the nodes to `to`)
+ * once every one of evs (owned from now on) completed. Never waits; on
+ * failure nothing is taken and the caller still owns the events. */
+int pagepool_retire(struct pagepool *p, const uint64_t *pages, size_t n, void *const *evs,
+                    size_t nev, struct vsnodes *to, const uint64_t *nodes, size_t nn);
 /* Whether page is a page of p (an extent's, at a page boundary). */
 bool pagepool_owns(struct pagepool *p, uint64_t page);
 

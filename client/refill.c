@@ -9,6 +9,7 @@
 #include "log.h"
 #include "pagepool.h"
 #include "refill.h"
+#include "vsnodes.h"
 #include "wire.h"
 
 static void *refill_main(void *arg)
@@ -38,6 +39,7 @@ static void *refill_main(void *arg)
             if (pools[k])
                 pagepool_work(pools[k], now, r->idle_ms, r->test_delay_us);
         grow_work(r->c, r->grow, now, r->idle_ms);
+        vsnodes_work(r->nodes);
         pthread_mutex_lock(&r->lock);
     }
     pthread_mutex_unlock(&r->lock);
@@ -69,7 +71,8 @@ int refill_get(mb_client *c, struct refill **out)
     fl_lock(c);
     if (!(r = c->refill)) {
         r = calloc(1, sizeof(*r));
-        if (r && !(r->grow = growset_new())) {
+        if (r && (!(r->grow = growset_new()) || !(r->nodes = vsnodes_new(c)))) {
+            free(r->grow);
             free(r);
             r = NULL;
         }
@@ -119,7 +122,8 @@ void refill_close(mb_client *c)
         r->thread_on = false;
     }
     for (int k = 0; k < REFILL_PAGE_SIZES; k++)
-        pagepool_free(r->pools[k]);
+        pagepool_free(r->pools[k]);   /* destroyed vspaces' nodes come back */
+    vsnodes_free(r->nodes);
     growset_free(c, r->grow);
     pthread_cond_destroy(&r->wake);
     pthread_mutex_destroy(&r->lock);
@@ -160,6 +164,7 @@ void refill_stats(mb_client *c, mb_client_stats *st)
         if (pools[k])
             pagepool_stats(pools[k], st);
     grow_stats(r->grow, st);
+    st->vspace_refill_waits += vsnodes_waits(r->nodes);
 }
 
 bool refill_running(mb_client *c)

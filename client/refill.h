@@ -1,6 +1,7 @@
 /* refill.h: the client's background memory work (refill.c): one thread per
  * client, started with the first vspace page pool or growable range, that
- * keeps the pools' free pages above their watermarks, maps the tails of
+ * keeps the pools' free pages above their watermarks, clears vspace table
+ * nodes (vsnodes.h), maps the tails of
  * growable ranges ahead of their use, and returns memory left idle for
  * $MOONBRIGHT_IDLE_MS (default 2000 ms). It stops in mb_close.
  *
@@ -26,6 +27,7 @@
 
 struct pagepool;
 struct growset;
+struct vsnodes;
 
 /* The frame layer's lock (c->flock), taken around every
  * call pagepool.c, grow.c and refill.c make into the frame and mapping
@@ -45,6 +47,7 @@ struct refill {
     uint64_t passes;             /* background steps run (tests) */
     struct pagepool *pools[REFILL_PAGE_SIZES];   /* by log2(page_bytes) - 16 */
     struct growset *grow;                        /* growable ranges (grow.c) */
+    struct vsnodes *nodes;                       /* vspace table nodes (vsnodes.h) */
 };
 
 /* The client's background state, created (and its thread started) on first

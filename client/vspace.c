@@ -12,6 +12,8 @@
 #include "client.h"
 #include "log.h"
 #include "pagepool.h"
+#include "refill.h"
+#include "vsnodes.h"
 
 #ifdef MB_HAVE_KERNELS
 #include "mbk_vspace.h"
@@ -30,8 +32,6 @@
 #define FANOUT MB_VSPACE_FANOUT
 #define NODE_BYTES ((size_t)FANOUT * sizeof(uint64_t))
 #define NODE_SHIFT 12          /* log2(NODE_BYTES): step between nodes of a chunk */
-#define CHUNK_MIN_NODES 4      /* node memory comes in chunks growing from 4 to 512 nodes */
-#define CHUNK_MAX_NODES 512
 
 #ifdef MB_DEBUG
 #define VS_CHECK(x, fn) do { if (!fn(x)) abort(); } while (0)
@@ -119,13 +119,6 @@ struct vs_node {
     struct vs_node *next_dirty;
 };
 
-/* Device memory for nodes, from mb_malloc. */
-struct vs_chunk {
-    void *mem;
-    size_t n, used;              /* nodes: used <= n */
-    struct vs_chunk *next;
-};
-
 /* Streams the vspace enqueued work on, each with an event after its latest. */
 struct vs_stream {
     void *stream, *ev;
@@ -141,8 +134,9 @@ struct mb_vspace {
     size_t mapped;               /* leaf entries != INVALID, all nodes */
     struct vs_node *root;        /* level dev.levels - 1 */
     struct vs_node *dirty;
-    struct vs_chunk *chunks;
-    size_t chunk_room;           /* unused nodes in chunks */
+    struct vsnodes *nodes;       /* the client's node memory (vsnodes.h) */
+    uint64_t *spare;             /* nodes taken for the call in progress */
+    size_t n_spare, cap_spare;
     struct vs_run *runs;
     size_t n_runs, cap_runs;
     struct vs_stream *streams;
@@ -201,48 +195,44 @@ static void mark_dirty(mb_vspace *v, struct vs_node *n, uint32_t lo, uint32_t hi
     }
 }
 
-/* Device memory for `more` nodes beyond what the chunks hold. Called
- * without the client's lock (mb_malloc takes it). */
+/* Node memory for `more` nodes beyond the spare ones. Called without the
+ * client's lock (vsnodes_take may call mb_malloc). */
 static int reserve_nodes(mb_vspace *v, size_t more)
 {
-    while (v->chunk_room < more) {
-        size_t n = v->chunks ? v->chunks->n * 2 : CHUNK_MIN_NODES;
-        if (n > CHUNK_MAX_NODES)
-            n = CHUNK_MAX_NODES;
-        if (n < more - v->chunk_room && more - v->chunk_room < CHUNK_MAX_NODES)
-            n = more - v->chunk_room;
-        struct vs_chunk *ch = calloc(1, sizeof(*ch));
-        if (!ch)
+    if (v->n_spare >= more)
+        return 0;
+    size_t need = more - v->n_spare;
+    if (v->n_spare + need > v->cap_spare) {
+        size_t cap = v->cap_spare ? 2 * v->cap_spare : 16;
+        while (cap < v->n_spare + need)
+            cap *= 2;
+        uint64_t *ns = realloc(v->spare, cap * sizeof(*ns));
+        if (!ns)
             return MB_ENOMEM;
-        int rc = mb_malloc(v->c, n * NODE_BYTES, &ch->mem);
-        if (rc) {
-            mb_log(MB_LOG_ERR, "failed to allocate %zu page-table nodes: %s", n, mb_strerror(rc));
-            free(ch);
-            return rc;
-        }
-        ch->n = n;
-        ch->next = v->chunks;
-        v->chunks = ch;
-        v->chunk_room += n;
+        v->spare = ns;
+        v->cap_spare = cap;
     }
-    return 0;
+    int rc = vsnodes_take(v->nodes, need, v->spare + v->n_spare);
+    if (rc == 0)
+        v->n_spare += need;
+    return rc;
 }
 
-/* A new node, all INVALID, dirty whole (its device memory is not yet written). */
-static struct vs_node *node_new(mb_vspace *v, uint32_t level)
+/* A new node, all INVALID in the mirror; dirty whole unless its device
+ * memory is already clean (a root). */
+static struct vs_node *node_new(mb_vspace *v, uint32_t level, uint64_t clean_dev)
 {
-    struct vs_chunk *ch = v->chunks;
-    while (ch && ch->used == ch->n)
-        ch = ch->next;
+    if (!clean_dev && !v->n_spare)
+        return NULL;
     struct vs_node *n = calloc(1, sizeof(*n));
-    if (!ch || !n || (level > 0 && !(n->child = calloc(FANOUT, sizeof(*n->child))))) {
+    if (!n || (level > 0 && !(n->child = calloc(FANOUT, sizeof(*n->child))))) {
         free(n);
         return NULL;
     }
-    n->dev = (uint64_t)(uintptr_t)ch->mem + ch->used++ * NODE_BYTES;
+    n->dev = clean_dev ? clean_dev : v->spare[--v->n_spare];
     n->level = level;
-    v->chunk_room--;
-    mark_dirty(v, n, 0, FANOUT);
+    if (!clean_dev)
+        mark_dirty(v, n, 0, FANOUT);
     return n;
 }
 
@@ -255,7 +245,7 @@ static struct vs_node *leaf_of(mb_vspace *v, size_t p, bool create)
         if (!n->child[i]) {
             if (!create)
                 return NULL;
-            struct vs_node *k = node_new(v, n->level - 1);
+            struct vs_node *k = node_new(v, n->level - 1, 0);
             if (!k)
                 return NULL;
             n->child[i] = k;
@@ -510,16 +500,32 @@ static void collect_pages(struct vs_node *n, uint64_t *out, size_t *k)
     }
 }
 
-void mb_vspace_destroy(mb_vspace *v)
+/* Every node's device address, the tree's and the spare ones. */
+static void collect_nodes(const struct vs_node *n, uint64_t *out, size_t *k)
 {
-    if (!v)
-        return;
-    mb_client *c = v->c;
-    mb_backend *be = c->be;
-    pthread_mutex_lock(&v->lock);
-    /* The table and its pages may be in use by work enqueued on our streams. */
+    out[(*k)++] = n->dev;
+    if (n->child)
+        for (size_t i = 0; i < FANOUT; i++)
+            if (n->child[i])
+                collect_nodes(n->child[i], out, k);
+}
+
+static size_t count_nodes(const struct vs_node *n)
+{
+    size_t k = 1;
+    if (n->child)
+        for (size_t i = 0; i < FANOUT; i++)
+            if (n->child[i])
+                k += count_nodes(n->child[i]);
+    return k;
+}
+
+/* The old way, when memory for the hand-over is short: wait for each
+ * stream's last work, then give the pages and nodes back at once. */
+static void destroy_waiting(mb_vspace *v, uint64_t *pages, size_t np, uint64_t *nodes, size_t nn)
+{
+    mb_backend *be = v->c->be;
     for (size_t i = 0; i < v->n_streams; i++) {
-        int rc = 0;
         int done = be->ops->event_query(be, v->streams[i].ev);
         while (done == 0) {
             struct timespec ts = { 0, 20000 };
@@ -527,27 +533,48 @@ void mb_vspace_destroy(mb_vspace *v)
             done = be->ops->event_query(be, v->streams[i].ev);
         }
         if (done < 0)
-            rc = done;
-        if (rc)
-            mb_log(MB_LOG_ERR, "failed to wait for a vspace's work: %s", mb_strerror(rc));
+            mb_log(MB_LOG_ERR, "failed to wait for a vspace's work: %s", mb_strerror(done));
         be->ops->event_destroy(be, v->streams[i].ev);
     }
-    uint64_t *pages = v->mapped ? malloc(v->mapped * sizeof(*pages)) : NULL;
-    size_t k = 0;
-    if (pages && v->root)
-        collect_pages(v->root, pages, &k);
-    if (pages && v->pool)
-        pagepool_give(v->pool, pages, k);
-    else if (v->mapped)
-        mb_log(MB_LOG_ERR, "failed to return %zu pages of a vspace: out of memory", v->mapped);
-    free(pages);
-    for (struct vs_chunk *ch = v->chunks; ch;) {
-        struct vs_chunk *next = ch->next;
-        mb_free(c, ch->mem);
-        free(ch);
-        ch = next;
+    if (v->pool)
+        pagepool_give(v->pool, pages, np);
+    vsnodes_put(v->nodes, nodes, nn);
+}
+
+void mb_vspace_destroy(mb_vspace *v)
+{
+    if (!v)
+        return;
+    pthread_mutex_lock(&v->lock);
+    /* The table and its pages may be in use by work enqueued on our
+     * streams: they go back once the event after each stream's last work
+     * completed, without waiting here. */
+    size_t nn = (v->root ? count_nodes(v->root) : 0) + v->n_spare, np = 0, k = 0;
+    uint64_t *pages = malloc((v->mapped + 1) * sizeof(*pages));
+    uint64_t *nodes = malloc((nn + 1) * sizeof(*nodes));
+    void **evs = malloc((v->n_streams + 1) * sizeof(*evs));
+    if (pages && nodes && evs) {
+        if (v->root) {
+            collect_pages(v->root, pages, &np);
+            collect_nodes(v->root, nodes, &k);
+        }
+        for (size_t i = 0; i < v->n_spare; i++)
+            nodes[k++] = v->spare[i];
+        for (size_t i = 0; i < v->n_streams; i++)
+            evs[i] = v->streams[i].ev;
+        if (!v->pool || pagepool_retire(v->pool, pages, np, evs, v->n_streams, v->nodes, nodes,
+                                        k) != 0)
+            destroy_waiting(v, pages, np, nodes, k);
+        else if (v->c->refill)
+            refill_kick(v->c->refill);
+    } else {
+        mb_log(MB_LOG_ERR, "failed to return the pages of a vspace: out of memory");
     }
+    free(pages);
+    free(nodes);
+    free(evs);
     node_free(v->root);
+    free(v->spare);
     free(v->runs);
     free(v->streams);
     pthread_mutex_unlock(&v->lock);
@@ -602,28 +629,33 @@ int mb_vspace_create(mb_client *c, size_t max_bytes, size_t page_bytes, mb_vspac
     v->dev.max_bytes = (uint64_t)v->npages << shift;
     v->dev.page_shift = shift;
     v->dev.levels = levels;
+    struct refill *r = NULL;
     rc = pagepool_get(c, page_bytes, &v->pool);
+    if (rc == 0)
+        rc = refill_get(c, &r);
     if (rc) {
         pthread_mutex_destroy(&v->lock);
         free(v);
         return rc;
     }
-    pthread_mutex_lock(&v->lock);
-    rc = reserve_nodes(v, 1);
-    if (rc == 0 && !(v->root = node_new(v, levels - 1)))
+    v->nodes = r->nodes;
+    /* The root is a clean node: its INVALID entries are on the device
+     * already, so any stream may use the vspace at once, and nothing was
+     * enqueued or waited for. */
+    uint64_t root = 0;
+    rc = vsnodes_take_clean(v->nodes, &root);
+    if (rc == 0 && !(v->root = node_new(v, levels - 1, root))) {
+        vsnodes_put(v->nodes, &root, 1);
         rc = MB_ENOMEM;
-    if (rc == 0)
-        v->dev.root = v->root->dev;
-    /* The root's INVALID entries, written and waited for on the legacy
-     * stream: any stream may use the vspace from now on. */
-    if (rc == 0 && (rc = flush(v, NULL)) == 0)
-        rc = c->be->ops->stream_sync(c->be, NULL);
-    pthread_mutex_unlock(&v->lock);
+    }
+    if (vsnodes_busy(v->nodes))
+        refill_kick(r);
     if (rc) {
         mb_log(MB_LOG_ERR, "failed to create a vspace: %s", mb_strerror(rc));
         mb_vspace_destroy(v);
         return rc;
     }
+    v->dev.root = v->root->dev;
     VS_CHECK(v, vspace_is_valid);
     *out = v;
     return 0;
