@@ -67,8 +67,12 @@ struct mb_vspace_dev {
 typedef struct mb_vspace mb_vspace;
 
 /* A vspace of max_bytes (rounded up to whole pages) with pages of
- * page_bytes. Allocates the root node and launches each table kernel once
- * (so no first launch happens while a stream is gated). Nothing is mapped. */
+ * page_bytes. Nothing is mapped, and any stream may use it at once: its
+ * root is a node already cleared on the device (the client's background
+ * thread keeps some ready; when none is, one is cleared and waited for
+ * here, counted in mb_stats' vspace_refill_waits). The first call in a
+ * process launches each table kernel once (so no first launch happens
+ * while a stream is gated). */
 MB_API int mb_vspace_create(mb_client *c, size_t max_bytes, size_t page_bytes, mb_vspace **out);
 
 /* Back pages [first_page, first_page + npages) with physical pages (this
@@ -89,9 +93,11 @@ MB_API int mb_vspace_unmap_async(mb_vspace *v, size_t first_page, size_t npages,
 /* The translation descriptor for kernels; NULL when v is NULL. */
 MB_API const struct mb_vspace_dev *mb_vspace_device(const mb_vspace *v);
 
-/* Wait for the work of every stream this vspace was used on, then give its
- * pages back to the client's page pool (still mapped, for the next vspace)
- * and free its table. */
+/* Give the vspace up without waiting: its pages go back to the client's
+ * page pool (still mapped, for the next vspace) and its table nodes to the
+ * client, each once the work enqueued so far on every stream this vspace
+ * was used on has completed (events recorded after that work tell; the
+ * streams themselves are not touched again and may be destroyed). */
 MB_API void mb_vspace_destroy(mb_vspace *v);
 
 /* Inspection: read the leaf entries of pages [first_page, first_page+n) as
