@@ -93,7 +93,6 @@ int mb_open(mb_client **out, const char *tenant_name)
         mb_backend_close(c->be);
         pthread_mutex_destroy(&c->flock);
         pthread_mutex_destroy(&c->lock);
-        pthread_mutex_destroy(&c->lclk.m);
         free(c);
         return rc;
     }
@@ -275,14 +274,26 @@ int mb_malloc_growable(mb_client *c, size_t size, size_t max_size, void **ptr)
 {
     if (!c || !ptr || size == 0 || max_size < size)
         return MB_EINVAL;
-    return grow_alloc(c, size, max_size, ptr);
+    int rc = grow_alloc(c, size, max_size, ptr);
+    if (rc == MB_ENOMEM || rc == MB_EQUOTA) {
+        /* Refused: the process's own idle memory goes back first (freed
+         * ranges still retiring, idle heap, pools, tails), then once more. */
+        maint_release(c, -1, 0);
+        rc = grow_alloc(c, size, max_size, ptr);
+    }
+    return rc;
 }
 
 int mb_grow(mb_client *c, void *ptr, size_t new_size)
 {
     if (!c || !ptr)
         return MB_EINVAL;
-    return grow_extend(c, ptr, new_size);
+    int rc = grow_extend(c, ptr, new_size);
+    if (rc == MB_ENOMEM || rc == MB_EQUOTA) {
+        maint_release(c, -1, 0);   /* as in mb_malloc_growable */
+        rc = grow_extend(c, ptr, new_size);
+    }
+    return rc;
 }
 
 size_t mb_usable_size(mb_client *c, const void *ptr)

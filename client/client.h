@@ -97,7 +97,7 @@ struct retiring {
 struct lclock {
     uint64_t open;               /* frees now are tagged with it (atomic) */
     uint64_t done;               /* tags <= done are complete (atomic) */
-    pthread_mutex_t m;           /* the advancing thread */
+    int busy;                    /* 1 while a thread advances (atomic) */
     void *ev;                    /* recorded on the legacy stream ... */
     uint64_t ev_gen;             /* ... after closing this epoch */
     bool ev_pending;
@@ -334,6 +334,11 @@ bool lclock_ready(struct lclock *k, uint64_t gen);
 /* Move done forward to gen or beyond if the driver says the work is done
  * (a query, never a wait). */
 void lclock_advance(struct lclock *k, mb_backend *be, uint64_t gen);
+/* A free's tag as an event-like token (odd, never a handle), and its query:
+ * 1 when complete, 0 while pending. */
+void *lclock_token(struct lclock *k);
+bool lclock_is_token(const void *ev);
+int lclock_token_query(struct lclock *k, mb_backend *be, const void *tok);
 
 /* maint.c: the background thread and the ranges of their own. */
 int maint_start(mb_client *c);

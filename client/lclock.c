@@ -8,20 +8,24 @@
  * after the work it follows was queued), then the legacy stream is queried;
  * idle, it proves every closed epoch done at once. Busy (an application
  * queueing on it), an event is recorded and queried by later advances, one
- * in flight at a time. One thread advances at a time, and a thread that
- * waited for it finds its own frees done by it whenever the stream was idle.
+ * in flight at a time. One thread advances at a time (busy); a thread that
+ * finds another advancing spins for it and usually finds its own frees done.
+ *
+ * Tokens: a tag as an odd pointer, for places that keep an event per free
+ * (the heap's fences, vspaces' streams): never a handle, since events and
+ * the host backend's are aligned.
  *
  * Invariants: done < open; done only grows; with an event in flight,
- * done < ev_gen < open. */
+ * done < ev_gen < open; busy is 1 only while one thread advances. */
 #include <assert.h>
 
 #include "client.h"
 
 void lclock_init(struct lclock *k)
 {
-    pthread_mutex_init(&k->m, NULL);
     k->open = 1;
     k->done = 0;
+    k->busy = 0;
     k->ev = NULL;
     k->ev_gen = 0;
     k->ev_pending = false;
@@ -32,7 +36,6 @@ void lclock_destroy(struct lclock *k, mb_backend *be)
     if (k->ev)
         be->ops->event_destroy(be, k->ev);
     k->ev = NULL;
-    pthread_mutex_destroy(&k->m);
 }
 
 uint64_t lclock_tag(struct lclock *k)
@@ -52,15 +55,9 @@ static void set_done(struct lclock *k, uint64_t gen)
     assert(k->done < __atomic_load_n(&k->open, __ATOMIC_RELAXED));
 }
 
-void lclock_advance(struct lclock *k, mb_backend *be, uint64_t gen)
+/* One look at the driver (busy held). */
+static void advance_once(struct lclock *k, mb_backend *be, uint64_t gen)
 {
-    if (lclock_ready(k, gen))
-        return;
-    pthread_mutex_lock(&k->m);   /* held across one query at most */
-    if (lclock_ready(k, gen)) {
-        pthread_mutex_unlock(&k->m);   /* the thread before advanced it */
-        return;
-    }
     if (k->ev_pending) {
         int q = be->ops->event_query(be, k->ev);
         if (q != 0) {   /* done, or an error: never wait on it again */
@@ -80,5 +77,48 @@ void lclock_advance(struct lclock *k, mb_backend *be, uint64_t gen)
             k->ev_pending = true;
         }
     }
-    pthread_mutex_unlock(&k->m);
+}
+
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
+
+void lclock_advance(struct lclock *k, mb_backend *be, uint64_t gen)
+{
+    /* A thread that finds another advancing spins until it is done (one
+     * driver call) rather than sleeping on a lock, then looks again: the
+     * other's advance covers its frees whenever the stream was idle. */
+    for (int round = 0; round < 3 && !lclock_ready(k, gen); round++) {
+        int idle = 0;
+        if (__atomic_compare_exchange_n(&k->busy, &idle, 1, false, __ATOMIC_ACQUIRE,
+                                        __ATOMIC_RELAXED)) {
+            advance_once(k, be, gen);
+            __atomic_store_n(&k->busy, 0, __ATOMIC_RELEASE);
+            return;   /* what the driver said holds for now */
+        }
+        for (int spin = 0; spin < 20000 && __atomic_load_n(&k->busy, __ATOMIC_ACQUIRE); spin++)
+            cpu_relax();
+    }
+}
+
+void *lclock_token(struct lclock *k)
+{
+    return (void *)(uintptr_t)(lclock_tag(k) << 1 | 1);
+}
+
+bool lclock_is_token(const void *ev)
+{
+    return ((uintptr_t)ev & 1) != 0;
+}
+
+int lclock_token_query(struct lclock *k, mb_backend *be, const void *tok)
+{
+    uint64_t gen = (uint64_t)(uintptr_t)tok >> 1;
+    lclock_advance(k, be, gen);
+    return lclock_ready(k, gen);
 }

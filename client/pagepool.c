@@ -222,18 +222,28 @@ static void push_pages(struct pagepool *p, const uint64_t *pages, size_t n, int6
 
 /* Query q's events, newest last, dropping those complete: 1 when none is
  * left, 0 while one runs, <0 when the device failed. */
-static int batch_done(mb_backend *be, struct pp_pending *q, bool wait)
+static int ev_done(mb_client *c, void *ev)
+{
+    if (lclock_is_token(ev))
+        return lclock_token_query(&c->lclk, c->be, ev);
+    return c->be->ops->event_query(c->be, ev);
+}
+
+static int batch_done(mb_client *c, struct pp_pending *q, bool wait)
 {
     while (q->nev) {
-        int done = be->ops->event_query(be, q->evs[q->nev - 1]);
+        void *ev = q->evs[q->nev - 1];
+        int done = ev_done(c, ev);
         while (wait && done == 0) {
             struct timespec ts = { 0, 20000 };
             nanosleep(&ts, NULL);
-            done = be->ops->event_query(be, q->evs[q->nev - 1]);
+            done = ev_done(c, ev);
         }
         if (done != 1)
             return done;
-        be->ops->event_destroy(be, q->evs[--q->nev]);
+        if (!lclock_is_token(ev))
+            c->be->ops->event_destroy(c->be, ev);
+        q->nev--;
     }
     return 1;
 }
@@ -242,10 +252,9 @@ static int batch_done(mb_backend *be, struct pp_pending *q, bool wait)
  * all of them. Pool lock held. */
 static void reclaim(struct pagepool *p, bool wait, int64_t now)
 {
-    mb_backend *be = p->c->be;
     for (struct pp_pending **qq = &p->pending; *qq;) {
         struct pp_pending *q = *qq;
-        int done = batch_done(be, q, wait);
+        int done = batch_done(p->c, q, wait);
         if (done < 0) {   /* the device failed: the pages may never be safe to reuse */
             mb_log(MB_LOG_ERR, "failed to learn whether unmapped pages are idle: %s; "
                                "keeping them out of use", mb_strerror(done));
@@ -408,9 +417,13 @@ void pagepool_defer(struct pagepool *p, const uint64_t *pages, size_t n, void *s
         return;
     mb_backend *be = p->c->be;
     struct pp_pending *q = malloc(sizeof(*q) + n * sizeof(q->pages[0]));
-    int rc = q ? be->ops->event_create(be, &q->ev) : MB_ENOMEM;
-    if (rc == 0 && (rc = be->ops->event_record(be, q->ev, stream)) != 0)
+    int rc = q ? 0 : MB_ENOMEM;
+    if (q && stream == NULL && be->ops->stream_query) {
+        q->ev = lclock_token(&p->c->lclk);   /* the legacy stream: no event */
+    } else if (q && (rc = be->ops->event_create(be, &q->ev)) == 0 &&
+               (rc = be->ops->event_record(be, q->ev, stream)) != 0) {
         be->ops->event_destroy(be, q->ev);
+    }
     if (q) {
         q->evs = &q->ev;
         q->nev = rc == 0;
@@ -455,7 +468,7 @@ int pagepool_retire(struct pagepool *p, const uint64_t *pages, size_t n, void *c
     q->nn = to ? nn : 0;
     q->nodes_to = to;
     q->n = n;
-    bool done = batch_done(p->c->be, q, false) == 1;   /* its work may be over already */
+    bool done = batch_done(p->c, q, false) == 1;   /* its work may be over already */
     pthread_mutex_lock(&p->lock);
     p->n_used -= n;
     if (done) {
@@ -571,7 +584,8 @@ void pagepool_free(struct pagepool *p)
         struct pp_pending *q = p->pending;
         p->pending = q->next;
         while (q->nev)
-            p->c->be->ops->event_destroy(p->c->be, q->evs[--q->nev]);
+            if (!lclock_is_token(q->evs[--q->nev]))
+                p->c->be->ops->event_destroy(p->c->be, q->evs[q->nev]);
         free(q);
     }
     pthread_mutex_unlock(&p->lock);

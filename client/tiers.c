@@ -219,16 +219,14 @@ static int heap_grow(void *ctx, size_t min_bytes, void **base, size_t *bytes)
     return rc;
 }
 
-/* The heap's fences. One on the legacy stream is no driver event but the
- * legacy clock's tag, odd so it never looks like a handle (lclock.c: one
- * stream query settles every thread's frees). */
-static bool is_legacy_tag(const void *ev) { return ((uintptr_t)ev & 1) != 0; }
-
+/* The heap's fences. One on the legacy stream is no driver event but a
+ * legacy-clock token (lclock.c: one stream query settles every thread's
+ * frees). */
 static int ev_record(void *ctx, void *stream, void **ev)
 {
     mb_client *c = ctx;
     if (stream == NULL && c->be->ops->stream_query) {
-        *ev = (void *)(uintptr_t)(lclock_tag(&c->lclk) << 1 | 1);
+        *ev = lclock_token(&c->lclk);
         return 0;
     }
     int rc = c->be->ops->event_create(c->be, ev);
@@ -240,18 +238,15 @@ static int ev_record(void *ctx, void *stream, void **ev)
 static int ev_query(void *ctx, void *ev)
 {
     mb_client *c = ctx;
-    if (is_legacy_tag(ev)) {
-        uint64_t gen = (uint64_t)(uintptr_t)ev >> 1;
-        lclock_advance(&c->lclk, c->be, gen);
-        return lclock_ready(&c->lclk, gen);
-    }
+    if (lclock_is_token(ev))
+        return lclock_token_query(&c->lclk, c->be, ev);
     return c->be->ops->event_query(c->be, ev);
 }
 
 static void ev_release(void *ctx, void *ev)
 {
     mb_client *c = ctx;
-    if (!is_legacy_tag(ev))
+    if (!lclock_is_token(ev))
         c->be->ops->event_destroy(c->be, ev);
 }
 

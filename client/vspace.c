@@ -337,6 +337,7 @@ static void note_stream(mb_vspace *v, void *stream)
     for (size_t i = 0; i < v->n_streams && !s; i++)
         if (v->streams[i].stream == stream)
             s = &v->streams[i];
+    bool legacy = stream == NULL && be->ops->stream_query;
     if (!s) {
         struct vs_stream *ns = realloc(v->streams, (v->n_streams + 1) * sizeof(*ns));
         if (!ns)
@@ -344,11 +345,16 @@ static void note_stream(mb_vspace *v, void *stream)
         v->streams = ns;
         s = &ns[v->n_streams];
         s->stream = stream;
-        if (be->ops->event_create(be, &s->ev) != 0)
+        if (!legacy && be->ops->event_create(be, &s->ev) != 0)
             return;
         v->n_streams++;
     }
-    be->ops->event_record(be, s->ev, stream);
+    /* The legacy stream needs no event: the legacy clock's token tells
+     * when the work enqueued so far is done. */
+    if (legacy)
+        s->ev = lclock_token(&v->c->lclk);
+    else
+        be->ops->event_record(be, s->ev, stream);
 }
 
 /* Send the dirty entries to the device on stream. On failure the dirty
@@ -526,15 +532,17 @@ static void destroy_waiting(mb_vspace *v, uint64_t *pages, size_t np, uint64_t *
 {
     mb_backend *be = v->c->be;
     for (size_t i = 0; i < v->n_streams; i++) {
-        int done = be->ops->event_query(be, v->streams[i].ev);
-        while (done == 0) {
+        void *ev = v->streams[i].ev;
+        bool tok = lclock_is_token(ev);
+        int done;
+        while ((done = tok ? lclock_token_query(&v->c->lclk, be, ev) : be->ops->event_query(be, ev)) == 0) {
             struct timespec ts = { 0, 20000 };
             nanosleep(&ts, NULL);
-            done = be->ops->event_query(be, v->streams[i].ev);
         }
         if (done < 0)
             mb_log(MB_LOG_ERR, "failed to wait for a vspace's work: %s", mb_strerror(done));
-        be->ops->event_destroy(be, v->streams[i].ev);
+        if (!tok)
+            be->ops->event_destroy(be, ev);
     }
     if (v->pool)
         pagepool_give(v->pool, pages, np);
