@@ -1,7 +1,9 @@
 /* grow.c: growable ranges (grow.h): one reserved range per allocation whose
  * mapped tail runs ahead of the size in use, filled by the client's
  * background thread in the frame plan's large frames, so that mb_grow is
- * bookkeeping; the tail's return on trim, reclaim and idleness. */
+ * bookkeeping; the tail's return on trim, reclaim and idleness; freed
+ * ranges kept mapped (idle) and handed to the next allocation that fits,
+ * once the work before their free completed. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -15,6 +17,16 @@
  * unit and twice the last growth step; refilled by one target's worth when
  * it falls under half of it. */
 #define AHEAD_SHIFT 5
+#define IDLE_MAX 256            /* idle ranges kept mapped at most */
+
+/* A freed range, still mapped: reused once its fence completed (an event
+ * recorded on the freeing stream, or a legacy-clock token). */
+struct gidle {
+    struct stitched *s;
+    void *fence;
+    int64_t since_ms;
+    struct gidle *next;
+};
 
 /* Invariants (growable_is_valid): used <= max <= s->reserved, used <= s->bytes
  * <= s->reserved; s->bytes
@@ -24,6 +36,9 @@ struct growable {
     struct stitched *s;
     size_t used;
     size_t max;                  /* the largest size mb_grow accepts (max, in whole units) */
+    size_t limit;                /* mapping stops here: max, or the plan of the first
+                                  * size if larger (the reservation may be larger still,
+                                  * so that the range fits later requests once freed) */
     size_t step;                 /* the last growth (bytes) */
     int64_t last_ms;             /* last allocation or growth */
     bool busy;
@@ -33,10 +48,12 @@ struct growable {
  * frame layer). Invariants: ahead == sum of s->bytes - used over ranges. */
 struct growset {
     pthread_mutex_t lock;
-    pthread_cond_t idle;         /* a range stopped being busy */
+    pthread_cond_t not_busy;     /* a range stopped being busy */
     struct ptrmap map;           /* va -> struct growable */
     size_t n, used, ahead;
-    uint64_t waits, maps_ahead;
+    struct gidle *idle;          /* freed ranges still mapped, newest first */
+    size_t n_idle, idle_bytes;   /* idle_bytes == sum of their s->bytes */
+    uint64_t waits, maps_ahead, reuses;
 };
 
 static bool growable_is_valid(const mb_client *c, const struct growable *x)
@@ -49,7 +66,7 @@ static bool growable_is_valid(const mb_client *c, const struct growable *x)
         sum += s->frames[i]->mem.bytes;
     }
     return sum == s->bytes && x->used <= s->bytes && s->bytes <= s->reserved && s->n <= s->cap &&
-           x->used <= x->max && x->max <= s->reserved;
+           x->used <= x->max && x->max <= x->limit && x->limit <= s->reserved;
 }
 
 #ifdef MB_DEBUG
@@ -129,7 +146,7 @@ static void fl_put(mb_client *c, struct cframe **f, size_t n)
 static int map_tail(mb_client *c, struct growset *g, struct growable *x, size_t need, size_t want)
 {
     struct stitched *s = x->s, *t;
-    size_t room = s->reserved - s->bytes;
+    size_t room = x->limit > s->bytes ? x->limit - s->bytes : 0;
     int rc = fl_take(c, need, want, room, &t);
     if (rc)
         return rc;
@@ -204,9 +221,95 @@ struct growset *growset_new(void)
     struct growset *g = calloc(1, sizeof(*g));
     if (g) {
         pthread_mutex_init(&g->lock, NULL);
-        pthread_cond_init(&g->idle, NULL);
+        pthread_cond_init(&g->not_busy, NULL);
     }
     return g;
+}
+
+/* ---- idle ranges ---- */
+
+static int fence_done(mb_client *c, void *fence)
+{
+    if (!fence)
+        return 1;
+    if (lclock_is_token(fence))
+        return lclock_token_query(&c->lclk, c->be, fence);
+    return c->be->ops->event_query(c->be, fence);
+}
+
+static void fence_drop(mb_client *c, void *fence)
+{
+    if (fence && !lclock_is_token(fence))
+        c->be->ops->event_destroy(c->be, fence);
+}
+
+/* The idle range to reuse for a range of `need_res` reserved bytes used up
+ * to `size` with `first` bytes mapped: done, reserved enough, mapping at
+ * most a quarter more than first (the surplus would be held for nothing),
+ * the fewest mapped bytes at or past size, else the most. Unlinked;
+ * g->lock held. */
+static struct stitched *idle_take(mb_client *c, struct growset *g, size_t need_res, size_t size,
+                                  size_t first)
+{
+    struct gidle **best = NULL;
+    for (struct gidle **pp = &g->idle; *pp; pp = &(*pp)->next) {
+        struct stitched *s = (*pp)->s;
+        if (s->reserved < need_res || s->bytes > first + first / 4)
+            continue;
+        if (best) {
+            size_t b = (*best)->s->bytes;
+            bool better = s->bytes >= size ? b < size || s->bytes < b : b < size && s->bytes > b;
+            if (!better)
+                continue;
+        }
+        if (fence_done(c, (*pp)->fence) != 1)
+            continue;
+        best = pp;
+    }
+    if (!best)
+        return NULL;
+    struct gidle *i = *best;
+    *best = i->next;
+    struct stitched *s = i->s;
+    g->n_idle--;
+    g->idle_bytes -= s->bytes;
+    fence_drop(c, i->fence);
+    free(i);
+    return s;
+}
+
+/* Freed ranges kept mapped: at most this many bytes (1/32 of the bytes in
+ * use, and 256 MiB besides), the rest unmapped by the background thread. */
+static size_t idle_cap(const struct growset *g) { return (g->used >> AHEAD_SHIFT) + ((size_t)256 << 20); }
+
+/* Unmap idle ranges whose fence completed: all (idle_ms < 0), those idle
+ * since before now - idle_ms, and more while they hold more than
+ * idle_cap. fl_lock and g->lock held. */
+static void idle_release_held(mb_client *c, struct growset *g, int64_t now, int64_t idle_ms)
+{
+    for (struct gidle **pp = &g->idle; *pp;) {
+        struct gidle *i = *pp;
+        bool due = idle_ms < 0 || now - i->since_ms >= idle_ms || g->idle_bytes > idle_cap(g);
+        if (!due || fence_done(c, i->fence) != 1) {
+            pp = &i->next;
+            continue;
+        }
+        *pp = i->next;
+        g->n_idle--;
+        g->idle_bytes -= i->s->bytes;
+        fence_drop(c, i->fence);
+        if (stitch_free(c, i->s, NULL) != 0)
+            mb_log(MB_LOG_ERR, "failed to unmap an idle growable range at %p", i->s->va);
+        free(i);
+    }
+}
+
+static size_t pow2_at_least(size_t x)
+{
+    size_t p = 1;
+    while (p < x && p <= SIZE_MAX / 2)
+        p <<= 1;
+    return p < x ? x : p;
 }
 
 int grow_alloc(mb_client *c, size_t size, size_t max, void **ptr)
@@ -219,61 +322,92 @@ int grow_alloc(mb_client *c, size_t size, size_t max, void **ptr)
     if (rc)
         return rc;
     /* Room for max, and for the plan of size (which may round up). */
-    size_t reserved = round_unit(max, unit), planned = plan_bytes(size, unit);
-    if (reserved < planned)
-        reserved = planned;
+    size_t need_res = round_unit(max, unit), planned = plan_bytes(size, unit);
+    if (need_res < planned)
+        need_res = planned;
     struct growable *x = calloc(1, sizeof(*x));
-    struct stitched *s = x ? malloc(sizeof(*s) + reserved / unit * sizeof(s->frames[0])) : NULL;
-    if (!s) {
-        free(x);
+    if (!x)
         return MB_ENOMEM;
-    }
-    s->n = 0;
-    s->cap = reserved / unit;
-    s->bytes = 0;
-    s->reserved = reserved;
-    s->imported = false;
-    x->s = s;
     x->max = round_unit(max, unit);
+    x->limit = need_res;
     x->last_ms = mb_now_ms();
-    /* The first bytes and a tail ahead of them, in one mapping. */
+    /* The first bytes and a tail ahead of them. */
     size_t first = size + target_for(size, 0, unit);
-    if (first > reserved)
-        first = reserved;
-    rc = c->be->ops->reserve(c->be, reserved, &s->va);
-    if (rc == 0 && (rc = map_tail(c, g, x, size, first)) != 0)
-        c->be->ops->free_va(c->be, s->va, reserved);
+    /* A freed range that fits is reused, mapped as it is. */
+    pthread_mutex_lock(&g->lock);
+    struct stitched *s = g->idle ? idle_take(c, g, need_res, size, first) : NULL;
+    if (s) {
+        g->ahead += s->bytes;   /* counted as used below */
+        g->reuses++;
+    }
+    pthread_mutex_unlock(&g->lock);
+    bool reused = s != NULL;
+    if (!s) {
+        /* Reserved to a power of two, so that the range fits many later
+         * requests once freed. */
+        size_t reserved = pow2_at_least(need_res);
+        if (!(s = malloc(sizeof(*s) + reserved / unit * sizeof(s->frames[0])))) {
+            free(x);
+            return MB_ENOMEM;
+        }
+        s->n = 0;
+        s->cap = reserved / unit;
+        s->bytes = 0;
+        s->reserved = reserved;
+        s->imported = false;
+        s->mapped_async = false;
+        if ((rc = c->be->ops->reserve(c->be, reserved, &s->va)) != 0) {
+            free(s);
+            free(x);
+            return rc;
+        }
+    }
+    x->s = s;
+    if (first < s->bytes)
+        first = s->bytes;   /* a reused range mapped past it already */
+    if (first > x->limit)
+        first = x->limit > s->bytes ? x->limit : s->bytes;
+    bool waited = s->bytes < size;   /* mapped on this call */
+    if (waited) {
+        x->busy = true;   /* no other thread knows x yet */
+        rc = map_tail(c, g, x, size - s->bytes, first - s->bytes);
+        x->busy = false;
+    }
     if (rc == 0) {
         pthread_mutex_lock(&g->lock);
-        g->ahead -= size;   /* map_tail counted the whole mapping ahead */
+        g->ahead -= size;   /* the mapping was counted ahead */
         x->used = size;
         rc = ptrmap_put(&g->map, s->va, x);
         if (rc == 0) {
             g->n++;
             g->used += size;
+            g->waits += waited;
         } else {
             g->ahead -= s->bytes - size;
         }
         pthread_mutex_unlock(&g->lock);
-        if (rc) {
-            fl_lock(c);
-            stitch_free(c, s, NULL);
-            fl_unlock(c);
-            free(x);
-            return rc;
-        }
+    } else if (reused) {
+        pthread_mutex_lock(&g->lock);
+        g->ahead -= s->bytes;
+        pthread_mutex_unlock(&g->lock);
     }
     if (rc) {
-        free(s);
+        fl_lock(c);
+        if (s->bytes) {
+            stitch_free(c, s, NULL);
+        } else {
+            c->be->ops->free_va(c->be, s->va, s->reserved);
+            free(s);
+        }
+        fl_unlock(c);
         free(x);
         return rc;
     }
     pthread_mutex_lock(&g->lock);
-    g->waits++;   /* the first bytes were mapped on this call */
     GROW_CHECK(c, x);
     pthread_mutex_unlock(&g->lock);
     *ptr = s->va;
-    if (target_of(c, x) / 2 > s->bytes - x->used && s->bytes < s->reserved)
+    if (target_of(c, x) / 2 > s->bytes - x->used && s->bytes < x->limit)
         refill_kick(c->refill);
     return 0;
 }
@@ -296,20 +430,20 @@ int grow_extend(mb_client *c, void *ptr, size_t new_size)
         if (new_size > x->s->bytes) {
             /* Past the mapped tail: map what is missing now (a wait). */
             while (x->busy)
-                pthread_cond_wait(&g->idle, &g->lock);
+                pthread_cond_wait(&g->not_busy, &g->lock);
             g->waits++;
             if (new_size > x->s->bytes) {
                 /* What is missing and the tail ahead of it, in one mapping. */
                 size_t more = new_size - x->s->bytes +
                               target_for(new_size, new_size - x->used, c->frame_bytes);
-                if (more > x->s->reserved - x->s->bytes)
-                    more = x->s->reserved - x->s->bytes;
+                if (more > x->limit - x->s->bytes)
+                    more = x->limit - x->s->bytes;
                 x->busy = true;
                 pthread_mutex_unlock(&g->lock);
                 rc = map_tail(c, g, x, new_size - x->s->bytes, more);
                 pthread_mutex_lock(&g->lock);
                 x->busy = false;
-                pthread_cond_broadcast(&g->idle);
+                pthread_cond_broadcast(&g->not_busy);
             }
         }
         if (rc == 0) {
@@ -320,7 +454,7 @@ int grow_extend(mb_client *c, void *ptr, size_t new_size)
             x->last_ms = mb_now_ms();
         }
     }
-    bool kick = rc == 0 && !x->busy && x->s->bytes < x->s->reserved &&
+    bool kick = rc == 0 && !x->busy && x->s->bytes < x->limit &&
                 x->s->bytes - x->used < target_of(c, x) / 2;
     GROW_CHECK(c, x);
     pthread_mutex_unlock(&g->lock);
@@ -339,7 +473,7 @@ int grow_free(mb_client *c, void *ptr, void *stream)
     pthread_mutex_lock(&g->lock);
     struct growable *x = ptrmap_get(&g->map, ptr);
     while (x && x->busy) {
-        pthread_cond_wait(&g->idle, &g->lock);
+        pthread_cond_wait(&g->not_busy, &g->lock);
         x = ptrmap_get(&g->map, ptr);
     }
     if (x) {
@@ -351,14 +485,57 @@ int grow_free(mb_client *c, void *ptr, void *stream)
     pthread_mutex_unlock(&g->lock);
     if (!x)
         return MB_ENOENT;
+    /* Kept mapped for the next allocation that fits, once the work queued
+     * on stream before this free completed; ranges shared with another
+     * process, and those past IDLE_MAX, are unmapped by the background
+     * thread instead. */
+    struct stitched *s = x->s;
+    free(x);
+    bool shared = false;
+    for (size_t i = 0; i < s->n; i++)
+        shared |= s->frames[i]->exported;
+    struct gidle *i = shared ? NULL : calloc(1, sizeof(*i));
+    int rc = 0;
+    if (i) {
+        mb_backend *be = c->be;
+        if (stream == NULL && be->ops->stream_query) {
+            i->fence = lclock_token(&c->lclk);
+        } else if ((rc = be->ops->event_create(be, &i->fence)) == 0 &&
+                   (rc = be->ops->event_record(be, i->fence, stream)) != 0) {
+            be->ops->event_destroy(be, i->fence);
+        }
+        pthread_mutex_lock(&g->lock);
+        if (rc == 0 && g->n_idle < IDLE_MAX) {
+            i->s = s;
+            i->since_ms = mb_now_ms();
+            i->next = g->idle;
+            g->idle = i;
+            g->n_idle++;
+            g->idle_bytes += s->bytes;
+            s = NULL;
+        }
+        pthread_mutex_unlock(&g->lock);
+        if (s) {
+            if (rc == 0)
+                fence_drop(c, i->fence);
+            free(i);
+        }
+    }
+    if (!s) {
+        pthread_mutex_lock(&g->lock);
+        bool over = g->idle_bytes > idle_cap(g);
+        pthread_mutex_unlock(&g->lock);
+        if (over && c->refill)
+            refill_kick(c->refill);
+        return 0;
+    }
     /* Unmapped by the background thread once the stream's work is done. */
     pthread_mutex_lock(&c->lock);
-    int rc = maint_retire(c, x->s, stream, false);
+    rc = maint_retire(c, s, stream, false);
     pthread_mutex_unlock(&c->lock);
     if (rc)
         mb_log(MB_LOG_ERR, "failed to free a growable range: %s; its frames stay mapped",
                mb_strerror(rc));
-    free(x);
     return rc;
 }
 
@@ -397,33 +574,34 @@ void grow_work(mb_client *c, struct growset *g, int64_t now, int idle_ms)
         struct growable *x = sl->val;
         struct stitched *s = x->s;
         size_t target = target_of(c, x), ahead = s->bytes - x->used;
-        if (x->busy || s->bytes == s->reserved || ahead >= target / 2 ||
+        if (x->busy || s->bytes >= x->limit || ahead >= target / 2 ||
             now - x->last_ms >= idle_ms)
             continue;
         /* Map one target's worth; busy holds off frees and grows of this
          * range meanwhile. The map may be rehashed by then: the scan goes
          * on from the same slot of the new table (a range skipped waits
          * for the next pass). */
-        size_t room = s->reserved - s->bytes;
+        size_t room = x->limit - s->bytes;
         x->busy = true;
         pthread_mutex_unlock(&g->lock);
         size_t want = target < room ? target : room;
         int rc = map_tail(c, g, x, want, want);
         pthread_mutex_lock(&g->lock);
         x->busy = false;
-        pthread_cond_broadcast(&g->idle);
+        pthread_cond_broadcast(&g->not_busy);
         if (rc == 0)
             g->maps_ahead++;
         else
             x->last_ms = now - idle_ms;   /* out of memory: leave it until it grows again */
     }
-    bool tails = g->ahead > 0;
+    bool tails = g->ahead > 0 || g->idle;
     pthread_mutex_unlock(&g->lock);
     if (!tails)
         return;
-    /* Tails idle for idle_ms go back. */
+    /* Tails and freed ranges idle for idle_ms go back. */
     fl_lock(c);
     pthread_mutex_lock(&g->lock);
+    idle_release_held(c, g, now, idle_ms);
     for (size_t i = 0; i < g->map.cap; i++) {
         struct ptrmap_slot *sl = &g->map.slots[i];
         struct growable *x = sl->key > 1 ? sl->val : NULL;
@@ -437,6 +615,7 @@ void grow_work(mb_client *c, struct growset *g, int64_t now, int idle_ms)
 void grow_trim_held(mb_client *c, struct growset *g)
 {
     pthread_mutex_lock(&g->lock);
+    idle_release_held(c, g, 0, -1);
     for (size_t i = 0; i < g->map.cap; i++) {
         struct ptrmap_slot *sl = &g->map.slots[i];
         struct growable *x = sl->key > 1 ? sl->val : NULL;
@@ -453,6 +632,14 @@ void growset_free(mb_client *c, struct growset *g)
     if (!g)
         return;
     fl_lock(c);
+    idle_release_held(c, g, 0, -1);   /* the device is idle by now */
+    while (g->idle) {                  /* a fence that failed: unmap anyway */
+        struct gidle *i = g->idle;
+        g->idle = i->next;
+        fence_drop(c, i->fence);
+        stitch_free(c, i->s, NULL);
+        free(i);
+    }
     for (size_t i = 0; i < g->map.cap; i++) {
         struct ptrmap_slot *sl = &g->map.slots[i];
         if (sl->key <= 1)
@@ -464,7 +651,7 @@ void growset_free(mb_client *c, struct growset *g)
     }
     fl_unlock(c);
     ptrmap_destroy(&g->map);
-    pthread_cond_destroy(&g->idle);
+    pthread_cond_destroy(&g->not_busy);
     pthread_mutex_destroy(&g->lock);
     free(g);
 }
@@ -474,6 +661,7 @@ void grow_stats(struct growset *g, mb_client_stats *st)
     pthread_mutex_lock(&g->lock);
     st->stitch_live += g->used;
     st->grow_mapped_ahead += g->ahead;
+    st->bytes_idle += g->idle_bytes;   /* freed ranges kept mapped */
     st->grow_waits += g->waits;
     pthread_mutex_unlock(&g->lock);
 }

@@ -7,10 +7,16 @@
  *            it ahead of demand (about used/32, and at least twice the last
  *            growth step), in the frame plan's large frames, up to the
  *            reservation; mb_grow inside it is bookkeeping, no driver call.
- *   wait     an mb_grow past the mapped tail, or an mb_malloc_growable:
- *            it maps before returning (counted in mb_stats as grow_waits).
- * Tails left unused for $MOONBRIGHT_IDLE_MS, and every tail on mb_trim or
- * a reclaim notice, go back (whole frames past used).
+ *   idle     a freed range kept mapped (at most 1/32 of the bytes in use
+ *            plus 256 MiB): mb_malloc_growable reuses one whose reservation
+ *            holds its max once the work before the free completed.
+ *            Reservations are powers of two so that ranges fit many sizes;
+ *            mapping never goes past a range's own max.
+ *   wait     an mb_grow past the mapped tail, or an mb_malloc_growable
+ *            that found no idle range with its first bytes mapped: it maps
+ *            before returning (counted in mb_stats as grow_waits).
+ * Tails and idle ranges left unused for $MOONBRIGHT_IDLE_MS, and all of
+ * them on mb_trim or a reclaim notice, go back (whole frames past used).
  *
  * Every function but the _held ones is called without c->lock. */
 #ifndef MB_CLIENT_GROW_H

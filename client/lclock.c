@@ -18,6 +18,7 @@
  * Invariants: done < open; done only grows; with an event in flight,
  * done < ev_gen < open; busy is 1 only while one thread advances. */
 #include <assert.h>
+#include <sched.h>
 
 #include "client.h"
 
@@ -101,8 +102,14 @@ void lclock_advance(struct lclock *k, mb_backend *be, uint64_t gen)
             __atomic_store_n(&k->busy, 0, __ATOMIC_RELEASE);
             return;   /* what the driver said holds for now */
         }
-        for (int spin = 0; spin < 20000 && __atomic_load_n(&k->busy, __ATOMIC_ACQUIRE); spin++)
-            cpu_relax();
+        /* The holder makes one non-blocking driver call: wait for it,
+         * yielding the processor should it have been preempted. */
+        for (int spin = 0; __atomic_load_n(&k->busy, __ATOMIC_ACQUIRE); spin++) {
+            if (spin < 1000)
+                cpu_relax();
+            else
+                sched_yield();
+        }
     }
 }
 

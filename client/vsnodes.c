@@ -13,6 +13,7 @@
 #include <stdlib.h>
 
 #include "log.h"
+#include "wire.h"
 
 #define VSN_CHUNK_NODES 64       /* nodes per chunk (256 KiB) */
 #define VSN_LOW 32               /* clean nodes kept free */
@@ -25,6 +26,7 @@ struct vsnodes {
     void **chunks;
     size_t n_chunks, cap_chunks;
     uint64_t waits;
+    int64_t last_root_ms;        /* when a vspace last took a root */
 };
 
 static bool in_chunk(const struct vsnodes *n, uint64_t a)
@@ -155,6 +157,7 @@ static void push(struct vsnodes *n, bool clean, const uint64_t *nodes, size_t co
 int vsnodes_take_clean(struct vsnodes *n, uint64_t *out)
 {
     pthread_mutex_lock(&n->lock);
+    n->last_root_ms = mb_now_ms();
     if (n->n_clean) {
         *out = n->clean[--n->n_clean];
         pthread_mutex_unlock(&n->lock);
@@ -218,7 +221,8 @@ void vsnodes_work(struct vsnodes *n)
             mine[i] = n->raw[i];
         n->n_raw = 0;
     }
-    bool low = n->n_clean < VSN_LOW;
+    /* Top up only while vspaces are being created (the last second). */
+    bool low = n->n_clean < VSN_LOW && mb_now_ms() - n->last_root_ms < 1000;
     pthread_mutex_unlock(&n->lock);
     if (mine) {
         qsort(mine, count, sizeof(*mine), cmp_u64);
@@ -234,7 +238,7 @@ void vsnodes_work(struct vsnodes *n)
 bool vsnodes_busy(struct vsnodes *n)
 {
     pthread_mutex_lock(&n->lock);
-    bool busy = n->n_raw > 0 || n->n_clean < VSN_LOW;
+    bool busy = n->n_raw > 0 || (n->n_clean < VSN_LOW && mb_now_ms() - n->last_root_ms < 1000);
     pthread_mutex_unlock(&n->lock);
     return busy;
 }

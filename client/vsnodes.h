@@ -5,7 +5,9 @@
  *   node     4 KiB of device memory: 512 entries of a vspace's table.
  *   clean    a free node whose entries are all INVALID (0) on the device,
  *            written and complete: a new vspace's root is one, so that
- *            mb_vspace_create enqueues and waits for nothing.
+ *            mb_vspace_create enqueues and waits for nothing. The
+ *            background step keeps VSN_LOW of them while vspaces are being
+ *            created (a root taken in the last second).
  *   raw      a free node with unknown entries: fine for a directory or a
  *            leaf (mapping writes a new node whole before any entry points
  *            at it), cleared into a clean node by the background step.

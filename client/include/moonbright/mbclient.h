@@ -95,7 +95,8 @@ typedef struct mb_client_stats {
     size_t stitch_live;              /* slow tier (whole stitched ranges) */
     uint64_t daemon_requests;        /* round trips made */
     uint64_t frames_imported;        /* handles received over the channel */
-    size_t bytes_idle;               /* mapped, free, kept for reuse (slab, heap, idle ranges) */
+    size_t bytes_idle;               /* mapped, free, kept for reuse (slab, heap, idle
+                                      * ranges, freed growable ranges) */
     uint64_t heap_hits;              /* heap allocations served from mapped memory */
     uint64_t heap_grants;            /* backing ranges obtained (grant and map) */
     uint64_t stitches;               /* of them, stitched from idle ranges' frames (repairs) */
@@ -110,9 +111,9 @@ typedef struct mb_client_stats {
                                       * mapped memory before returning */
     /* growable ranges (mb_malloc_growable): tails mapped ahead of use */
     size_t grow_mapped_ahead;        /* mapped past the sizes asked for */
-    uint64_t grow_waits;             /* mb_malloc_growable calls, and mb_grow calls
-                                      * past the mapped tail: they mapped before
-                                      * returning */
+    uint64_t grow_waits;             /* mb_malloc_growable calls that found no freed
+                                      * range to reuse, and mb_grow calls past the
+                                      * mapped tail: they mapped before returning */
 } mb_client_stats;
 MB_API int mb_stats(mb_client *c, mb_client_stats *out);
 
