@@ -243,18 +243,18 @@ static void fence_drop(mb_client *c, void *fence)
         c->be->ops->event_destroy(c->be, fence);
 }
 
-/* The idle range to reuse for a range of `need_res` reserved bytes used up
- * to `size` with `first` bytes mapped: done, reserved enough, mapping at
- * most a quarter more than first (the surplus would be held for nothing),
- * the fewest mapped bytes at or past size, else the most. Unlinked;
- * g->lock held. */
-static struct stitched *idle_take(mb_client *c, struct growset *g, size_t need_res, size_t size,
-                                  size_t first)
+/* The idle range to reuse for a range of `need_res` reserved bytes (of
+ * which `limit` may be mapped) used up to `size` with `first` bytes mapped:
+ * done, reserved enough, mapping no more than limit and twice first (a
+ * surplus the range may grow into, not one held for nothing), the fewest
+ * mapped bytes at or past size, else the most. Unlinked; g->lock held. */
+static struct stitched *idle_take(mb_client *c, struct growset *g, size_t need_res, size_t limit,
+                                  size_t size, size_t first)
 {
     struct gidle **best = NULL;
     for (struct gidle **pp = &g->idle; *pp; pp = &(*pp)->next) {
         struct stitched *s = (*pp)->s;
-        if (s->reserved < need_res || s->bytes > first + first / 4)
+        if (s->reserved < need_res || s->bytes > limit || s->bytes > 2 * first)
             continue;
         if (best) {
             size_t b = (*best)->s->bytes;
@@ -335,7 +335,7 @@ int grow_alloc(mb_client *c, size_t size, size_t max, void **ptr)
     size_t first = size + target_for(size, 0, unit);
     /* A freed range that fits is reused, mapped as it is. */
     pthread_mutex_lock(&g->lock);
-    struct stitched *s = g->idle ? idle_take(c, g, need_res, size, first) : NULL;
+    struct stitched *s = g->idle ? idle_take(c, g, need_res, x->limit, size, first) : NULL;
     if (s) {
         g->ahead += s->bytes;   /* counted as used below */
         g->reuses++;

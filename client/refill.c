@@ -17,7 +17,7 @@ static void *refill_main(void *arg)
     struct refill *r = arg;
     pthread_mutex_lock(&r->lock);
     while (!r->stop) {
-        if (!r->kicked) {
+        if (!__atomic_load_n(&r->kicked, __ATOMIC_RELAXED)) {
             struct timespec ts;
             clock_gettime(CLOCK_REALTIME, &ts);
             ts.tv_nsec += (long)REFILL_TICK_MS * 1000000L;
@@ -25,7 +25,7 @@ static void *refill_main(void *arg)
             ts.tv_nsec %= 1000000000L;
             pthread_cond_timedwait(&r->wake, &r->lock, &ts);
         }
-        r->kicked = false;
+        __atomic_store_n(&r->kicked, false, __ATOMIC_RELAXED);
         if (r->stop)
             break;
         struct pagepool *pools[REFILL_PAGE_SIZES];
@@ -102,8 +102,10 @@ int refill_get(mb_client *c, struct refill **out)
 
 void refill_kick(struct refill *r)
 {
+    if (__atomic_load_n(&r->kicked, __ATOMIC_RELAXED))
+        return;   /* the thread has a kick to see already */
     pthread_mutex_lock(&r->lock);
-    r->kicked = true;
+    __atomic_store_n(&r->kicked, true, __ATOMIC_RELAXED);
     pthread_cond_signal(&r->wake);
     pthread_mutex_unlock(&r->lock);
 }

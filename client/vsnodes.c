@@ -238,7 +238,7 @@ void vsnodes_work(struct vsnodes *n)
 bool vsnodes_busy(struct vsnodes *n)
 {
     pthread_mutex_lock(&n->lock);
-    bool busy = n->n_raw > 0 || (n->n_clean < VSN_LOW && mb_now_ms() - n->last_root_ms < 1000);
+    bool busy = n->n_clean < VSN_LOW / 2 || (n->n_raw > 0 && n->n_clean < VSN_LOW);
     pthread_mutex_unlock(&n->lock);
     return busy;
 }

@@ -45,7 +45,7 @@ void vsnodes_put(struct vsnodes *n, const uint64_t *nodes, size_t count);
 /* The background step: raw nodes cleared, clean nodes topped up to the
  * watermark. No lock held. */
 void vsnodes_work(struct vsnodes *n);
-/* Whether the background step has work (raw nodes, too few clean). */
+/* Whether the background step should run soon (clean nodes running low). */
 bool vsnodes_busy(struct vsnodes *n);
 /* Free the chunks (mb_close, after the pools gave their nodes back and
  * before the tiers go). */

@@ -573,8 +573,6 @@ void mb_vspace_destroy(mb_vspace *v)
         if (!v->pool || pagepool_retire(v->pool, pages, np, evs, v->n_streams, v->nodes, nodes,
                                         k) != 0)
             destroy_waiting(v, pages, np, nodes, k);
-        else if (v->c->refill)
-            refill_kick(v->c->refill);
     } else {
         mb_log(MB_LOG_ERR, "failed to return the pages of a vspace: out of memory");
     }
