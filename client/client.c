@@ -191,10 +191,8 @@ static bool wants_async_map(mb_client *c, size_t size, void *stream)
            mb_pool_would_miss(c->pool, size, stream);
 }
 
-static int do_malloc(mb_client *c, size_t size, void *stream, bool sync, void **ptr)
+static int malloc_once(mb_client *c, size_t size, void *stream, bool sync, void **ptr)
 {
-    if (!c || !ptr || size == 0)
-        return MB_EINVAL;
     /* Small objects: the calling thread's cache, no shared lock. */
     if (size <= c->slab_max && !amap_has_error(c))
         return tc_alloc(c, size, stream, sync, ptr);
@@ -215,6 +213,20 @@ static int do_malloc(mb_client *c, size_t size, void *stream, bool sync, void **
     c->sticky = 0;
     check_client(c);
     pthread_mutex_unlock(&c->lock);
+    return rc;
+}
+
+static int do_malloc(mb_client *c, size_t size, void *stream, bool sync, void **ptr)
+{
+    if (!c || !ptr || size == 0)
+        return MB_EINVAL;
+    int rc = malloc_once(c, size, stream, sync, ptr);
+    if (rc == MB_ENOMEM || rc == MB_EQUOTA) {
+        /* Refused for budget or quota: the process's own idle memory goes
+         * back first (idle ranges, caches, pools, tails), then once more. */
+        maint_release(c, -1, 0);
+        rc = malloc_once(c, size, stream, sync, ptr);
+    }
     return rc;
 }
 

@@ -155,7 +155,9 @@ struct mb_client {
     uint64_t reclaim_bytes;      /* ... for this many bytes (0: all cached) */
     uint64_t cache_reported;     /* bytes of the last Cache report */
     uint64_t counters_reported[7];   /* ... and its counters (Mb__ClientCounters order) */
-    uint64_t tier_idle;          /* idle tier bytes, as maint.c last saw them */
+    uint64_t tier_idle;          /* bytes a trim would give back above the frame layer
+                                  * (tiers, page pools, growable tails), as maint.c
+                                  * last saw them */
     pthread_t maint_thread;      /* notices, idle policy, settling (maint.c) */
     bool maint_on, stopping;
     pthread_cond_t maint_wake;

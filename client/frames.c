@@ -10,7 +10,6 @@
 #include "frame_plan.h"
 #include "log.h"
 #include "protocol.h"
-#include "refill.h"
 
 #ifdef MB_DEBUG
 #define FC_CHECK(fc) do { if (!fcache_is_valid(fc)) abort(); } while (0)
@@ -64,12 +63,11 @@ static int send_return(mb_client *c, const uint32_t *ids, size_t n, bool wait)
 static int return_ids(mb_client *c, uint32_t *ids, size_t n) { return send_return(c, ids, n, true); }
 
 /* What this process could hand back: cached frames, plus the idle bytes
- * of its tiers (what a trim would release; an upper bound, since a partly
- * used arena stays). */
+ * its upper layers reported (tiers, page pools, growable tails: what a
+ * trim would release; an upper bound, since a partly used arena stays). */
 static void report(mb_client *c, uint64_t tier_idle, const mb_client_stats *st)
 {
     uint64_t now = c->fc.bytes_cached + tier_idle;
-    now += refill_reclaimable(c);   /* free vspace pages, growable tails */
     uint64_t v[7] = { 0 };
     if (st) {
         const uint64_t k[7] = { st->bytes_idle, st->heap_hits, st->heap_grants, st->stitches,

@@ -111,27 +111,16 @@ static int backing_take(mb_client *c, size_t bytes, bool repair, void **base, si
                 mb_log(MB_LOG_ERR, "failed to unmap an idle range at %p: it stays mapped", idle[i]->va);
         c->fst.unmaps += n_idle;
         free(idle);
-        for (int attempt = 0;; attempt++) {
-            /* Ranges of several units map as few large frames (below 64
-             * units the plan rounds nothing, so the range is exactly
-             * `bytes`). */
-            if (repair && c->fc.n_cached)
-                rc = stitch_alloc_any(c, bytes, &s);
-            else if (c->large_frames && bytes > c->frame_bytes)
-                rc = stitch_alloc_large(c, bytes, &s);
-            else
-                rc = stitch_alloc(c, bytes, bytes, &s);
-            if ((rc != MB_ENOMEM && rc != MB_EQUOTA) || attempt > 0)
-                break;
-            /* Refused for budget or quota: give back this process's own
-             * idle memory first, then try once more if that freed any. */
-            size_t held = c->fc.bytes_held;
-            pthread_mutex_unlock(&c->flock);
-            maint_release(c, -1, 0);
-            pthread_mutex_lock(&c->flock);
-            if (c->fc.bytes_held >= held)
-                break;
-        }
+        /* Ranges of several units map as few large frames (below 64 units
+         * the plan rounds nothing, so the range is exactly `bytes`). A
+         * refusal for budget or quota goes up: client.c gives the process's
+         * own idle memory back and tries once more. */
+        if (repair && c->fc.n_cached)
+            rc = stitch_alloc_any(c, bytes, &s);
+        else if (c->large_frames && bytes > c->frame_bytes)
+            rc = stitch_alloc_large(c, bytes, &s);
+        else
+            rc = stitch_alloc(c, bytes, bytes, &s);
         if (n_idle && c->fc.bytes_cached > c->fc.keep_bytes)
             fcache_trim(c, c->fc.keep_bytes);   /* frames the repair left over */
         pthread_mutex_unlock(&c->flock);

@@ -41,9 +41,8 @@ static void late_grants_handed_back(void **state)
         rc = mb_open(&c, "late");   /* the hello itself may time out */
     assert_int_equal(rc, 0);
     int ok = 0, unavailable = 0, proto = 0, n = 0;
-    /* 60 allocations, or more until both outcomes were seen (a loaded
-     * machine may time every one of the first 60 out) */
-    for (; n < 60 || (n < 600 && (ok == 0 || unavailable == 0)); n++) {
+    /* 60 allocations, or more until one timed out */
+    for (; n < 60 || (n < 600 && unavailable == 0); n++) {
         void *p;
         rc = mb_malloc(c, (size_t)12 << 20, &p);
         ok += rc == 0;
@@ -55,8 +54,16 @@ static void late_grants_handed_back(void **state)
     }
     printf("%d allocations: %d served, %d timed out, %d protocol errors\n", n, ok, unavailable, proto);
     assert_true(unavailable > 0);   /* the test really made answers late */
-    assert_true(ok > 0);
     assert_int_equal(proto, 0);     /* no stray descriptor confused a grant */
+    /* Meanwhile the daemon serves a client that waits long enough (how
+     * many of the 25 ms calls made it depends on the machine's load). */
+    setenv("MOONBRIGHT_TIMEOUT_MS", "10000", 1);
+    mb_client *patient = NULL;
+    assert_int_equal(mb_open(&patient, "late"), 0);
+    void *q;
+    assert_int_equal(mb_malloc(patient, (size_t)12 << 20, &q), 0);
+    assert_int_equal(mb_free(patient, q), 0);
+    mb_close(patient);
     /* Late answers are handed back by the background thread as they come:
      * the daemon's books converge on what the client holds. */
     mb_client_stats st;

@@ -340,6 +340,31 @@ int bench_daemon_status(struct bench_daemon *d, struct bench_dstatus *out)
     return 0;
 }
 
+uint64_t bench_daemon_wait_idle(int timeout_ms)
+{
+    struct bench_daemon *d;
+    struct bench_dstatus ds;
+    if (bench_daemon_open(&d) != 0)
+        return 0;
+    uint64_t free_bytes = 0;
+    for (int waited = 0;; waited += 250) {
+        if (bench_daemon_status(d, &ds) != 0) {
+            free_bytes = 0;
+            break;
+        }
+        free_bytes = ds.bytes_free;
+        if (free_bytes == 0 || waited >= timeout_ms)
+            break;
+        if (waited % 2000 == 0)
+            bench_progress(true, "waiting for moonbrightd to release %llu MiB of free frames",
+                           (unsigned long long)(free_bytes >> 20));
+        struct timespec ts = { 0, 250 * 1000 * 1000 };
+        nanosleep(&ts, NULL);
+    }
+    bench_daemon_close(d);
+    return free_bytes;
+}
+
 void bench_daemon_close(struct bench_daemon *d)
 {
     if (!d)

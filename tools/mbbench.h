@@ -100,6 +100,10 @@ struct bench_daemon;
 int bench_daemon_open(struct bench_daemon **out);
 int bench_daemon_status(struct bench_daemon *d, struct bench_dstatus *out);
 void bench_daemon_close(struct bench_daemon *d);
+/* Before a baseline: wait (at most timeout_ms) until the daemon holds no
+ * free frames (its idle reserve goes back to the driver after reserve_idle),
+ * so the baseline has the device's memory. Returns the free bytes left. */
+uint64_t bench_daemon_wait_idle(int timeout_ms);
 
 /* Progress on stderr, at most one line a second unless force. */
 void bench_progress(bool force, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -933,6 +933,13 @@ int bench_replay(int argc, char **argv)
     for (int k = 0; k < S_COUNT; k++) {
         if (!on[k])
             continue;
+        if (k == S_CUDA && (on[S_REALLOC] || on[S_GROW] || on[S_VSPACE])) {
+            /* The baseline runs with no idle MoonBright memory held. */
+            uint64_t left = bench_daemon_wait_idle(30000);
+            if (left)
+                bench_progress(true, "replay: moonbrightd still holds %llu MiB of free frames",
+                               (unsigned long long)(left >> 20));
+        }
         int rc = run_one((enum strat_kind)k, &cfg, &res[nres]);
         if (rc < 0) {
             fprintf(stderr, "mbbench replay: %s: %s\n", strat_name[k], res[nres].note);
