@@ -110,14 +110,23 @@ struct ptrmap {
 };
 
 /* Layers, top to bottom; a layer calls only the ones below it:
- *   client.c, share.c, torch.c   public API
+ *   client.c, share.c, torch.c   public API (a refused grant: maint_release,
+ *                                then once more)
+ *   vspace.c                     vspaces: page tables over page pools
  *   tcache.c                     per-thread caches of slab objects
- *   tiers.c (slab.c, pool.c)     allocator tiers over mapped ranges
  *   maint.c                      the background thread: notices, idle
  *                                policy, device-sync fences, retiring ranges
+ *   tiers.c (slab.c, pool.c)     allocator tiers over mapped ranges
+ *   refill.c (pagepool.c,        the memory helper thread: vspace page
+ *     vsnodes.c, grow.c)         pools, table nodes, growable ranges
+ *   lclock.c                     which legacy-stream frees are complete
  *   async_map.c, stitch.c        mapping: address ranges, map/unmap
  *   frames.c                     the frames this process holds
  *   rpc.c                        the daemon's control plane
+ * Three calls go up, each a hand-over rather than a callback into policy:
+ * tiers.c registers slab chunks in tcache.c's registry (tc_chunk_add/del),
+ * grow.c hands a freed range it cannot keep to maint_retire's queue, and
+ * vsnodes.c takes its chunks of table nodes with mb_malloc.
  *
  * Locks: c->lock guards the tiers (slab, heap, live and backing maps, idle
  * ranges, deferred frees, stats); c->flock guards the frame layer and the
