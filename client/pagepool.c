@@ -364,10 +364,7 @@ int pagepool_take(struct pagepool *p, size_t n, uint64_t *out)
     int64_t now = mb_now_ms();
     pthread_mutex_lock(&p->lock);
     note_demand(p, n, now);
-    /* Pages whose work completed come back first when the free ones fall
-     * short (each pending batch is a query to the driver; otherwise the
-     * background thread collects them). */
-    if (p->pending && p->n_free < n)
+    if (p->pending)   /* pages whose work completed come back first (lowest address first) */
         reclaim(p, false, now);
     bool waited = false;
     int rc = 0;
