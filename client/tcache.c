@@ -41,7 +41,7 @@
 #include "log.h"
 
 #define TC_CAP 32            /* entries per bin */
-#define TC_BIN_BYTES ((size_t)8 << 20)   /* ... and at most this many bytes */
+#define TC_BIN_BYTES ((size_t)16 << 20)  /* ... and at most this many bytes */
 #define TC_REFILL 8          /* objects taken from the slab per refill */
 #define TC_SLOTS 4           /* clients a thread caches for at once */
 #define LEAF_BITS 13
@@ -331,6 +331,29 @@ static int refill(struct tcache *t, unsigned k, size_t size, void **ptr)
     return 0;
 }
 
+/* Ready objects from the shared slab into the oldest end of bin k, up to
+ * half its capacity (the slab grows for them as for any refill). */
+static void top_up(struct tcache *t, unsigned k, size_t size)
+{
+    mb_client *c = t->c;
+    struct tc_bin *b = &t->bins[k];
+    uint32_t want = bin_cap(size) / 2 > b->n ? bin_cap(size) / 2 - b->n : 0;
+    if (want > TC_REFILL)
+        want = TC_REFILL;
+    if (!want)
+        return;
+    void *got[TC_REFILL];
+    pthread_mutex_lock(&c->lock);
+    size_t n = tiers_slab_take(c, size, want, got);
+    pthread_mutex_unlock(&c->lock);
+    for (size_t i = 0; i < n; i++) {
+        b->head = (b->head + TC_CAP - 1) % TC_CAP;
+        b->e[b->head] = (struct tc_ent){ got[i], 0 };
+        b->n++;
+    }
+    __atomic_store_n(&t->bytes, t->bytes + n * size, __ATOMIC_RELAXED);
+}
+
 int tc_alloc(mb_client *c, size_t size, void *stream, bool sync, void **ptr)
 {
     struct tcache *t = tc_get(c);
@@ -345,12 +368,19 @@ int tc_alloc(mb_client *c, size_t size, void *stream, bool sync, void **ptr)
     if (b->n && (t->host || (!sync && stream == t->tag))) {
         p = bin_at(b, --b->n)->p;              /* the newest: stream order */
     } else {
-        if (b->n && !t->host && t->tag == NULL)
+        bool advanced = false;
+        if (b->n && !t->host && t->tag == NULL && !ent_ready(t, bin_at(b, 0)->gen)) {
             lclock_advance(&c->lclk, c->be, bin_at(b, 0)->gen);
+            advanced = true;
+        }
         if (b->n && ent_ready(t, bin_at(b, 0)->gen)) {
             p = bin_at(b, 0)->p;               /* the oldest, ready */
             b->head = (b->head + 1) % TC_CAP;
             b->n--;
+            /* A shallow bin asks the driver often: deepen it (one shared
+             * refill now, fewer advances from then on). */
+            if (advanced && b->n < bin_cap(csize) / 2)
+                top_up(t, k, csize);
         }
     }
     if (p)
