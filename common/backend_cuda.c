@@ -567,16 +567,22 @@ static int cuda_event_record(mb_backend *b, void *ev, void *stream)
     return r == CUDA_SUCCESS ? 0 : cu_fail(r, "record event");
 }
 
+/* A query's answer: 1 complete, 0 pending, <0 the error (logged). */
+static int query_result(CUresult r, const char *what)
+{
+    if (r == CUDA_SUCCESS)
+        return 1;
+    if (r == CUDA_ERROR_NOT_READY)
+        return 0;
+    return cu_fail(r, what);
+}
+
 static int cuda_event_query(mb_backend *b, void *ev)
 {
     ENTER(b);
     CUresult r = CU(cuEventQuery)((CUevent)ev);
     LEAVE();
-    if (r == CUDA_SUCCESS)
-        return 1;
-    if (r == CUDA_ERROR_NOT_READY)
-        return 0;
-    return cu_fail(r, "query event");
+    return query_result(r, "query event");
 }
 
 static int cuda_stream_sync(mb_backend *b, void *stream)
@@ -592,11 +598,7 @@ static int cuda_stream_query(mb_backend *b, void *stream)
     ENTER(b);
     CUresult r = CU(cuStreamQuery)((CUstream)stream);
     LEAVE();
-    if (r == CUDA_SUCCESS)
-        return 1;
-    if (r == CUDA_ERROR_NOT_READY)
-        return 0;
-    return cu_fail(r, "query stream");
+    return query_result(r, "query stream");
 }
 
 static int cuda_device_sync(mb_backend *b)
