@@ -81,7 +81,10 @@ MB_API int mb_export_to(mb_client *c, void *ptr, uint32_t uid, mb_share_token *o
 MB_API int mb_import(mb_client *c, const mb_share_token *t, void **ptr, size_t *size);
 
 /* Return cached frames to the daemon until at most keep_bytes stay cached;
- * free vspace pages and the tails growable ranges mapped ahead go first. */
+ * idle memory goes first: free heap and slab memory, free vspace pages,
+ * the tails growable ranges mapped ahead and freed growable ranges. Frees
+ * whose stream work is not yet known complete are settled first, by one
+ * device synchronisation (the one call here that may wait for the GPU). */
 MB_API int mb_trim(mb_client *c, size_t keep_bytes);
 
 typedef struct mb_client_stats {
