@@ -216,17 +216,24 @@ static int malloc_once(mb_client *c, size_t size, void *stream, bool sync, void 
     return rc;
 }
 
+/* After a call refused for budget or quota (rc): the process's own idle
+ * memory goes back (idle ranges, caches, pools, tails, freed growable
+ * ranges) and the caller tries once more. */
+static bool gave_back_after_refusal(mb_client *c, int rc)
+{
+    if (rc != MB_ENOMEM && rc != MB_EQUOTA)
+        return false;
+    maint_release(c, -1, 0);
+    return true;
+}
+
 static int do_malloc(mb_client *c, size_t size, void *stream, bool sync, void **ptr)
 {
     if (!c || !ptr || size == 0)
         return MB_EINVAL;
     int rc = malloc_once(c, size, stream, sync, ptr);
-    if (rc == MB_ENOMEM || rc == MB_EQUOTA) {
-        /* Refused for budget or quota: the process's own idle memory goes
-         * back first (idle ranges, caches, pools, tails), then once more. */
-        maint_release(c, -1, 0);
+    if (gave_back_after_refusal(c, rc))
         rc = malloc_once(c, size, stream, sync, ptr);
-    }
     return rc;
 }
 
@@ -287,12 +294,8 @@ int mb_malloc_growable(mb_client *c, size_t size, size_t max_size, void **ptr)
     if (!c || !ptr || size == 0 || max_size < size)
         return MB_EINVAL;
     int rc = grow_alloc(c, size, max_size, ptr);
-    if (rc == MB_ENOMEM || rc == MB_EQUOTA) {
-        /* Refused: the process's own idle memory goes back first (freed
-         * ranges still retiring, idle heap, pools, tails), then once more. */
-        maint_release(c, -1, 0);
+    if (gave_back_after_refusal(c, rc))
         rc = grow_alloc(c, size, max_size, ptr);
-    }
     return rc;
 }
 
@@ -301,10 +304,8 @@ int mb_grow(mb_client *c, void *ptr, size_t new_size)
     if (!c || !ptr)
         return MB_EINVAL;
     int rc = grow_extend(c, ptr, new_size);
-    if (rc == MB_ENOMEM || rc == MB_EQUOTA) {
-        maint_release(c, -1, 0);   /* as in mb_malloc_growable */
+    if (gave_back_after_refusal(c, rc))
         rc = grow_extend(c, ptr, new_size);
-    }
     return rc;
 }
 
