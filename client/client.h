@@ -350,6 +350,12 @@ void lclock_advance(struct lclock *k, mb_backend *be, uint64_t gen);
 void *lclock_token(struct lclock *k);
 bool lclock_is_token(const void *ev);
 int lclock_token_query(struct lclock *k, mb_backend *be, const void *tok);
+/* A fence after the work queued on stream so far: a token for the legacy
+ * stream (the backend can query it), else an event recorded now. Its query
+ * (1 done, 0 pending, <0 error; NULL is done) and its release. */
+int lclock_fence(struct lclock *k, mb_backend *be, void *stream, void **out);
+int lclock_fence_query(struct lclock *k, mb_backend *be, void *fence);
+void lclock_fence_drop(mb_backend *be, void *fence);
 
 /* maint.c: the background thread and the ranges of their own. */
 int maint_start(mb_client *c);

@@ -228,20 +228,9 @@ struct growset *growset_new(void)
 
 /* ---- idle ranges ---- */
 
-static int fence_done(mb_client *c, void *fence)
-{
-    if (!fence)
-        return 1;
-    if (lclock_is_token(fence))
-        return lclock_token_query(&c->lclk, c->be, fence);
-    return c->be->ops->event_query(c->be, fence);
-}
+static int fence_done(mb_client *c, void *fence) { return lclock_fence_query(&c->lclk, c->be, fence); }
 
-static void fence_drop(mb_client *c, void *fence)
-{
-    if (fence && !lclock_is_token(fence))
-        c->be->ops->event_destroy(c->be, fence);
-}
+static void fence_drop(mb_client *c, void *fence) { lclock_fence_drop(c->be, fence); }
 
 /* The idle range to reuse for a range of `need_res` reserved bytes (of
  * which `limit` may be mapped) used up to `size` with `first` bytes mapped:
@@ -497,13 +486,7 @@ int grow_free(mb_client *c, void *ptr, void *stream)
     struct gidle *i = shared ? NULL : calloc(1, sizeof(*i));
     int rc = 0;
     if (i) {
-        mb_backend *be = c->be;
-        if (stream == NULL && be->ops->stream_query) {
-            i->fence = lclock_token(&c->lclk);
-        } else if ((rc = be->ops->event_create(be, &i->fence)) == 0 &&
-                   (rc = be->ops->event_record(be, i->fence, stream)) != 0) {
-            be->ops->event_destroy(be, i->fence);
-        }
+        rc = lclock_fence(&c->lclk, c->be, stream, &i->fence);
         pthread_mutex_lock(&g->lock);
         if (rc == 0 && g->n_idle < IDLE_MAX) {
             i->s = s;

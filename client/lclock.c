@@ -13,7 +13,8 @@
  *
  * Tokens: a tag as an odd pointer, for places that keep an event per free
  * (the heap's fences, vspaces' streams): never a handle, since events and
- * the host backend's are aligned.
+ * the host backend's are aligned. A fence is either: a token for the
+ * legacy stream, an event recorded on any other.
  *
  * Invariants: done < open; done only grows; with an event in flight,
  * done < ev_gen < open; busy is 1 only while one thread advances. */
@@ -128,4 +129,29 @@ int lclock_token_query(struct lclock *k, mb_backend *be, const void *tok)
     uint64_t gen = (uint64_t)(uintptr_t)tok >> 1;
     lclock_advance(k, be, gen);
     return lclock_ready(k, gen);
+}
+
+int lclock_fence(struct lclock *k, mb_backend *be, void *stream, void **out)
+{
+    if (stream == NULL && be->ops->stream_query) {
+        *out = lclock_token(k);
+        return 0;
+    }
+    int rc = be->ops->event_create(be, out);
+    if (rc == 0 && (rc = be->ops->event_record(be, *out, stream)) != 0)
+        be->ops->event_destroy(be, *out);
+    return rc;
+}
+
+int lclock_fence_query(struct lclock *k, mb_backend *be, void *fence)
+{
+    if (!fence)
+        return 1;
+    return lclock_is_token(fence) ? lclock_token_query(k, be, fence) : be->ops->event_query(be, fence);
+}
+
+void lclock_fence_drop(mb_backend *be, void *fence)
+{
+    if (fence && !lclock_is_token(fence))
+        be->ops->event_destroy(be, fence);
 }

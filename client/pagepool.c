@@ -222,27 +222,19 @@ static void push_pages(struct pagepool *p, const uint64_t *pages, size_t n, int6
 
 /* Query q's events, newest last, dropping those complete: 1 when none is
  * left, 0 while one runs, <0 when the device failed. */
-static int ev_done(mb_client *c, void *ev)
-{
-    if (lclock_is_token(ev))
-        return lclock_token_query(&c->lclk, c->be, ev);
-    return c->be->ops->event_query(c->be, ev);
-}
-
 static int batch_done(mb_client *c, struct pp_pending *q, bool wait)
 {
     while (q->nev) {
         void *ev = q->evs[q->nev - 1];
-        int done = ev_done(c, ev);
+        int done = lclock_fence_query(&c->lclk, c->be, ev);
         while (wait && done == 0) {
             struct timespec ts = { 0, 20000 };
             nanosleep(&ts, NULL);
-            done = ev_done(c, ev);
+            done = lclock_fence_query(&c->lclk, c->be, ev);
         }
         if (done != 1)
             return done;
-        if (!lclock_is_token(ev))
-            c->be->ops->event_destroy(c->be, ev);
+        lclock_fence_drop(c->be, ev);
         q->nev--;
     }
     return 1;
@@ -416,40 +408,16 @@ void pagepool_defer(struct pagepool *p, const uint64_t *pages, size_t n, void *s
     if (n == 0)
         return;
     mb_backend *be = p->c->be;
-    struct pp_pending *q = malloc(sizeof(*q) + n * sizeof(q->pages[0]));
-    int rc = q ? 0 : MB_ENOMEM;
-    if (q && stream == NULL && be->ops->stream_query) {
-        q->ev = lclock_token(&p->c->lclk);   /* the legacy stream: no event */
-    } else if (q && (rc = be->ops->event_create(be, &q->ev)) == 0 &&
-               (rc = be->ops->event_record(be, q->ev, stream)) != 0) {
-        be->ops->event_destroy(be, q->ev);
-    }
-    if (q) {
-        q->evs = &q->ev;
-        q->nev = rc == 0;
-        q->nodes_to = NULL;
-        q->nodes = NULL;
-        q->nn = 0;
-    }
-    if (rc != 0) {
-        /* No event: wait for the stream instead, then the pages are idle. */
-        int e = be->ops->stream_sync(be, stream);
-        if (e != 0 || !q) {
-            mb_log(MB_LOG_ERR, "failed to wait for unmapped pages to be idle: %s; "
-                               "keeping them out of use", mb_strerror(e ? e : rc));
-            free(q);
-            return;   /* counted as used until the pool is freed */
-        }
-    }
-    q->n = n;
-    memcpy(q->pages, pages, n * sizeof(*pages));
-    pthread_mutex_lock(&p->lock);
-    q->next = p->pending;
-    p->pending = q;
-    p->n_used -= n;
-    p->n_pending += n;
-    PP_CHECK(p);
-    pthread_mutex_unlock(&p->lock);
+    void *ev = NULL;
+    int rc = lclock_fence(&p->c->lclk, be, stream, &ev);
+    if (rc != 0 && (rc = be->ops->stream_sync(be, stream)) == 0)
+        ev = NULL;   /* no fence: the stream was waited for, the pages are idle */
+    if (rc == 0 && (rc = pagepool_retire(p, pages, n, &ev, ev != NULL, NULL, NULL, 0)) != 0)
+        lclock_fence_drop(be, ev);
+    if (rc != 0)
+        mb_log(MB_LOG_ERR, "failed to wait for unmapped pages to be idle: %s; "
+                           "keeping them out of use", mb_strerror(rc));
+    /* on failure they count as used until the pool is freed */
 }
 
 int pagepool_retire(struct pagepool *p, const uint64_t *pages, size_t n, void *const *evs,
@@ -464,7 +432,6 @@ int pagepool_retire(struct pagepool *p, const uint64_t *pages, size_t n, void *c
     q->evs = (void **)(q->nodes + nn);
     memcpy(q->evs, evs, nev * sizeof(*evs));
     q->nev = nev;
-    q->ev = NULL;
     q->nn = to ? nn : 0;
     q->nodes_to = to;
     q->n = n;
@@ -584,8 +551,7 @@ void pagepool_free(struct pagepool *p)
         struct pp_pending *q = p->pending;
         p->pending = q->next;
         while (q->nev)
-            if (!lclock_is_token(q->evs[--q->nev]))
-                p->c->be->ops->event_destroy(p->c->be, q->evs[q->nev]);
+            lclock_fence_drop(p->c->be, q->evs[--q->nev]);
         free(q);
     }
     pthread_mutex_unlock(&p->lock);

@@ -47,8 +47,7 @@ struct pp_extent {
  * events recorded after their last use; evs[0..nev) are those not yet seen
  * complete (none: free now). */
 struct pp_pending {
-    void *ev;                    /* pagepool_defer's one event (evs == &ev) */
-    void **evs;
+    void **evs;                  /* fences (lclock.c), in the same allocation */
     size_t nev;
     struct vsnodes *nodes_to;    /* nodes[0..nn) go back there with the pages */
     uint64_t *nodes;

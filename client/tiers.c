@@ -208,35 +208,24 @@ static int heap_grow(void *ctx, size_t min_bytes, void **base, size_t *bytes)
     return rc;
 }
 
-/* The heap's fences. One on the legacy stream is no driver event but a
- * legacy-clock token (lclock.c: one stream query settles every thread's
- * frees). */
+/* The heap's fences (lclock.c): on the legacy stream no driver event but a
+ * legacy-clock token (one stream query settles every thread's frees). */
 static int ev_record(void *ctx, void *stream, void **ev)
 {
     mb_client *c = ctx;
-    if (stream == NULL && c->be->ops->stream_query) {
-        *ev = lclock_token(&c->lclk);
-        return 0;
-    }
-    int rc = c->be->ops->event_create(c->be, ev);
-    if (rc == 0 && (rc = c->be->ops->event_record(c->be, *ev, stream)) != 0)
-        c->be->ops->event_destroy(c->be, *ev);
-    return rc;
+    return lclock_fence(&c->lclk, c->be, stream, ev);
 }
 
 static int ev_query(void *ctx, void *ev)
 {
     mb_client *c = ctx;
-    if (lclock_is_token(ev))
-        return lclock_token_query(&c->lclk, c->be, ev);
-    return c->be->ops->event_query(c->be, ev);
+    return lclock_fence_query(&c->lclk, c->be, ev);
 }
 
 static void ev_release(void *ctx, void *ev)
 {
     mb_client *c = ctx;
-    if (!lclock_is_token(ev))
-        c->be->ops->event_destroy(c->be, ev);
+    lclock_fence_drop(c->be, ev);
 }
 
 static const struct mb_pool_ops heap_ops_streams = {

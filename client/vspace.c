@@ -533,16 +533,14 @@ static void destroy_waiting(mb_vspace *v, uint64_t *pages, size_t np, uint64_t *
     mb_backend *be = v->c->be;
     for (size_t i = 0; i < v->n_streams; i++) {
         void *ev = v->streams[i].ev;
-        bool tok = lclock_is_token(ev);
         int done;
-        while ((done = tok ? lclock_token_query(&v->c->lclk, be, ev) : be->ops->event_query(be, ev)) == 0) {
+        while ((done = lclock_fence_query(&v->c->lclk, be, ev)) == 0) {
             struct timespec ts = { 0, 20000 };
             nanosleep(&ts, NULL);
         }
         if (done < 0)
             mb_log(MB_LOG_ERR, "failed to wait for a vspace's work: %s", mb_strerror(done));
-        if (!tok)
-            be->ops->event_destroy(be, ev);
+        lclock_fence_drop(be, ev);
     }
     if (v->pool)
         pagepool_give(v->pool, pages, np);
