@@ -223,8 +223,18 @@ static bool gave_back_after_refusal(mb_client *c, int rc)
 {
     if (rc != MB_ENOMEM && rc != MB_EQUOTA)
         return false;
+    pthread_mutex_lock(&c->flock);
+    size_t held = c->fc.bytes_held, cached = c->fc.bytes_cached;
+    pthread_mutex_unlock(&c->flock);
     maint_release(c, -1, 0);
-    return true;
+    /* Retry only if something changed: frames went back to the daemon, or
+     * idle ranges were unmapped into the cache. Otherwise the retry would
+     * ask the daemon again for what it just refused (and start another
+     * round of reclaim notices). */
+    pthread_mutex_lock(&c->flock);
+    bool changed = c->fc.bytes_held < held || c->fc.bytes_cached > cached;
+    pthread_mutex_unlock(&c->flock);
+    return changed;
 }
 
 static int do_malloc(mb_client *c, size_t size, void *stream, bool sync, void **ptr)
