@@ -31,6 +31,7 @@ struct cframe {
     bool exported;               /* shared with another process: never reused here */
     bool imported;               /* another process's frame, held through an import */
     struct cframe *next_cached;  /* cache link while !in_use */
+    int64_t cached_ms;           /* when it last entered the cache */
 };
 
 /* Frames this process holds. Invariants (fcache_is_valid):
@@ -238,6 +239,9 @@ void fcache_put(mb_client *c, struct cframe *f);
  * close them and hand their frames back by id. */
 void fcache_drop_strays(mb_client *c);
 int fcache_trim(mb_client *c, size_t keep_bytes);
+/* fcache_trim for frames cached at least age_ms ago only: frames of the
+ * orders the process keeps asking for stay, the others go back. */
+int fcache_trim_stale(mb_client *c, size_t keep_bytes, int64_t age_ms);
 void fcache_release_all(mb_client *c);
 /* Redeem a share token: the frames arrive imported and in use. */
 int fcache_import(mb_client *c, const uint8_t *token, size_t len, struct cframe ***out, size_t *n);

@@ -491,18 +491,20 @@ void fcache_put(mb_client *c, struct cframe *f)
     fc->n_in_use--;
     fc->n_cached++;
     fc->bytes_cached += f->mem.bytes;
-    fc->last_use_ms = tiers_now_ms();
+    fc->last_use_ms = f->cached_ms = tiers_now_ms();
 }
 
 /* Release the cached frames of a list past the first ones that fit in
- * *keep (which shrinks by what stays); their ids go to ids[*k]. */
-static void trim_list(mb_client *c, struct cframe **pp, size_t *keep, uint32_t *ids, size_t *k)
+ * *keep (which shrinks by what stays) and cached before `before` ms;
+ * their ids go to ids[*k]. */
+static void trim_list(mb_client *c, struct cframe **pp, size_t *keep, int64_t before, uint32_t *ids,
+                      size_t *k)
 {
     struct frame_cache *fc = &c->fc;
     while (*pp) {
         struct cframe *f = *pp;
-        if (f->mem.bytes <= *keep) {
-            *keep -= f->mem.bytes;
+        if (f->mem.bytes <= *keep || f->cached_ms >= before) {
+            *keep -= f->mem.bytes < *keep ? f->mem.bytes : *keep;
             pp = &f->next_cached;
             continue;
         }
@@ -518,7 +520,19 @@ static void trim_list(mb_client *c, struct cframe **pp, size_t *keep, uint32_t *
     }
 }
 
+static int trim_before(mb_client *c, size_t keep_bytes, int64_t cached_before);
+
 int fcache_trim(mb_client *c, size_t keep_bytes)
+{
+    return trim_before(c, keep_bytes, INT64_MAX);
+}
+
+int fcache_trim_stale(mb_client *c, size_t keep_bytes, int64_t age_ms)
+{
+    return trim_before(c, keep_bytes, tiers_now_ms() - age_ms);
+}
+
+static int trim_before(mb_client *c, size_t keep_bytes, int64_t cached_before)
 {
     struct frame_cache *fc = &c->fc;
     if (fc->bytes_cached <= keep_bytes)
@@ -529,8 +543,8 @@ int fcache_trim(mb_client *c, size_t keep_bytes)
     /* Keep the most recently used that fit, large frames first (they save
      * the most mapping work); drop the rest. */
     size_t before = fc->bytes_cached, keep = keep_bytes, k = 0;
-    trim_list(c, &fc->cached_large, &keep, ids, &k);
-    trim_list(c, &fc->cached, &keep, ids, &k);
+    trim_list(c, &fc->cached_large, &keep, cached_before, ids, &k);
+    trim_list(c, &fc->cached, &keep, cached_before, ids, &k);
     int rc = k ? return_ids(c, ids, k) : 0;
     free(ids);
     /* Returning lowered the daemon's view by what was returned. */

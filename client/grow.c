@@ -13,11 +13,12 @@
 #include "refill.h"
 #include "wire.h"
 
-/* Tail target: used / 2^AHEAD_SHIFT (about 3 % of the range), at least one
+/* Tail target: used / 2^AHEAD_SHIFT (about 1.6 % of the range), at least one
  * unit and twice the last growth step; refilled by one target's worth when
  * it falls under half of it. */
-#define AHEAD_SHIFT 5
+#define AHEAD_SHIFT 6
 #define IDLE_MAX 256            /* idle ranges kept mapped at most */
+#define CACHE_STALE_MS 50      /* cached frames past the cache's size go back after this */
 
 /* A freed range, still mapped: reused once its fence completed (an event
  * recorded on the freeing stream, or a legacy-clock token). */
@@ -267,9 +268,9 @@ static struct stitched *idle_take(mb_client *c, struct growset *g, size_t need_r
     return s;
 }
 
-/* Freed ranges kept mapped: at most this many bytes (1/32 of the bytes in
- * use, and 256 MiB besides), the rest unmapped by the background thread. */
-static size_t idle_cap(const struct growset *g) { return (g->used >> AHEAD_SHIFT) + ((size_t)256 << 20); }
+/* Freed ranges kept mapped: at most this many bytes (1/64 of the bytes in
+ * use, and 128 MiB besides), the rest unmapped by the background thread. */
+static size_t idle_cap(const struct growset *g) { return (g->used >> AHEAD_SHIFT) + ((size_t)128 << 20); }
 
 /* Unmap idle ranges whose fence completed: all (idle_ms < 0), those idle
  * since before now - idle_ms, and more while they hold more than
@@ -592,6 +593,12 @@ void grow_work(mb_client *c, struct growset *g, int64_t now, int idle_ms)
             unmap_tail_held(c, g, x);
     }
     pthread_mutex_unlock(&g->lock);
+    /* Their frames went to the frame cache. Past its usual bytes, frames
+     * no plan took within CACHE_STALE_MS go back to the daemon now rather
+     * than at the next idle trim: under a steady load the cache otherwise
+     * fills with orders nobody asks for while new ones are granted. */
+    if (c->fc.bytes_cached > c->fc.keep_bytes)
+        fcache_trim_stale(c, c->fc.keep_bytes, CACHE_STALE_MS);
     fl_unlock(c);
 }
 

@@ -4,11 +4,11 @@
  * Glossary
  *   used     the size the caller asked for (mb_malloc_growable, mb_grow).
  *   tail     mapped bytes past used: the client's background thread keeps
- *            it ahead of demand (about used/32, and at least twice the last
+ *            it ahead of demand (about used/64, and at least twice the last
  *            growth step), in the frame plan's large frames, up to the
  *            reservation; mb_grow inside it is bookkeeping, no driver call.
- *   idle     a freed range kept mapped (at most 1/32 of the bytes in use
- *            plus 256 MiB): mb_malloc_growable reuses one whose reservation
+ *   idle     a freed range kept mapped (at most 1/64 of the bytes in use
+ *            plus 128 MiB): mb_malloc_growable reuses one whose reservation
  *            holds its max once the work before the free completed.
  *            Reservations are powers of two so that ranges fit many sizes;
  *            mapping never goes past a range's own max.

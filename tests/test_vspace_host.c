@@ -835,6 +835,54 @@ static void test_grow_reuse(void **state)
     assert_int_equal(after.grow_mapped_ahead, 0);
 }
 
+/* Freed growable ranges past the idle cap are unmapped into the frame
+ * cache; past the cache's size, the frames no allocation takes go back to
+ * the daemon soon, not at the idle policy's time (set to ten minutes here,
+ * so only the stale-frame rule can return them). */
+static void test_grow_cache_drains(void **state)
+{
+    (void)state;
+    const size_t mib = 1 << 20, keep = 64 * mib;
+    setenv("MOONBRIGHT_IDLE_MS", "600000", 1);
+    setenv("MOONBRIGHT_CACHE", "64M", 1);
+    mb_client *c;
+    int rc = mb_open(&c, "grow-cache");
+    unsetenv("MOONBRIGHT_IDLE_MS");
+    unsetenv("MOONBRIGHT_CACHE");
+    assert_int_equal(rc, 0);
+    enum { N = 32 };
+    void *p[N];
+    for (int i = 0; i < N; i++) {
+        assert_int_equal(mb_malloc_growable(c, 16 * mib, 16 * mib, &p[i]), 0);
+        memset(p[i], i, 16 * mib);
+    }
+    for (int i = 0; i < N; i++)
+        assert_int_equal(mb_free(c, p[i]), 0);
+    mb_client_stats st = stats_of(c);
+    size_t held_after_free = st.bytes_granted;
+    assert_true(held_after_free >= (size_t)N * 16 * mib);
+    /* The background thread unmaps what the idle cap does not keep and
+     * returns the cache's excess; 30 s at most on a loaded machine. */
+    for (int i = 0; i < 3000; i++) {
+        st = stats_of(c);
+        if (st.bytes_cached <= keep && st.bytes_idle <= 256 * mib)
+            break;
+        struct timespec ts = { 0, 10 * 1000 * 1000 };
+        nanosleep(&ts, NULL);
+    }
+    assert_true(st.bytes_cached <= keep);
+    assert_true(st.bytes_idle <= 256 * mib);   /* the idle cap: 128 MiB plus 1/64 of what is used */
+    assert_true(st.bytes_granted <= st.bytes_idle + keep + st.grow_mapped_ahead);
+    assert_true(st.bytes_granted < held_after_free);
+    /* What stayed serves new ranges, data intact. */
+    void *q;
+    assert_int_equal(mb_malloc_growable(c, 16 * mib, 16 * mib, &q), 0);
+    memset(q, 0x3C, 16 * mib);
+    assert_int_equal(((unsigned char *)q)[16 * mib - 1], 0x3C);
+    assert_int_equal(mb_free(c, q), 0);
+    mb_close(c);
+}
+
 int main(void)
 {
     if (mbt_daemon_start(&g_d, NULL) != 0) {
@@ -857,6 +905,7 @@ int main(void)
         cmocka_unit_test(test_map_during_refill),
         cmocka_unit_test(test_grow_tail),
         cmocka_unit_test(test_grow_reuse),
+        cmocka_unit_test(test_grow_cache_drains),
         cmocka_unit_test(test_reclaim),
         cmocka_unit_test(test_threads_stress),
         cmocka_unit_test(test_idle_and_close),
