@@ -233,6 +233,9 @@ int fcache_take_plan(mb_client *c, size_t bytes, struct cframe ***out, size_t *n
  * repair: frames of ranges given back, whatever plan made them), the rest
  * by fcache_take_plan. *out is malloc'd. */
 int fcache_take_any(mb_client *c, size_t bytes, struct cframe ***out, size_t *n);
+/* Cached frames of any size, largest first, none past `bytes` in all: at
+ * most max_n into out[], *got their bytes; no round trip. */
+size_t fcache_take_within(mb_client *c, size_t bytes, struct cframe **out, size_t max_n, size_t *got);
 void fcache_put(mb_client *c, struct cframe *f);
 /* Descriptors waiting on the handle channel while no grant or import is
  * being received belong to calls that gave up (their answers came late):

@@ -347,9 +347,10 @@ static int grant_plan_again(mb_client *c, size_t bytes, const uint8_t *orders, s
 }
 
 /* Take the cached frame the fill of `left` bytes wants next: the largest
- * no bigger than left, else the smallest bigger one if it is at most 1/8
- * larger (it finishes); NULL when none qualifies (the plan does the rest). */
-static struct cframe *take_fitting(struct frame_cache *fc, size_t left)
+ * no bigger than left, else (with over) the smallest bigger one if it is at
+ * most 1/8 larger (it finishes); NULL when none qualifies (the plan does
+ * the rest). */
+static struct cframe *take_fitting(struct frame_cache *fc, size_t left, bool over)
 {
     struct cframe **best = NULL;
     bool best_fits = false;
@@ -364,7 +365,7 @@ static struct cframe *take_fitting(struct frame_cache *fc, size_t left)
                 best_fits = fits;
             }
         }
-    if (!best || (!best_fits && (*best)->mem.bytes - left > left / 8))
+    if (!best || (!best_fits && (!over || (*best)->mem.bytes - left > left / 8)))
         return NULL;
     struct cframe *f = *best;
     *best = f->next_cached;
@@ -385,7 +386,7 @@ int fcache_take_any(mb_client *c, size_t bytes, struct cframe ***out, size_t *co
     if (!fr)
         return MB_ENOMEM;
     struct cframe *f;
-    while (left && (f = take_fitting(fc, left)) != NULL) {
+    while (left && (f = take_fitting(fc, left, true)) != NULL) {
         if (n == cap) {
             struct cframe **nf = realloc(fr, (cap *= 2) * sizeof(*fr));
             if (!nf) {
@@ -424,6 +425,20 @@ int fcache_take_any(mb_client *c, size_t bytes, struct cframe ***out, size_t *co
     *count = n;
     FC_CHECK(fc);
     return 0;
+}
+
+size_t fcache_take_within(mb_client *c, size_t bytes, struct cframe **out, size_t max_n, size_t *got)
+{
+    struct frame_cache *fc = &c->fc;
+    size_t n = 0, left = bytes;
+    struct cframe *f;
+    while (n < max_n && left >= c->frame_bytes && fc->n_cached && (f = take_fitting(fc, left, false)) != NULL) {
+        out[n++] = f;
+        left -= f->mem.bytes;
+    }
+    *got = bytes - left;
+    FC_CHECK(fc);
+    return n;
 }
 
 int fcache_take_plan(mb_client *c, size_t bytes, struct cframe ***out, size_t *count)

@@ -1,9 +1,10 @@
 /* grow.c: growable ranges (grow.h): one reserved range per allocation whose
  * mapped tail runs ahead of the size in use, filled by the client's
- * background thread in the frame plan's large frames, so that mb_grow is
- * bookkeeping; the tail's return on trim, reclaim and idleness; freed
- * ranges kept mapped (idle) and handed to the next allocation that fits,
- * once the work before their free completed. */
+ * background thread (cached frames of any size first, else the frame
+ * plan's large frames), so that mb_grow is bookkeeping; the tail's return
+ * on trim, reclaim and idleness; freed ranges kept mapped (idle) and handed
+ * to the next allocation that fits, once the work before their free
+ * completed. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -18,7 +19,7 @@
  * it falls under half of it. */
 #define AHEAD_SHIFT 6
 #define IDLE_MAX 256            /* idle ranges kept mapped at most */
-#define CACHE_STALE_MS 50      /* cached frames past the cache's size go back after this */
+#define CACHE_STALE_MS 250      /* cached frames past the cache's size go back after this */
 
 /* A freed range, still mapped: reused once its fence completed (an event
  * recorded on the freeing stream, or a legacy-clock token). */
@@ -102,34 +103,77 @@ static size_t plan_bytes(size_t bytes, size_t unit)
     return (size_t)covered;
 }
 
-/* Frames for `want` bytes (at least `need`), holding at most `room`: the
- * frame plan's for want, or else for need, when they fit and large frames
- * are on; else order-0 frames for need. Into (*out)->frames[0..n). */
-static int fl_take(mb_client *c, size_t need, size_t want, size_t room, struct stitched **out)
+/* Frames from the daemon for `want` bytes (at least `need`), holding at
+ * most `room`: the frame plan's for want, or else for need, when they fit
+ * and large frames are on; else order-0 frames for need. Into
+ * (*out)->frames[0..n). fl_lock held. */
+static int fl_grant(mb_client *c, size_t need, size_t want, size_t room, struct stitched **out)
 {
     size_t unit = c->frame_bytes, bytes = 0;   /* plan frames for bytes, when they fit */
     if (c->large_frames)
         bytes = plan_bytes(want, unit) <= room ? want : plan_bytes(need, unit) <= room ? need : 0;
-    fl_lock(c);
-    int rc;
-    if (bytes) {
-        rc = stitch_take_large(c, bytes, out);
+    if (bytes)
+        return stitch_take_large(c, bytes, out);
+    size_t n = round_unit(need, unit) / unit;
+    struct stitched *t = n * unit <= room ? malloc(sizeof(*t) + n * sizeof(t->frames[0])) : NULL;
+    int rc = n * unit > room ? MB_EINVAL : t ? fcache_take(c, n, t->frames) : MB_ENOMEM;
+    if (rc == 0) {
+        t->va = NULL;
+        t->n = t->cap = n;
+        t->bytes = t->reserved = n * unit;
+        t->imported = false;
+        *out = t;
     } else {
-        size_t n = round_unit(need, unit) / unit;
-        struct stitched *t = n * unit <= room ? malloc(sizeof(*t) + n * sizeof(t->frames[0])) : NULL;
-        rc = n * unit > room ? MB_EINVAL : t ? fcache_take(c, n, t->frames) : MB_ENOMEM;
-        if (rc == 0) {
-            t->va = NULL;
-            t->n = t->cap = n;
-            t->bytes = t->reserved = n * unit;
-            t->imported = false;
-            *out = t;
-        } else {
-            free(t);
-        }
+        free(t);
     }
-    fl_unlock(c);
     return rc;
+}
+
+/* Frames for `want` bytes (at least `need`), holding at most `room`:
+ * cached frames of any size first (a range maps its frames one after the
+ * other at unit boundaries, whatever their sizes), with no round trip when
+ * they hold need; the daemon's (fl_grant) for the rest. */
+#define TAKE_CACHED_MAX 64
+static int fl_take(mb_client *c, size_t need, size_t want, size_t room, struct stitched **out)
+{
+    struct cframe *cached[TAKE_CACHED_MAX];
+    size_t got = 0;
+    fl_lock(c);
+    size_t k = fcache_take_within(c, want < room ? want : room, cached, TAKE_CACHED_MAX, &got);
+    struct stitched *t = NULL;
+    int rc = 0;
+    if (got < need)
+        rc = fl_grant(c, need - got, want - got, room - got, &t);
+    struct stitched *m = rc == 0 ? malloc(sizeof(*m) + (k + (t ? t->n : 0)) * sizeof(m->frames[0])) : NULL;
+    if (rc == 0 && !m) {
+        rc = MB_ENOMEM;
+        for (size_t i = 0; t && i < t->n; i++)
+            fcache_put(c, t->frames[i]);
+    }
+    if (rc != 0) {
+        for (size_t i = 0; i < k; i++)
+            fcache_put(c, cached[i]);
+        free(t);
+        fl_unlock(c);
+        return rc;
+    }
+    m->va = NULL;
+    m->n = m->cap = 0;
+    m->bytes = m->reserved = 0;
+    m->imported = false;
+    m->mapped_async = false;
+    for (size_t i = 0; i < k; i++)
+        m->frames[m->n++] = cached[i];
+    for (size_t i = 0; t && i < t->n; i++)
+        m->frames[m->n++] = t->frames[i];
+    for (size_t i = 0; i < m->n; i++)
+        m->bytes += m->frames[i]->mem.bytes;
+    m->cap = m->n;
+    m->reserved = m->bytes;
+    free(t);
+    fl_unlock(c);
+    *out = m;
+    return 0;
 }
 
 /* Frames taken but not mapped go back. */
@@ -593,10 +637,10 @@ void grow_work(mb_client *c, struct growset *g, int64_t now, int idle_ms)
             unmap_tail_held(c, g, x);
     }
     pthread_mutex_unlock(&g->lock);
-    /* Their frames went to the frame cache. Past its usual bytes, frames
-     * no plan took within CACHE_STALE_MS go back to the daemon now rather
-     * than at the next idle trim: under a steady load the cache otherwise
-     * fills with orders nobody asks for while new ones are granted. */
+    /* Their frames went to the frame cache, where new ranges and tails
+     * take them whatever their size. Past the cache's usual bytes, frames
+     * nobody took within CACHE_STALE_MS go back to the daemon now rather
+     * than at the next idle trim. */
     if (c->fc.bytes_cached > c->fc.keep_bytes)
         fcache_trim_stale(c, c->fc.keep_bytes, CACHE_STALE_MS);
     fl_unlock(c);

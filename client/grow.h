@@ -5,8 +5,10 @@
  *   used     the size the caller asked for (mb_malloc_growable, mb_grow).
  *   tail     mapped bytes past used: the client's background thread keeps
  *            it ahead of demand (about used/64, and at least twice the last
- *            growth step), in the frame plan's large frames, up to the
- *            reservation; mb_grow inside it is bookkeeping, no driver call.
+ *            growth step), up to the reservation: frames the process
+ *            caches, of any size, first (no round trip), else the frame
+ *            plan's large frames; mb_grow inside it is bookkeeping, no
+ *            driver call. A new range's first bytes come the same way.
  *   idle     a freed range kept mapped (at most 1/64 of the bytes in use
  *            plus 128 MiB): mb_malloc_growable reuses one whose reservation
  *            holds its max once the work before the free completed.

@@ -883,6 +883,45 @@ static void test_grow_cache_drains(void **state)
     mb_close(c);
 }
 
+/* A new growable range maps frames the process caches whatever their
+ * sizes: three cached 8 MiB frames serve a range of 24 MiB, whose plan
+ * (16 + 8, and 2 for its tail) would have used one of them and asked the
+ * daemon for the rest. */
+static void test_grow_uses_cached_frames(void **state)
+{
+    (void)state;
+    const size_t mib = 1 << 20;
+    setenv("MOONBRIGHT_IDLE_MS", "600000", 1);
+    setenv("MOONBRIGHT_CACHE", "1G", 1);
+    mb_client *c;
+    int rc = mb_open(&c, "grow-cached");
+    unsetenv("MOONBRIGHT_IDLE_MS");
+    unsetenv("MOONBRIGHT_CACHE");
+    assert_int_equal(rc, 0);
+    void *p[3], *q;
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(mb_malloc_growable(c, 8 * mib, 8 * mib, &p[i]), 0);   /* one 8 MiB frame */
+        memset(p[i], 0x11, 8 * mib);
+    }
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(mb_free(c, p[i]), 0);
+    assert_int_equal(mb_trim(c, (size_t)1 << 30), 0);   /* unmapped; the frames stay cached */
+    mb_client_stats before = stats_of(c);
+    assert_int_equal(before.bytes_cached, 24 * mib);
+    assert_int_equal(before.grow_mapped_ahead, 0);
+    assert_int_equal(mb_malloc_growable(c, 24 * mib, 48 * mib, &q), 0);
+    mb_client_stats after = stats_of(c);
+    assert_int_equal(after.grow_waits, before.grow_waits + 1);   /* mapped on the call... */
+    assert_int_equal(after.bytes_cached, 0);                      /* ... every cached frame */
+    memset(q, 0x22, 24 * mib);
+    assert_int_equal(((unsigned char *)q)[24 * mib - 1], 0x22);
+    assert_int_equal(mb_grow(c, q, 48 * mib), 0);   /* past the cache: granted */
+    memset(q, 0x33, 48 * mib);
+    assert_int_equal(((unsigned char *)q)[48 * mib - 1], 0x33);
+    assert_int_equal(mb_free(c, q), 0);
+    mb_close(c);
+}
+
 int main(void)
 {
     if (mbt_daemon_start(&g_d, NULL) != 0) {
@@ -906,6 +945,7 @@ int main(void)
         cmocka_unit_test(test_grow_tail),
         cmocka_unit_test(test_grow_reuse),
         cmocka_unit_test(test_grow_cache_drains),
+        cmocka_unit_test(test_grow_uses_cached_frames),
         cmocka_unit_test(test_reclaim),
         cmocka_unit_test(test_threads_stress),
         cmocka_unit_test(test_idle_and_close),
