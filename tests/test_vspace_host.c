@@ -835,6 +835,20 @@ static void test_grow_reuse(void **state)
     assert_int_equal(after.grow_mapped_ahead, 0);
 }
 
+/* A client of its own whose idle policy waits ten minutes (so nothing a
+ * test sees comes from it) and whose frame cache keeps `cache` bytes. */
+static mb_client *open_patient(const char *tenant, const char *cache)
+{
+    setenv("MOONBRIGHT_IDLE_MS", "600000", 1);
+    setenv("MOONBRIGHT_CACHE", cache, 1);
+    mb_client *c = NULL;
+    int rc = mb_open(&c, tenant);
+    unsetenv("MOONBRIGHT_IDLE_MS");
+    unsetenv("MOONBRIGHT_CACHE");
+    assert_int_equal(rc, 0);
+    return c;
+}
+
 /* Freed growable ranges past the idle cap are unmapped into the frame
  * cache; past the cache's size, the frames no allocation takes go back to
  * the daemon soon, not at the idle policy's time (set to ten minutes here,
@@ -843,13 +857,7 @@ static void test_grow_cache_drains(void **state)
 {
     (void)state;
     const size_t mib = 1 << 20, keep = 64 * mib;
-    setenv("MOONBRIGHT_IDLE_MS", "600000", 1);
-    setenv("MOONBRIGHT_CACHE", "64M", 1);
-    mb_client *c;
-    int rc = mb_open(&c, "grow-cache");
-    unsetenv("MOONBRIGHT_IDLE_MS");
-    unsetenv("MOONBRIGHT_CACHE");
-    assert_int_equal(rc, 0);
+    mb_client *c = open_patient("grow-cache", "64M");
     enum { N = 32 };
     void *p[N];
     for (int i = 0; i < N; i++) {
@@ -891,13 +899,7 @@ static void test_grow_uses_cached_frames(void **state)
 {
     (void)state;
     const size_t mib = 1 << 20;
-    setenv("MOONBRIGHT_IDLE_MS", "600000", 1);
-    setenv("MOONBRIGHT_CACHE", "1G", 1);
-    mb_client *c;
-    int rc = mb_open(&c, "grow-cached");
-    unsetenv("MOONBRIGHT_IDLE_MS");
-    unsetenv("MOONBRIGHT_CACHE");
-    assert_int_equal(rc, 0);
+    mb_client *c = open_patient("grow-cached", "1G");
     void *p[3], *q;
     for (int i = 0; i < 3; i++) {
         assert_int_equal(mb_malloc_growable(c, 8 * mib, 8 * mib, &p[i]), 0);   /* one 8 MiB frame */
