@@ -21,6 +21,7 @@
 struct block {
     uint8_t *p;
     size_t size;
+    size_t max;                  /* growable: mb_grow accepts up to this; else 0 */
     uint8_t tag;
 };
 
@@ -47,6 +48,14 @@ static size_t pick_size(void)
 }
 
 static uint8_t val(const struct block *b, size_t k) { return (uint8_t)(b->tag ^ (k * 131u >> 3)); }
+
+/* A growable range: 1-48 MiB to start, room to grow to 1-4 times that. */
+static int alloc_growable(mb_client *c, struct block *b)
+{
+    b->size = (1u << 20) + next() % (47u << 20);
+    b->max = b->size * (1 + next() % 4);
+    return mb_malloc_growable(c, b->size, b->max, (void **)&b->p);
+}
 
 /* Write (or check) the block's pattern: every byte of small blocks, the
  * edges and a few spots of large ones (huge blocks stay sparse: only what is
@@ -90,8 +99,10 @@ static void model(void **state)
         bool do_alloc = n == 0 || (n < MAXLIVE && next() % 100 < 52);
         if (do_alloc) {
             struct block b = { .size = pick_size(), .tag = (uint8_t)next() };
-            int rc = (next() % 4 == 0) ? mb_malloc_async(c, b.size, NULL, (void **)&b.p)
-                                       : mb_malloc(c, b.size, (void **)&b.p);
+            uint64_t how = next() % 20;
+            int rc = how == 0 ? alloc_growable(c, &b)
+                     : how < 5 ? mb_malloc_async(c, b.size, NULL, (void **)&b.p)
+                     : mb_malloc(c, b.size, (void **)&b.p);
             assert_int_equal(rc, 0);
             assert_int_equal((uintptr_t)b.p % 256, 0);
             assert_true(mb_usable_size(c, b.p) >= b.size);
@@ -100,6 +111,23 @@ static void model(void **state)
             touch(&b, false);
             live[n++] = b;
             allocs++;
+        } else if (next() % 3 == 0) {   /* grow a growable range in place */
+            size_t i = next() % n;
+            struct block *b = &live[i];
+            if (!b->max || b->size == b->max)
+                continue;
+            assert_int_equal(touch(b, true), 0);
+            size_t to = b->size + 1 + next() % (b->max - b->size);
+            assert_int_equal(mb_grow(c, b->p, to), 0);
+            /* max counts in whole frames (2 MiB here): one byte past those is refused */
+            size_t cap = (b->max + (2u << 20) - 1) / (2u << 20) * (2u << 20);
+            assert_int_equal(mb_grow(c, b->p, cap + 1), MB_EINVAL);
+            assert_int_equal(touch(b, true), 0);   /* what was there stays */
+            b->size = to;
+            assert_int_equal(mb_usable_size(c, b->p), to);
+            for (size_t k = 0; k < n; k++)   /* the grown range overlaps nobody */
+                assert_true(k == i || b->p + b->max <= live[k].p || live[k].p + live[k].size <= b->p);
+            touch(b, false);
         } else {
             size_t i = next() % n;
             assert_int_equal(touch(&live[i], true), 0);
