@@ -407,15 +407,20 @@ int grow_alloc(mb_client *c, size_t size, size_t max, void **ptr)
         rc = map_tail(c, g, x, size - s->bytes, first - s->bytes);
         x->busy = false;
     }
+    bool kick = false;
     if (rc == 0) {
         pthread_mutex_lock(&g->lock);
         g->ahead -= size;   /* the mapping was counted ahead */
         x->used = size;
         rc = ptrmap_put(&g->map, s->va, x);
         if (rc == 0) {
+            /* Published: from here on a trim or the background thread may
+             * change the range; only look at it under g->lock. */
             g->n++;
             g->used += size;
             g->waits += waited;
+            kick = target_of(c, x) / 2 > s->bytes - x->used && s->bytes < x->limit;
+            GROW_CHECK(c, x);
         } else {
             g->ahead -= s->bytes - size;
         }
@@ -437,11 +442,8 @@ int grow_alloc(mb_client *c, size_t size, size_t max, void **ptr)
         free(x);
         return rc;
     }
-    pthread_mutex_lock(&g->lock);
-    GROW_CHECK(c, x);
-    pthread_mutex_unlock(&g->lock);
     *ptr = s->va;
-    if (target_of(c, x) / 2 > s->bytes - x->used && s->bytes < x->limit)
+    if (kick)
         refill_kick(c->refill);
     return 0;
 }

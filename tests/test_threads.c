@@ -21,7 +21,7 @@
 #define LIVE 16
 #define OPS 3000
 
-struct blk { uint8_t *p; size_t size; uint8_t tag; };
+struct blk { uint8_t *p; size_t size, max; uint8_t tag; };   /* max: growable ranges */
 
 /* A handoff slot: one thread's block, freed by another. */
 static struct { pthread_mutex_t m; struct blk b; } g_hand = { PTHREAD_MUTEX_INITIALIZER, { 0 } };
@@ -80,7 +80,14 @@ static void *worker(void *arg)
         if (n < LIVE && (n == 0 || step(&s) % 100 < 55)) {
             struct blk b = { .size = pick(&s), .tag = (uint8_t)step(&s) };
             void *p;
-            int rc = async ? mb_malloc_async(g_c, b.size, stream, &p) : mb_malloc(g_c, b.size, &p);
+            int rc;
+            if (step(&s) % 16 == 0) {   /* a growable range, room for twice its size */
+                b.size = (1 << 20) + step(&s) % (8 << 20);
+                b.max = 2 * b.size;
+                rc = mb_malloc_growable(g_c, b.size, b.max, &p);
+            } else {
+                rc = async ? mb_malloc_async(g_c, b.size, stream, &p) : mb_malloc(g_c, b.size, &p);
+            }
             if (rc != 0) {
                 bad = rc;
                 break;
@@ -88,6 +95,16 @@ static void *worker(void *arg)
             b.p = p;
             fill(&b);
             live[n++] = b;
+        } else if (live[n - 1].max > live[n - 1].size && step(&s) % 2) {
+            /* grow the newest block in place; what it held stays */
+            struct blk *b = &live[n - 1];
+            size_t to = b->size + 1 + step(&s) % (b->max - b->size);
+            if (!intact(b) || mb_grow(g_c, b->p, to) != 0 || !intact(b)) {
+                bad = -101;
+                break;
+            }
+            b->size = to;
+            fill(b);
         } else {
             size_t i = step(&s) % n;
             struct blk b = live[i];
