@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -230,8 +231,15 @@ static int spawn_in_dir(struct mbt_daemon *d, const char *const *extra, const ch
     for (int i = 0; extra && extra[i] && n < 31; i++)
         argv[n++] = extra[i];
     argv[n] = NULL;
+    pid_t parent = getpid();
     d->pid = fork();
     if (d->pid == 0) {
+        /* A test that dies (an assertion, a sanitizer's halt) takes its
+         * daemon along, rather than leaving it holding the test's output
+         * open until ctest's timeout. */
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (getppid() != parent)
+            _exit(127);
         setenv("MOONBRIGHT_RUNTIME_DIR", d->dir, 1);
         for (int i = 0; env && env[i]; i++) {
             char buf[512];
