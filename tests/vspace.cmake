@@ -10,4 +10,5 @@ target_link_libraries(test_vspace_host PRIVATE mbclient_internal PkgConfig::CMOC
 target_compile_definitions(test_vspace_host PRIVATE
   MB_DAEMON_BIN="$<TARGET_FILE:moonbrightd>" MB_CTL_BIN="$<TARGET_FILE:mbctl>")
 add_test(NAME test_vspace_host COMMAND test_vspace_host)
-set_tests_properties(test_vspace_host PROPERTIES LABELS unit TIMEOUT 300)
+set_tests_properties(test_vspace_host PROPERTIES LABELS unit TIMEOUT 300
+  ENVIRONMENT "TSAN_OPTIONS=halt_on_error=1 second_deadlock_stack=1 suppressions=${MB_VS_ROOT}/tests/tsan.supp")
