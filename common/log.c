@@ -9,18 +9,22 @@
 #include <string.h>
 #include <syslog.h>
 
+/* The level, the identity and the journal flag are read by every thread
+ * that logs (a library's background threads too) while another may set
+ * them (each mb_open does): relaxed atomics. Syslog is chosen once, by a
+ * daemon before its threads start. */
 static int g_level = MB_LOG_INFO;
 static const char *g_ident = "moonbright";
 static int g_journal = -1;   /* -1 unknown, 0 no, 1 stderr is the journal */
 static int g_syslog;         /* 1: lines go to syslog(3), not stderr */
 
-void mb_log_set_level(int level) { g_level = level; }
-int mb_log_level(void) { return g_level; }
-void mb_log_set_ident(const char *ident) { g_ident = ident; }
+void mb_log_set_level(int level) { __atomic_store_n(&g_level, level, __ATOMIC_RELAXED); }
+int mb_log_level(void) { return __atomic_load_n(&g_level, __ATOMIC_RELAXED); }
+void mb_log_set_ident(const char *ident) { __atomic_store_n(&g_ident, ident, __ATOMIC_RELAXED); }
 
 void mb_log_to_syslog(void)
 {
-    openlog(g_ident, LOG_PID | LOG_NDELAY, LOG_DAEMON);
+    openlog(__atomic_load_n(&g_ident, __ATOMIC_RELAXED), LOG_PID | LOG_NDELAY, LOG_DAEMON);
     g_syslog = 1;
 }
 
@@ -38,10 +42,13 @@ int mb_log_parse_level(const char *s)
 
 void mb_log(int level, const char *fmt, ...)
 {
-    if (level > g_level)
+    if (level > mb_log_level())
         return;
-    if (g_journal < 0)
-        g_journal = getenv("JOURNAL_STREAM") != NULL;
+    int journal = __atomic_load_n(&g_journal, __ATOMIC_RELAXED);
+    if (journal < 0) {
+        journal = getenv("JOURNAL_STREAM") != NULL;
+        __atomic_store_n(&g_journal, journal, __ATOMIC_RELAXED);
+    }
     char line[1024];
     va_list ap;
     va_start(ap, fmt);
@@ -50,8 +57,8 @@ void mb_log(int level, const char *fmt, ...)
     static const char *tags[8] = { "", "", "", "error: ", "warning: ", "", "", "debug: " };
     if (g_syslog)
         syslog(level, "%s", line);
-    else if (g_journal)
+    else if (journal)
         fprintf(stderr, "<%d>%s\n", level, line);
     else
-        fprintf(stderr, "%s: %s%s\n", g_ident, tags[level & 7], line);
+        fprintf(stderr, "%s: %s%s\n", __atomic_load_n(&g_ident, __ATOMIC_RELAXED), tags[level & 7], line);
 }

@@ -3,7 +3,7 @@
 # build dependencies if missing, builds with AddressSanitizer and UBSan
 # (warnings are errors), and runs ctest. GPU tests skip where no GPU is
 # usable, and the reason is printed once after ctest's summary; then runs
-# the threads and vspace tests again under ThreadSanitizer (MB_TSAN=0 skips) and fuzzes
+# the multi-threaded client tests again under ThreadSanitizer (MB_TSAN=0 skips) and fuzzes
 # the daemon's request handling for 60 s (libFuzzer, tests/fuzz;
 # MB_FUZZ_SECONDS changes it, 0 skips). Extra arguments go to ctest (e.g.
 # -L unit).
@@ -29,12 +29,17 @@ if [ -f "$log" ]; then
 fi
 [ "$rc" -eq 0 ] || exit "$rc"
 
-# The threads and vspace tests again under ThreadSanitizer (MB_TSAN=0 skips).
+# The client tests with threads of their own (every client has background
+# threads) again under ThreadSanitizer (MB_TSAN=0 skips).
 if [ "${MB_TSAN:-1}" != 0 ]; then
-  echo "ThreadSanitizer build: threads sharing one client, vspaces and growable ranges"
+  echo "ThreadSanitizer build: threads sharing one client, vspaces and growable ranges, the client model, the heap, late grants"
   cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=Debug -DMB_TSAN=ON -DMB_WERROR=ON >/dev/null
-  cmake --build build-tsan -j"$(nproc)" --target test_threads test_vspace_host moonbrightd mbctl
-  (cd build-tsan && ctest --output-on-failure --timeout 900 -R '^(test_threads|test_vspace_host)$')
+  tsan_tests="test_threads test_vspace_host test_client_model test_heap test_late_grant"
+  # shellcheck disable=SC2086
+  cmake --build build-tsan -j"$(nproc)" --target $tsan_tests moonbrightd mbctl
+  (cd build-tsan &&
+   TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$PWD/../tests/tsan.supp" \
+   MB_MODEL_OPS=100000 ctest --output-on-failure --timeout 900 -R "^($(echo $tsan_tests | tr ' ' '|'))\$")
 fi
 secs=${MB_FUZZ_SECONDS:-60}
 if [ "$secs" -gt 0 ]; then
