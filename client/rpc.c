@@ -49,9 +49,25 @@ int rpc_connect(mb_client *c, const char *tenant)
         mb__reply__free_unpacked(rep, NULL);
         return MB_EPROTO;
     }
+    /* The unit and the backend are the client's from the first connect on
+     * (every tier is laid out in that unit, and other threads read them
+     * without the frame layer's lock): a daemon that comes back with
+     * others cannot serve this process. */
+    if (c->frame_bytes && (c->frame_bytes != rep->hello->frame_bytes ||
+                           strcmp(c->backend_name, rep->hello->backend) != 0)) {
+        mb_log(c->reconnect_wait_ms ? MB_LOG_DEBUG : MB_LOG_ERR,
+               "moonbrightd came back with %llu-byte frames on the %s backend; this process uses "
+               "%zu-byte frames on the %s backend and stays without it",
+               (unsigned long long)rep->hello->frame_bytes, rep->hello->backend, c->frame_bytes,
+               c->backend_name);
+        mb__reply__free_unpacked(rep, NULL);
+        return MB_EPROTO;
+    }
     c->session_id = rep->hello->session_id;
-    c->frame_bytes = rep->hello->frame_bytes;
-    snprintf(c->backend_name, sizeof(c->backend_name), "%s", rep->hello->backend);
+    if (!c->frame_bytes) {
+        c->frame_bytes = rep->hello->frame_bytes;
+        snprintf(c->backend_name, sizeof(c->backend_name), "%s", rep->hello->backend);
+    }
     mb__reply__free_unpacked(rep, NULL);
     return 0;
 }
@@ -118,17 +134,13 @@ int rpc_ensure_connected(mb_client *c)
     rpc_disconnect(c);
     int saved = c->timeout_ms;
     c->timeout_ms = saved < 1000 ? saved : 1000;   /* a bounded wait per attempt */
-    uint64_t fb = c->frame_bytes;
     c->lost = false;
-    int rc = rpc_connect(c, c->tenant);
-    if (rc == 0 && c->frame_bytes != fb)
-        rc = MB_EPROTO;   /* a daemon with other frames cannot take ours */
+    int rc = rpc_connect(c, c->tenant);   /* refuses a daemon with other frames */
     if (rc == 0)
         rc = reattach(c);
     c->timeout_ms = saved;
     if (rc != 0) {
         c->lost = true;
-        c->frame_bytes = fb;
         c->reconnect_wait_ms = c->reconnect_wait_ms ? c->reconnect_wait_ms * 2 : 50;
         if (c->reconnect_wait_ms > 2000)
             c->reconnect_wait_ms = 2000;

@@ -389,6 +389,43 @@ static void daemon_restart_keeps_clients(void **state)
     assert_int_equal(mbt_daemon_stop(&d), 0);
 }
 
+/* The daemon comes back with another frame size: the client cannot hand it
+ * frames of its own size, so it stays without a daemon (its memory intact,
+ * calls that need the daemon refused) and reports nothing; once a daemon
+ * with its frame size is back it reattaches. */
+static void daemon_back_with_other_frames(void **state)
+{
+    static const char *const other[] = { "--frame-size", "128K", "--budget", "64M", NULL };
+    struct mbt_daemon d;
+    assert_int_equal(mbt_daemon_start(&d, small_frames), 0);
+    char size[32], line[128];
+    snprintf(size, sizeof(size), "%u", 16 * FRAME);
+    int out, in;
+    pid_t pid = spawn_holder(&d, size, "77", "steadfast", &out, &in);
+    assert_int_equal((int)mbt_status_num(&d, "frames_granted"), 16);
+    kill(d.pid, SIGKILL);
+    assert_int_equal(mbt_daemon_restart(&d, other), 0);
+    mbt_sleep_ms(1500);   /* reconnection attempts come and are refused */
+    assert_int_equal(write(in, "alloc\n", 6), 6);
+    assert_true(mbt_read_line(out, line, sizeof(line), 10000) >= 0);
+    assert_string_equal(line, "alloc: daemon unavailable");
+    assert_int_equal(write(in, "check\n", 6), 6);
+    assert_true(mbt_read_line(out, line, sizeof(line), 10000) >= 0);
+    assert_string_equal(line, "intact");
+    assert_int_equal((int)mbt_status_num(&d, "frames_granted"), 0);
+    kill(d.pid, SIGKILL);
+    assert_int_equal(mbt_daemon_restart(&d, small_frames), 0);
+    assert_int_equal(wait_granted(&d, 16), 16);
+    assert_int_equal(write(in, "check\n", 6), 6);
+    assert_true(mbt_read_line(out, line, sizeof(line), 10000) >= 0);
+    assert_string_equal(line, "intact");
+    close(in);
+    assert_int_equal(mbt_wait(pid), 0);
+    close(out);
+    assert_int_equal(wait_granted(&d, 0), 0);
+    assert_int_equal(mbt_daemon_stop(&d), 0);
+}
+
 /* A shared range across a daemon restart: the exporter reports the frames
  * as its own, the importer reports holds; after the restart the exporter
  * frees (the frames stay booked for the importer, which still reads the
@@ -625,6 +662,7 @@ int main(void)
         cmocka_unit_test(sharing_outlives_the_exporter),
         cmocka_unit_test(frames_are_scrubbed_between_tenants),
         cmocka_unit_test(daemon_restart_keeps_clients),
+        cmocka_unit_test(daemon_back_with_other_frames),
         cmocka_unit_test(daemon_restart_keeps_shares),
         cmocka_unit_test(second_daemon_refuses),
         cmocka_unit_test(bad_options_are_refused),

@@ -32,9 +32,9 @@ fi
 # The client tests with threads of their own (every client has background
 # threads) again under ThreadSanitizer (MB_TSAN=0 skips).
 if [ "${MB_TSAN:-1}" != 0 ]; then
-  echo "ThreadSanitizer build: threads sharing one client, vspaces and growable ranges, the client model, the heap, late grants"
+  echo "ThreadSanitizer build: the client tests that run threads (every client has background threads)"
   cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=Debug -DMB_TSAN=ON -DMB_WERROR=ON >/dev/null
-  tsan_tests="test_threads test_vspace_host test_client_model test_heap test_late_grant"
+  tsan_tests="test_threads test_vspace_host test_client_model test_heap test_late_grant test_integration"
   # shellcheck disable=SC2086
   cmake --build build-tsan -j"$(nproc)" --target $tsan_tests moonbrightd mbctl
   (cd build-tsan &&
