@@ -36,7 +36,7 @@ if [ "${MB_TSAN:-1}" != 0 ]; then
   cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=Debug -DMB_TSAN=ON -DMB_WERROR=ON >/dev/null
   tsan_tests="test_threads test_vspace_host test_client_model test_heap test_late_grant test_integration"
   # shellcheck disable=SC2086
-  cmake --build build-tsan -j"$(nproc)" --target $tsan_tests moonbrightd mbctl
+  cmake --build build-tsan -j"$(nproc)" --target $tsan_tests moonbrightd mbctl mbtest_client mbtest_cacher
   (cd build-tsan &&
    TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$PWD/../tests/tsan.supp" \
    MB_MODEL_OPS=100000 ctest --output-on-failure --timeout 900 -R "^($(echo $tsan_tests | tr ' ' '|'))\$")
