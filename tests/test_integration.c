@@ -389,6 +389,15 @@ static void daemon_restart_keeps_clients(void **state)
     assert_int_equal(mbt_daemon_stop(&d), 0);
 }
 
+/* Send a holder one command and expect its one-line answer. */
+static void holder_says(int in, int out, const char *cmd, const char *want)
+{
+    char line[128];
+    assert_int_equal(write(in, cmd, strlen(cmd)), (ssize_t)strlen(cmd));
+    assert_true(mbt_read_line(out, line, sizeof(line), 10000) >= 0);
+    assert_string_equal(line, want);
+}
+
 /* The daemon comes back with another frame size: the client cannot hand it
  * frames of its own size, so it stays without a daemon (its memory intact,
  * calls that need the daemon refused) and reports nothing; once a daemon
@@ -398,7 +407,7 @@ static void daemon_back_with_other_frames(void **state)
     static const char *const other[] = { "--frame-size", "128K", "--budget", "64M", NULL };
     struct mbt_daemon d;
     assert_int_equal(mbt_daemon_start(&d, small_frames), 0);
-    char size[32], line[128];
+    char size[32];
     snprintf(size, sizeof(size), "%u", 16 * FRAME);
     int out, in;
     pid_t pid = spawn_holder(&d, size, "77", "steadfast", &out, &in);
@@ -406,19 +415,13 @@ static void daemon_back_with_other_frames(void **state)
     kill(d.pid, SIGKILL);
     assert_int_equal(mbt_daemon_restart(&d, other), 0);
     mbt_sleep_ms(1500);   /* reconnection attempts come and are refused */
-    assert_int_equal(write(in, "alloc\n", 6), 6);
-    assert_true(mbt_read_line(out, line, sizeof(line), 10000) >= 0);
-    assert_string_equal(line, "alloc: daemon unavailable");
-    assert_int_equal(write(in, "check\n", 6), 6);
-    assert_true(mbt_read_line(out, line, sizeof(line), 10000) >= 0);
-    assert_string_equal(line, "intact");
+    holder_says(in, out, "alloc\n", "alloc: daemon unavailable");
+    holder_says(in, out, "check\n", "intact");
     assert_int_equal((int)mbt_status_num(&d, "frames_granted"), 0);
     kill(d.pid, SIGKILL);
     assert_int_equal(mbt_daemon_restart(&d, small_frames), 0);
     assert_int_equal(wait_granted(&d, 16), 16);
-    assert_int_equal(write(in, "check\n", 6), 6);
-    assert_true(mbt_read_line(out, line, sizeof(line), 10000) >= 0);
-    assert_string_equal(line, "intact");
+    holder_says(in, out, "check\n", "intact");
     close(in);
     assert_int_equal(mbt_wait(pid), 0);
     close(out);
