@@ -150,7 +150,8 @@ int maint_release(mb_client *c, int64_t idle_ms, size_t keep_bytes)
     int rc = 0;
     if (idle_ms < 0 || tiers_now_ms() - c->fc.last_use_ms >= idle_ms)
         rc = fcache_trim(c, keep_bytes);
-    c->tier_idle = st.bytes_idle + refill_reclaimable(c);
+    refill_stats(c, &st);
+    c->tier_idle = refill_reclaimable(&st);
     fcache_report(c, c->tier_idle);
     pthread_mutex_unlock(&c->flock);
     return rc;
@@ -232,7 +233,7 @@ static void *maint_main(void *arg)
         mb_client_stats st;
         if (mb_stats(c, &st) == 0) {
             pthread_mutex_lock(&c->flock);
-            c->tier_idle = st.bytes_idle + st.vspace_free_bytes + st.grow_mapped_ahead;
+            c->tier_idle = refill_reclaimable(&st);
             fcache_report_counters(c, c->tier_idle, &st);
             pthread_mutex_unlock(&c->flock);
         }

@@ -175,9 +175,3 @@ bool refill_running(mb_client *c)
     return r && r->thread_on;
 }
 
-uint64_t refill_reclaimable(mb_client *c)
-{
-    mb_client_stats st = { 0 };
-    refill_stats(c, &st);
-    return (uint64_t)st.vspace_free_bytes + st.grow_mapped_ahead + st.bytes_idle;
-}

@@ -63,9 +63,13 @@ void refill_close(mb_client *c);
 void refill_trim_held(mb_client *c);
 /* The pools' and growable ranges' figures into st. c->lock held. */
 void refill_stats(mb_client *c, mb_client_stats *st);
-/* Bytes a trim would give back (free pool pages, growable tails; an upper
- * bound), for the Cache report. c->lock held. */
-uint64_t refill_reclaimable(mb_client *c);
+/* Bytes a trim would give back, from a client's figures (tiers and
+ * refill_stats): idle tier bytes and freed growable ranges, free pool
+ * pages, growable tails; an upper bound, for the Cache report. */
+static inline uint64_t refill_reclaimable(const mb_client_stats *st)
+{
+    return (uint64_t)st->bytes_idle + st->vspace_free_bytes + st->grow_mapped_ahead;
+}
 /* Whether the client's refill thread runs now (tests). */
 bool refill_running(mb_client *c);
 

@@ -304,6 +304,18 @@ static struct tcache *tc_get(mb_client *c)
 
 /* ---- the fast paths ---- */
 
+/* Objects fresh from the shared slab (ready for every stream) go in at
+ * the oldest end of bin b. */
+static void push_ready(struct tcache *t, struct tc_bin *b, void *const *objs, size_t n, size_t size)
+{
+    for (size_t i = 0; i < n; i++) {
+        b->head = (b->head + TC_CAP - 1) % TC_CAP;
+        b->e[b->head] = (struct tc_ent){ objs[i], 0 };
+        b->n++;
+    }
+    __atomic_store_n(&t->bytes, t->bytes + n * size, __ATOMIC_RELAXED);
+}
+
 static int refill(struct tcache *t, unsigned k, size_t size, void **ptr)
 {
     mb_client *c = t->c;
@@ -320,13 +332,7 @@ static int refill(struct tcache *t, unsigned k, size_t size, void **ptr)
     pthread_mutex_unlock(&c->lock);
     if (n == 0)
         return rc ? rc : MB_ENOMEM;
-    /* ready objects go in at the oldest end */
-    for (size_t i = 1; i < n; i++) {
-        b->head = (b->head + TC_CAP - 1) % TC_CAP;
-        b->e[b->head] = (struct tc_ent){ got[i], 0 };
-        b->n++;
-    }
-    __atomic_store_n(&t->bytes, t->bytes + (n - 1) * size, __ATOMIC_RELAXED);
+    push_ready(t, b, got + 1, n - 1, size);
     *ptr = got[0];
     return 0;
 }
@@ -346,12 +352,7 @@ static void top_up(struct tcache *t, unsigned k, size_t size)
     pthread_mutex_lock(&c->lock);
     size_t n = tiers_slab_take(c, size, want, got);
     pthread_mutex_unlock(&c->lock);
-    for (size_t i = 0; i < n; i++) {
-        b->head = (b->head + TC_CAP - 1) % TC_CAP;
-        b->e[b->head] = (struct tc_ent){ got[i], 0 };
-        b->n++;
-    }
-    __atomic_store_n(&t->bytes, t->bytes + n * size, __ATOMIC_RELAXED);
+    push_ready(t, b, got, n, size);
 }
 
 int tc_alloc(mb_client *c, size_t size, void *stream, bool sync, void **ptr)
