@@ -236,6 +236,12 @@ int fcache_take_any(mb_client *c, size_t bytes, struct cframe ***out, size_t *n)
 /* Cached frames of any size, largest first, none past `bytes` in all: at
  * most max_n into out[], *got their bytes; no round trip. */
 size_t fcache_take_within(mb_client *c, size_t bytes, struct cframe **out, size_t max_n, size_t *got);
+/* Cached frames of any size holding at least `need` bytes and at most
+ * `room` in all: each the smallest that covers what is still missing, else
+ * the largest that fits; at most max_n, *got their bytes (under need when
+ * the cache holds too little); no round trip. */
+size_t fcache_take_cover(mb_client *c, size_t need, size_t room, struct cframe **out, size_t max_n,
+                         size_t *got);
 void fcache_put(mb_client *c, struct cframe *f);
 /* Descriptors waiting on the handle channel while no grant or import is
  * being received belong to calls that gave up (their answers came late):

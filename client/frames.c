@@ -280,24 +280,27 @@ int fcache_import(mb_client *c, const uint8_t *token, size_t len, struct cframe 
 
 int fcache_return_ids(mb_client *c, uint32_t *ids, size_t n) { return return_ids(c, ids, n); }
 
-/* A cached frame of `bytes`, taken off its list and marked in use; NULL when
- * the cache has none. */
-static struct cframe *take_cached(struct frame_cache *fc, size_t bytes, size_t unit)
+/* The cached frame at *pp, taken off its list and marked in use. */
+static struct cframe *unlink_cached(struct frame_cache *fc, struct cframe **pp)
 {
-    struct cframe **pp = bytes == unit ? &fc->cached : &fc->cached_large;
-    while (*pp && (*pp)->mem.bytes != bytes)
-        pp = &(*pp)->next_cached;
     struct cframe *f = *pp;
-    if (!f)
-        return NULL;
     *pp = f->next_cached;
     f->next_cached = NULL;
     f->in_use = true;
     fc->n_cached--;
     fc->n_in_use++;
-    fc->bytes_cached -= bytes;
+    fc->bytes_cached -= f->mem.bytes;
     fc->last_use_ms = tiers_now_ms();
     return f;
+}
+
+/* A cached frame of `bytes`, taken; NULL when the cache has none. */
+static struct cframe *take_cached(struct frame_cache *fc, size_t bytes, size_t unit)
+{
+    struct cframe **pp = bytes == unit ? &fc->cached : &fc->cached_large;
+    while (*pp && (*pp)->mem.bytes != bytes)
+        pp = &(*pp)->next_cached;
+    return *pp ? unlink_cached(fc, pp) : NULL;
 }
 
 int fcache_take(mb_client *c, size_t n, struct cframe **out)
@@ -367,15 +370,7 @@ static struct cframe *take_fitting(struct frame_cache *fc, size_t left, bool ove
         }
     if (!best || (!best_fits && (!over || (*best)->mem.bytes - left > left / 8)))
         return NULL;
-    struct cframe *f = *best;
-    *best = f->next_cached;
-    f->next_cached = NULL;
-    f->in_use = true;
-    fc->n_cached--;
-    fc->n_in_use++;
-    fc->bytes_cached -= f->mem.bytes;
-    fc->last_use_ms = tiers_now_ms();
-    return f;
+    return unlink_cached(fc, best);
 }
 
 int fcache_take_any(mb_client *c, size_t bytes, struct cframe ***out, size_t *count)
@@ -437,6 +432,38 @@ size_t fcache_take_within(mb_client *c, size_t bytes, struct cframe **out, size_
         left -= f->mem.bytes;
     }
     *got = bytes - left;
+    FC_CHECK(fc);
+    return n;
+}
+
+size_t fcache_take_cover(mb_client *c, size_t need, size_t room, struct cframe **out, size_t max_n,
+                         size_t *got)
+{
+    struct frame_cache *fc = &c->fc;
+    size_t n = 0, have = 0;
+    while (n < max_n && have < need && fc->n_cached) {
+        /* The smallest frame that covers what is missing within the room,
+         * else the largest that fits in it. */
+        struct cframe **cover = NULL, **fit = NULL;
+        struct cframe **lists[2] = { &fc->cached_large, &fc->cached };
+        for (int l = 0; l < 2; l++)
+            for (struct cframe **pp = lists[l]; *pp; pp = &(*pp)->next_cached) {
+                size_t b = (*pp)->mem.bytes;
+                if (b > room - have)
+                    continue;
+                if (b >= need - have && (!cover || b < (*cover)->mem.bytes))
+                    cover = pp;
+                if (!fit || b > (*fit)->mem.bytes)
+                    fit = pp;
+            }
+        struct cframe **pp = cover ? cover : fit;
+        if (!pp)
+            break;
+        struct cframe *f = unlink_cached(fc, pp);
+        out[n++] = f;
+        have += f->mem.bytes;
+    }
+    *got = have;
     FC_CHECK(fc);
     return n;
 }

@@ -140,6 +140,13 @@ static int fl_take(mb_client *c, size_t need, size_t want, size_t room, struct s
     size_t got = 0;
     fl_lock(c);
     size_t k = fcache_take_within(c, want < room ? want : room, cached, TAKE_CACHED_MAX, &got);
+    if (got < need) {
+        /* Cached frames larger than wanted still beat a grant: the process
+         * holds them already. */
+        size_t more = 0;
+        k += fcache_take_cover(c, need - got, room - got, cached + k, TAKE_CACHED_MAX - k, &more);
+        got += more;
+    }
     struct stitched *t = NULL;
     int rc = 0;
     if (got < need)
@@ -221,28 +228,60 @@ static int map_tail(mb_client *c, struct growset *g, struct growable *x, size_t 
     return 0;
 }
 
-/* Unmap the frames lying wholly past x->used; c->lock and g->lock held. */
-static void unmap_tail_held(mb_client *c, struct growset *g, struct growable *x)
+/* A tail being unmapped: frames [k, n) of x's range, from offset off on. */
+struct tail_cut {
+    struct growable *x;
+    size_t k, n, off, gone;
+};
+
+/* Cut the frames lying wholly past x->used off x's range for tail_unmap:
+ * x made busy, its bytes and g->ahead lowered (a grow past them waits for
+ * the unmap). False when none lies past used or one is shared with another
+ * process (never cached here). g->lock held. */
+static bool tail_cut_held(struct growset *g, struct growable *x, struct tail_cut *cut)
 {
     struct stitched *s = x->s;
     size_t k = 0, off = 0;
     while (k < s->n && off < x->used)
         off += s->frames[k++]->mem.bytes;
     if (k == s->n)
-        return;   /* nothing wholly past used */
+        return false;
     for (size_t i = k; i < s->n; i++)
         if (s->frames[i]->exported)
-            return;   /* shared with another process: never cached here */
-    size_t gone = s->bytes - off;
-    if (c->be->ops->unmap(c->be, (char *)s->va + off, gone) != 0)
-        return;   /* still mapped: keep it */
-    for (size_t i = k; i < s->n; i++)
-        fcache_put(c, s->frames[i]);
+            return false;
+    *cut = (struct tail_cut){ x, k, s->n, off, s->bytes - off };
+    x->busy = true;
     s->n = k;
     s->bytes = off;
-    g->ahead -= gone;
-    c->fst.bytes_mapped -= gone;
+    g->ahead -= cut->gone;
+    return true;
+}
+
+/* Unmap a cut's frames into the frame cache, or hand them back to the
+ * range when the unmap fails; then x is no longer busy. fl_lock held;
+ * g->lock taken to publish unless `held`. */
+static void tail_unmap(mb_client *c, struct growset *g, const struct tail_cut *cut, bool held)
+{
+    struct growable *x = cut->x;
+    struct stitched *s = x->s;
+    bool ok = c->be->ops->unmap(c->be, (char *)s->va + cut->off, cut->gone) == 0;
+    if (ok) {
+        for (size_t i = cut->k; i < cut->n; i++)
+            fcache_put(c, s->frames[i]);
+        c->fst.bytes_mapped -= cut->gone;
+    }
+    if (!held)
+        pthread_mutex_lock(&g->lock);
+    if (!ok) {   /* still mapped: the range keeps it */
+        s->n = cut->n;
+        s->bytes = cut->off + cut->gone;
+        g->ahead += cut->gone;
+    }
+    x->busy = false;
+    pthread_cond_broadcast(&g->not_busy);
     GROW_CHECK(c, x);
+    if (!held)
+        pthread_mutex_unlock(&g->lock);
 }
 
 /* ---- the set ---- */
@@ -316,11 +355,12 @@ static struct stitched *idle_take(mb_client *c, struct growset *g, size_t need_r
  * use, and 128 MiB besides), the rest unmapped by the background thread. */
 static size_t idle_cap(const struct growset *g) { return (g->used >> AHEAD_SHIFT) + ((size_t)128 << 20); }
 
-/* Unmap idle ranges whose fence completed: all (idle_ms < 0), those idle
+/* Unlink idle ranges whose fence completed: all (idle_ms < 0), those idle
  * since before now - idle_ms, and more while they hold more than
- * idle_cap. fl_lock and g->lock held. */
-static void idle_release_held(mb_client *c, struct growset *g, int64_t now, int64_t idle_ms)
+ * idle_cap. g->lock held. */
+static struct gidle *idle_detach_held(mb_client *c, struct growset *g, int64_t now, int64_t idle_ms)
 {
+    struct gidle *gone = NULL;
     for (struct gidle **pp = &g->idle; *pp;) {
         struct gidle *i = *pp;
         bool due = idle_ms < 0 || now - i->since_ms >= idle_ms || g->idle_bytes > idle_cap(g);
@@ -332,10 +372,27 @@ static void idle_release_held(mb_client *c, struct growset *g, int64_t now, int6
         g->n_idle--;
         g->idle_bytes -= i->s->bytes;
         fence_drop(c, i->fence);
+        i->next = gone;
+        gone = i;
+    }
+    return gone;
+}
+
+/* Unmap the ranges idle_detach_held took; fl_lock held. */
+static void idle_unmap(mb_client *c, struct gidle *gone)
+{
+    while (gone) {
+        struct gidle *i = gone;
+        gone = i->next;
         if (stitch_free(c, i->s, NULL) != 0)
             mb_log(MB_LOG_ERR, "failed to unmap an idle growable range at %p", i->s->va);
         free(i);
     }
+}
+
+static void idle_release_held(mb_client *c, struct growset *g, int64_t now, int64_t idle_ms)
+{
+    idle_unmap(c, idle_detach_held(c, g, now, idle_ms));
 }
 
 static size_t pow2_at_least(size_t x)
@@ -628,17 +685,24 @@ void grow_work(mb_client *c, struct growset *g, int64_t now, int idle_ms)
     pthread_mutex_unlock(&g->lock);
     if (!tails)
         return;
-    /* Tails and freed ranges idle for idle_ms go back. */
+    /* Tails and freed ranges idle for idle_ms go back: taken under g->lock,
+     * unmapped without it, so that grows within their tails go on. */
     fl_lock(c);
     pthread_mutex_lock(&g->lock);
-    idle_release_held(c, g, now, idle_ms);
-    for (size_t i = 0; i < g->map.cap; i++) {
+    struct gidle *gone = idle_detach_held(c, g, now, idle_ms);
+    struct tail_cut *cuts = g->n ? malloc(g->n * sizeof(*cuts)) : NULL;
+    size_t ncut = 0;
+    for (size_t i = 0; cuts && i < g->map.cap && ncut < g->n; i++) {
         struct ptrmap_slot *sl = &g->map.slots[i];
         struct growable *x = sl->key > 1 ? sl->val : NULL;
         if (x && !x->busy && x->s->bytes > x->used && now - x->last_ms >= idle_ms)
-            unmap_tail_held(c, g, x);
+            ncut += tail_cut_held(g, x, &cuts[ncut]);
     }
     pthread_mutex_unlock(&g->lock);
+    idle_unmap(c, gone);
+    for (size_t i = 0; i < ncut; i++)
+        tail_unmap(c, g, &cuts[i], false);
+    free(cuts);
     /* Their frames went to the frame cache, where new ranges and tails
      * take them whatever their size. Past the cache's usual bytes, frames
      * nobody took within CACHE_STALE_MS go back to the daemon now rather
@@ -655,10 +719,12 @@ void grow_trim_held(mb_client *c, struct growset *g)
     for (size_t i = 0; i < g->map.cap; i++) {
         struct ptrmap_slot *sl = &g->map.slots[i];
         struct growable *x = sl->key > 1 ? sl->val : NULL;
-        if (x && !x->busy && x->s->bytes > x->used) {
-            unmap_tail_held(c, g, x);
-            x->last_ms = 0;   /* not refilled until it grows again */
-        }
+        struct tail_cut cut;
+        if (!x || x->busy || x->s->bytes <= x->used)
+            continue;
+        if (tail_cut_held(g, x, &cut))
+            tail_unmap(c, g, &cut, true);
+        x->last_ms = 0;   /* not refilled until it grows again */
     }
     pthread_mutex_unlock(&g->lock);
 }

@@ -334,6 +334,7 @@ struct strat_result {
     bool waits_known;           /* driver_waits means something for this strategy */
     uint64_t driver_waits;      /* allocations and resizes that waited on the driver */
     uint64_t daemon_requests;   /* MoonBright: round trips to the daemon */
+    mb_client_stats at_peak;    /* MoonBright: the client's figures when reserved peaked */
     struct bench_summary alloc, free;
     double alloc_total_s, free_total_s, wall_s;
     struct series s;
@@ -346,6 +347,7 @@ struct replay_ctx {
     struct bench_daemon *d;
     void **ptr;
     uint64_t *bytes;
+    mb_client_stats st;         /* MoonBright: the figures reserved_now last read */
 };
 
 static uint64_t reserved_now(struct replay_ctx *x)
@@ -353,10 +355,8 @@ static uint64_t reserved_now(struct replay_ctx *x)
     switch (x->kind) {
     case S_REALLOC:
     case S_GROW:
-    case S_VSPACE: {
-        mb_client_stats st;
-        return mb_stats(x->c, &st) == 0 ? st.bytes_granted : 0;
-    }
+    case S_VSPACE:
+        return mb_stats(x->c, &x->st) == 0 ? x->st.bytes_granted : 0;
     case S_MALLOC: {
         struct mallinfo2 mi = mallinfo2();
         return mi.arena + mi.hblkhd;   /* heap plus mmapped chunks: what malloc holds from the OS */
@@ -528,8 +528,10 @@ static int run_strategy(struct replay_ctx *x, const struct replay_cfg *cfg, stru
                 r->peak_live = live;
             uint64_t res = reserved_now(x);
             step_res = res > step_res ? res : step_res;
-            if (res > r->peak_reserved)
+            if (res > r->peak_reserved) {
                 r->peak_reserved = res;
+                r->at_peak = x->st;
+            }
             t0 = bench_now_ns();
             rc = s_free(x, x->ptr[o->req]);
             t1 = bench_now_ns();
@@ -595,8 +597,10 @@ static int run_strategy(struct replay_ctx *x, const struct replay_cfg *cfg, stru
             r->peak_live = live;
         uint64_t res = reserved_now(x);
         step_res = res > step_res ? res : step_res;
-        if (res > r->peak_reserved)
+        if (res > r->peak_reserved) {
             r->peak_reserved = res;
+            r->at_peak = x->st;
+        }
     }
     if (x->kind == S_CUDA) {
         uint64_t high = 0;
@@ -789,6 +793,18 @@ static void print_json(const char *trace, const char *format, size_t nreq, doubl
             jw_u64(&w, "daemon_requests", r->daemon_requests);
         else
             jw_null(&w, "daemon_requests");
+        if (mb) {
+            /* Where the reserved bytes were when they peaked. */
+            const mb_client_stats *k = &r->at_peak;
+            jw_obj(&w, "at_peak");
+            jw_u64(&w, "live", k->bytes_live);
+            jw_u64(&w, "mapped", k->bytes_mapped);
+            jw_u64(&w, "cached", k->bytes_cached);
+            jw_u64(&w, "idle", k->bytes_idle);
+            jw_u64(&w, "grow_ahead", k->grow_mapped_ahead);
+            jw_u64(&w, "vspace_free", k->vspace_free_bytes);
+            jw_end(&w, '}');
+        }
         if (r->kind == S_VSPACE)
             jw_u64(&w, "vspace_page_bytes", g_vpage);
         jw_summary(&w, "alloc_ns", &r->alloc);
