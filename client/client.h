@@ -96,12 +96,15 @@ struct retiring {
 
 /* The legacy clock (lclock.c): epochs of frees on the legacy stream. */
 struct lclock {
+    char pad0[64];               /* alone on its cache lines: every mb_free reads
+                                  * open and mb_malloc done, from every thread */
     uint64_t open;               /* frees now are tagged with it (atomic) */
     uint64_t done;               /* tags <= done are complete (atomic) */
     int busy;                    /* 1 while a thread advances (atomic) */
     void *ev;                    /* recorded on the legacy stream ... */
     uint64_t ev_gen;             /* ... after closing this epoch */
     bool ev_pending;
+    char pad1[64];
 };
 
 /* ptr -> stitched, open addressing with linear probing. */
@@ -355,6 +358,8 @@ void lclock_destroy(struct lclock *k, mb_backend *be);
 /* The tag of a free on the legacy stream made now. */
 uint64_t lclock_tag(struct lclock *k);
 bool lclock_ready(struct lclock *k, uint64_t gen);
+/* The done epoch: tags at or below it are complete (it only grows). */
+static inline uint64_t lclock_done(struct lclock *k) { return __atomic_load_n(&k->done, __ATOMIC_ACQUIRE); }
 /* Move done forward to gen or beyond if the driver says the work is done
  * (a query, never a wait). */
 void lclock_advance(struct lclock *k, mb_backend *be, uint64_t gen);

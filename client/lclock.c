@@ -45,10 +45,7 @@ uint64_t lclock_tag(struct lclock *k)
     return __atomic_load_n(&k->open, __ATOMIC_SEQ_CST);
 }
 
-bool lclock_ready(struct lclock *k, uint64_t gen)
-{
-    return gen <= __atomic_load_n(&k->done, __ATOMIC_ACQUIRE);
-}
+bool lclock_ready(struct lclock *k, uint64_t gen) { return gen <= lclock_done(k); }
 
 static void set_done(struct lclock *k, uint64_t gen)
 {

@@ -60,6 +60,7 @@ struct tcache {
     void *tag;
     bool host;                   /* no events: every object is ready */
     uint64_t open_gen, done_gen; /* a stream's tag: its frees' gens; ready ones */
+    uint64_t seen_done;          /* the legacy clock's done epoch when last read */
     size_t bytes;                /* read by mb_stats without m (atomic) */
     uint64_t ops;                /* calls served; the idle policy watches it */
     uint64_t seen_ops;           /* ops when the idle policy last saw it change */
@@ -168,7 +169,14 @@ static bool ent_ready(struct tcache *t, uint64_t gen)
 {
     if (t->host)
         return true;
-    return t->tag == NULL ? lclock_ready(&t->c->lclk, gen) : gen <= t->done_gen;
+    if (t->tag != NULL)
+        return gen <= t->done_gen;
+    /* The shared clock is read only when the thread's last look at it
+     * does not prove gen done already. */
+    if (gen <= t->seen_done)
+        return true;
+    t->seen_done = lclock_done(&t->c->lclk);
+    return gen <= t->seen_done;
 }
 
 /* ---- flushing into the shared slab ---- */

@@ -371,15 +371,8 @@ static void trim_to(struct frame_pool *p, uint64_t target, int64_t cutoff)
     for (uint32_t i = 0; i < p->n_by_uid && p->bytes_free > target; i++)
         for (int k = MB_MAX_ORDER; k >= 0 && p->bytes_free > target; k--)
             trim_list(p, p->by_uid[i], (unsigned)k, cutoff, target);
-    for (int k = MB_MAX_ORDER; k >= 0 && p->bytes_free > target; k--) {
-        uint32_t before = p->fresh.n[k];
+    for (int k = MB_MAX_ORDER; k >= 0 && p->bytes_free > target; k--)
         trim_list(p, &p->fresh, (unsigned)k, cutoff, target);
-        if (k > 0 && p->fresh.n[k] < before) {
-            pthread_mutex_lock(&p->lock);
-            p->spare[k] = false;   /* no demand for it lately */
-            pthread_mutex_unlock(&p->lock);
-        }
-    }
 }
 
 #define TICK_MS 250
@@ -415,6 +408,12 @@ int64_t frame_pool_tick(struct frame_pool *p, int64_t now_ms)
     } else if (now_ms - p->excess_since_ms >= p->idle_ms) {
         /* Above the target for the idle period: frames nobody took for
          * that long go (each tick, until free bytes are down to it). */
+        /* Spares too: none is made again until a request has to create
+         * its order itself (else a worker would re-create, in the budget
+         * the release frees, frames of orders nobody asked for). */
+        pthread_mutex_lock(&p->lock);
+        memset(p->spare, 0, sizeof(p->spare));
+        pthread_mutex_unlock(&p->lock);
         uint64_t before = p->released_idle;
         trim_to(p, target, now_ms - p->idle_ms);
         if (p->released_idle != before)

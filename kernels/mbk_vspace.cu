@@ -6,8 +6,10 @@
 #include "mbk_vspace.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include <cuda.h>
 #include <cuda_runtime.h>
 
 #include <moonbright/status.h>
@@ -45,6 +47,64 @@ int launched(const char *what)
 {
     cudaError_t err = cudaGetLastError();
     return err == cudaSuccess ? 0 : cuda_fail(err, what);
+}
+
+/* Small writes (at most kMemOpsMax entries in all, the common growth by a
+ * page or two) go as stream memory operations instead: one
+ * cuStreamBatchMemOp of 64-bit writes, ordered on the stream like the
+ * kernel, costs the host less than a launch. The driver's entry point is
+ * looked up once through the runtime (the library does not link libcuda);
+ * MOONBRIGHT_PTE_MEMOPS=0 turns the path off, and the first failure of it
+ * turns it off for the process (the kernel does every write then). */
+typedef CUresult (*batch_memop_fn)(CUstream, unsigned int, CUstreamBatchMemOpParams *, unsigned int);
+const int kMemOpsMax = 8;
+batch_memop_fn g_memops;      /* NULL: off */
+bool g_memops_looked;
+
+batch_memop_fn memops(void)
+{
+    /* Looked up once; a race only repeats an idempotent lookup. */
+    if (__atomic_load_n(&g_memops_looked, __ATOMIC_ACQUIRE))
+        return __atomic_load_n(&g_memops, __ATOMIC_ACQUIRE);
+    void *fn = nullptr;
+    const char *env = getenv("MOONBRIGHT_PTE_MEMOPS");
+    cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
+    if (!(env && env[0] == '0') &&
+        (cudaGetDriverEntryPointByVersion("cuStreamBatchMemOp", &fn, 12000, cudaEnableDefault, &q) !=
+             cudaSuccess ||
+         q != cudaDriverEntryPointSuccess))
+        fn = nullptr;
+    __atomic_store_n(&g_memops, (batch_memop_fn)fn, __ATOMIC_RELEASE);
+    __atomic_store_n(&g_memops_looked, true, __ATOMIC_RELEASE);
+    return (batch_memop_fn)fn;
+}
+
+/* 1 written, 0 not taken (too many entries, or the path is off or failed). */
+int pte_memops(const struct mbk_pte_run *runs, size_t n, cudaStream_t s)
+{
+    size_t total = 0;
+    for (size_t i = 0; i < n && total <= (size_t)kMemOpsMax; i++)
+        total += runs[i].count;
+    batch_memop_fn fn = total && total <= (size_t)kMemOpsMax ? memops() : nullptr;
+    if (!fn)
+        return 0;
+    CUstreamBatchMemOpParams op[kMemOpsMax];
+    memset(op, 0, sizeof(op));
+    unsigned k = 0;
+    for (size_t i = 0; i < n; i++)
+        for (uint32_t j = 0; j < runs[i].count; j++, k++) {
+            op[k].writeValue.operation = CU_STREAM_MEM_OP_WRITE_VALUE_64;
+            op[k].writeValue.address = (CUdeviceptr)(runs[i].dst + 8ull * j);
+            op[k].writeValue.value64 =
+                runs[i].value + (runs[i].step_shift ? (uint64_t)j << runs[i].step_shift : 0ull);
+        }
+    CUresult r = fn((CUstream)s, k, op, 0);
+    if (r == CUDA_SUCCESS)
+        return 1;
+    fprintf(stderr, "mbkernels: stream memory operations failed (CUresult %d): page-table writes "
+                    "use the kernel from now on\n", (int)r);
+    __atomic_store_n(&g_memops, (batch_memop_fn)nullptr, __ATOMIC_RELEASE);
+    return 0;
 }
 
 template <int N> int pte_launch(const struct mbk_pte_run *runs, int n, cudaStream_t s)
@@ -201,6 +261,8 @@ extern "C" int mbk_pte_write(const struct mbk_pte_run *runs, size_t n, void *str
     if (n && !runs)
         return MB_EINVAL;
     cudaStream_t s = (cudaStream_t)stream;
+    if (pte_memops(runs, n, s))
+        return 0;
     for (size_t i = 0; i < n;) {
         size_t k = n - i;
         int rc;

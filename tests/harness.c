@@ -379,11 +379,12 @@ int mbt_session_call(struct mbt_session *s, Mb__Request *req, Mb__Reply **out)
     return code;
 }
 
-int mbt_session_grant(struct mbt_session *s, uint64_t bytes)
+static int session_grant(struct mbt_session *s, uint64_t bytes, bool large)
 {
     Mb__Request req = MB__REQUEST__INIT;
     Mb__Grant g = MB__GRANT__INIT;
     g.bytes = bytes;
+    g.large = large;
     req.body_case = MB__REQUEST__BODY_GRANT;
     req.grant = &g;
     Mb__Reply *rep;
@@ -409,6 +410,10 @@ int mbt_session_grant(struct mbt_session *s, uint64_t bytes)
     }
     return 0;
 }
+
+int mbt_session_grant(struct mbt_session *s, uint64_t bytes) { return session_grant(s, bytes, false); }
+
+int mbt_session_grant_large(struct mbt_session *s, uint64_t bytes) { return session_grant(s, bytes, true); }
 
 int mbt_session_return(struct mbt_session *s, const uint32_t *ids, size_t n)
 {

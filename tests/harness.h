@@ -86,6 +86,8 @@ int mbt_session_call(struct mbt_session *s, Mb__Request *req, Mb__Reply **out);
 /* Grant `bytes`; the frame ids join s->frame_ids and their descriptors are
  * read from the channel and closed. Returns the reply's code. */
 int mbt_session_grant(struct mbt_session *s, uint64_t bytes);
+/* The same in the frame plan's large frames (Grant.large). */
+int mbt_session_grant_large(struct mbt_session *s, uint64_t bytes);
 /* Return frames by id; returns the reply's code. Returned ids leave
  * s->frame_ids. */
 int mbt_session_return(struct mbt_session *s, const uint32_t *ids, size_t n);

@@ -822,7 +822,7 @@ static void kill_without_pidfd_keeps_frames_withdrawn(void **state)
     assert_int_equal(mbt_daemon_stop(&d), 0);
 }
 
-/* ---- the warm reserve follows demand (issue 15) ------------------------- */
+/* ---- the warm reserve follows demand ------------------------------------ */
 
 static void reserve_follows_demand_and_releases_idle_frames(void **state)
 {
@@ -863,6 +863,40 @@ static void reserve_follows_demand_and_releases_idle_frames(void **state)
     assert_int_equal(mbt_daemon_stop(&d), 0);
 }
 
+/* A request that had to create a large frame itself asks the reserve for a
+ * spare of that order. With the budget full the spare waits; once the load
+ * stops and the idle frames go back to the driver, the spare must not be
+ * made in the budget that frees (nobody asked for that order since). */
+static void idle_release_leaves_no_spare_behind(void **state)
+{
+    const char *extra[] = { "--frame-size", "64K", "--budget", "512K", "--reserve-idle", "500", NULL };
+    struct mbt_daemon d;
+    assert_int_equal(mbt_daemon_start(&d, extra), 0);
+    struct mbt_session s;
+    assert_int_equal(mbt_session_open(&d, "spare", &s), 0);
+    assert_int_equal(mbt_session_grant_large(&s, 8 * FRAME), 0);
+    assert_int_equal(s.n_frames, 1);   /* one order-3 frame: the whole budget */
+    assert_int_equal(mbt_session_return(&s, s.frame_ids, s.n_frames), 0);
+    struct json *j = NULL;
+    int i = 0;
+    for (; i < 300; i++) {
+        json_free(j);
+        j = mbt_status(&d);
+        if (json_num(j, "frames_total") == 0 && json_num(j, "released_idle") >= 1)
+            break;
+        mbt_sleep_ms(50);
+    }
+    assert_true(i < 300);
+    json_free(j);
+    /* Several ticks and an idle period later, still nothing was made. */
+    for (i = 0; i < 20; i++) {
+        mbt_sleep_ms(50);
+        assert_int_equal((int)mbt_status_num(&d, "frames_total"), 0);
+    }
+    mbt_session_close(&s);
+    assert_int_equal(mbt_daemon_stop(&d), 0);
+}
+
 int main(void)
 {
     setenv("MOONBRIGHT_LARGE_FRAMES", "0", 1);
@@ -879,6 +913,7 @@ int main(void)
         cmocka_unit_test(stray_grant_frames_handed_back_by_id),
         cmocka_unit_test(kill_without_pidfd_keeps_frames_withdrawn),
         cmocka_unit_test(reserve_follows_demand_and_releases_idle_frames),
+        cmocka_unit_test(idle_release_leaves_no_spare_behind),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,4 +1,4 @@
-/* bench_vspace.c: issue 8's evidence on a GPU: growing a vspace by 1 .. 65536
+/* bench_vspace.c: the cost of vspace growth on a GPU: growing a vspace by 1 .. 65536
  * pages with map_async (host and device time) against cuMemMap +
  * cuMemSetAccess of the same bytes in 2 MiB handles and against copying a
  * block table from the host; the stream-ordered slow path's return time and

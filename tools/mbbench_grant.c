@@ -289,9 +289,10 @@ int bench_grant(int argc, char **argv)
     int failed = 0;
     for (size_t i = 0; i < nrows; i++)
         failed |= rows[i].err != 0;
-    bench_cuda_close(x.cu);
-    mb_backend_close(x.be);
+    /* The clients first: their background threads may still use the context. */
     mb_close(x.c0);
     mb_close(x.c);
+    mb_backend_close(x.be);
+    bench_cuda_close(x.cu);
     return failed ? 1 : 0;
 }

@@ -261,7 +261,7 @@ int bench_latency(int argc, char **argv)
             printf("note: cuMemAlloc/cuMemAllocAsync rows skipped: %s\n", why);
         printf("note: PyTorch rows come from tools/bench_torch.py latency (GPU host)\n");
     }
+    mb_close(x.c);   /* first: its background thread may still use the context */
     bench_cuda_close(x.cu);
-    mb_close(x.c);
     return 0;
 }

@@ -1,5 +1,5 @@
-/* mbbench_replay.c: `mbbench replay TRACE`: the LLM KV-cache protocol of
- * issue 9 over a request trace (Azure CSV or Mooncake-style JSONL), through
+/* mbbench_replay.c: `mbbench replay TRACE`: the LLM KV-cache replay protocol
+ * over a request trace (Azure CSV or Mooncake-style JSONL), through
  * MoonBright (realloc, grow in place, vspace pages) and the baselines (malloc
  * on the host backend, cuMemAllocAsync on a GPU); peak live and reserved
  * bytes, latency (mean, p50, p99, max) and the calls that waited on the

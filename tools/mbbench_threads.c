@@ -189,10 +189,11 @@ int bench_threads(int argc, char **argv)
         fprintf(stderr, "mbbench threads: failed to open a client: %s\n", mb_strerror(rc));
         return 1;
     }
+    /* On the cuda backend the threads' streams are real ones (libcuda),
+     * whether or not the cuMemAllocAsync rows run. */
     char why[256] = "--no-cuda";
-    bool cuda = strcmp(mb_backend_name(x.c), "cuda") == 0 && !no_cuda &&
-                bench_cuda_open(bench_opt.device, &x.cu, why, sizeof(why)) == 0;
-    if (cuda) {
+    bool gpu = strcmp(mb_backend_name(x.c), "cuda") == 0;
+    if (gpu && bench_cuda_open(bench_opt.device, &x.cu, why, sizeof(why)) == 0) {
         *(void **)&g_cs.create = bench_cuda_sym(x.cu, "cuStreamCreate");
         *(void **)&g_cs.destroy = bench_cuda_sym(x.cu, "cuStreamDestroy_v2");
         *(void **)&g_cs.set_ctx = bench_cuda_sym(x.cu, "cuCtxSetCurrent");
@@ -200,11 +201,18 @@ int bench_threads(int argc, char **argv)
             snprintf(why, sizeof(why), "libcuda lacks the stream calls");
             bench_cuda_close(x.cu);
             x.cu = NULL;
-            cuda = false;
         }
-    } else if (strcmp(mb_backend_name(x.c), "cuda") != 0) {
-        snprintf(why, sizeof(why), "the daemon's backend is %s", mb_backend_name(x.c));
     }
+    if (gpu && !x.cu) {
+        fprintf(stderr, "mbbench threads: the daemon serves a GPU but no stream can be made: %s\n", why);
+        mb_close(x.c);
+        return 1;
+    }
+    bool cuda = gpu && !no_cuda;
+    if (!gpu)
+        snprintf(why, sizeof(why), "the daemon's backend is %s", mb_backend_name(x.c));
+    else if (no_cuda)
+        snprintf(why, sizeof(why), "--no-cuda");
     struct jw w;
     jw_init(&w, stdout);
     if (bench_opt.json) {
@@ -292,8 +300,9 @@ int bench_threads(int argc, char **argv)
                rounds, tmax, destroy_err ? mb_strerror(destroy_err) : "ok", st.bytes_live,
                st.bytes_idle, (unsigned long long)st.device_syncs);
     }
+    /* The client first: its background thread may still use the context. */
+    mb_close(x.c);
     if (x.cu)
         bench_cuda_close(x.cu);
-    mb_close(x.c);
     return fails ? 1 : 0;
 }
