@@ -480,8 +480,14 @@ static int run_strategy(struct replay_ctx *x, const struct replay_cfg *cfg, stru
         switch (o->type) {
         case OP_ALLOC:
             t0 = bench_now_ns();
+            {
+            mb_client_stats sa, sb; if (mb) mb_stats(x->c, &sa);
+            t0 = bench_now_ns();
             rc = s_alloc(x, o->req, o->bytes, p->final_bytes[o->req], &np);
             t1 = bench_now_ns();
+            if (mb && getenv("MBB_SLOW") && t1 - t0 > 1000000) { mb_stats(x->c, &sb);
+                fprintf(stderr, "slow alloc %.1f us bytes %llu MiB: refill_waits +%llu grow_waits +%llu daemon_req +%llu\n", (t1-t0)/1e3, (unsigned long long)(o->bytes>>20), (unsigned long long)(sb.vspace_refill_waits-sa.vspace_refill_waits), (unsigned long long)(sb.grow_waits-sa.grow_waits), (unsigned long long)(sb.daemon_requests-sa.daemon_requests)); }
+            }
             if (rc != 0)
                 break;
             bench_vec_push(&va, t1 - t0);
@@ -496,6 +502,7 @@ static int run_strategy(struct replay_ctx *x, const struct replay_cfg *cfg, stru
             break;
         case OP_RESIZE:
             if (x->kind == S_GROW || x->kind == S_VSPACE) {
+                mb_client_stats sa, sb; mb_stats(x->c, &sa);
                 t0 = bench_now_ns();
                 if (x->kind == S_GROW)
                     rc = mb_grow(x->c, x->ptr[o->req], o->bytes);
@@ -503,6 +510,8 @@ static int run_strategy(struct replay_ctx *x, const struct replay_cfg *cfg, stru
                     rc = mb_vspace_map_async(x->ptr[o->req], vpages(x->bytes[o->req]),
                                              vpages(o->bytes) - vpages(x->bytes[o->req]), NULL);
                 t1 = bench_now_ns();
+                if (getenv("MBB_SLOW") && t1 - t0 > 1000000) { mb_stats(x->c, &sb);
+                    fprintf(stderr, "slow resize %.1f us bytes %llu MiB: refill_waits +%llu grow_waits +%llu daemon_req +%llu\n", (t1-t0)/1e3, (unsigned long long)(o->bytes>>20), (unsigned long long)(sb.vspace_refill_waits-sa.vspace_refill_waits), (unsigned long long)(sb.grow_waits-sa.grow_waits), (unsigned long long)(sb.daemon_requests-sa.daemon_requests)); }
                 if (rc != 0)
                     break;
                 bench_vec_push(&va, t1 - t0);
