@@ -62,12 +62,18 @@ replay)
     $s.alloc_ns.p99 $s.total_s $s.series.step $s.series.live_bytes $s.series.reserved_bytes \
     $s.series.daemon_bytes strategies.1.strategy strategies.2.strategy $s.alloc_ns.max \
     $s.driver_waits $s.driver_waits_what $s.daemon_requests $s.peak_daemon_frames \
-    strategies.2.vspace_page_bytes
+    strategies.2.vspace_page_bytes $s.at_peak.live $s.at_peak.cached $s.at_peak.idle \
+    strategies.1.at_peak.grow_ahead strategies.2.at_peak.vspace_free
   # Mooncake-style JSON lines (timestamps in ms)
   printf '{"timestamp": %d, "input_length": %d, "output_length": %d, "hash_ids": [1, 2]}\n' \
     0 700 40  100 1500 20  250 90 64  400 3000 10  900 33 100 >"$dir/trace.jsonl"
   run replay_jsonl replay "$dir/trace.jsonl" --strategies realloc,grow
   "$check" "$dir/replay_jsonl.json" format requests $s.peak_live_bytes strategies.1.peak_live_bytes
+  # --slow-us names what slow operations waited on (at 1 us, nearly all are)
+  "$bench" replay "$dir/trace.jsonl" --strategies grow --quick --quiet --slow-us 1 \
+    >/dev/null 2>"$dir/slow.log"
+  grep -q "grow: allocation of .* took .* grow waits" "$dir/slow.log" || {
+    echo "bench_smoke: --slow-us reported no slow operation"; cat "$dir/slow.log"; exit 1; }
   # Long contexts (6-8.5 k tokens) in blocks smaller than a page (32 KiB
   # tokens, 16-token blocks of 512 KiB): every strategy completes (mbbench
   # exits 1 otherwise), with 512 KiB pages and with 2 MiB pages whose block

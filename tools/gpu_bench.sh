@@ -14,7 +14,7 @@
 #          else tests/data/azure_llm_conv_head.csv), BUDGET (daemon budget, default 100G),
 #          DEVICE (default 0), BACKEND (default cuda; host for a dry run), QUICK=1 (smoke sizes), STEPS="grant replay torch-replay latency
 #          torch-latency torch-train rpc tenants" (which to run, in this order; also: threads),
-#          STEP_BUDGET (default 550)
+#          STEP_BUDGET (default 550), REPLAY_ARGS (more options for mbbench replay, e.g. --slow-us 1000)
 set -u
 START=$(date +%s)
 cd "$(dirname "$0")/.."
@@ -77,7 +77,7 @@ run() {
 }
 for step in $STEPS; do
   case $step in
-  replay) run replay 170 "$MB" replay "$TRACE" --json $Q ;;
+  replay) run replay 170 "$MB" replay "$TRACE" --json $Q ${REPLAY_ARGS:-} ;;
   torch-replay) run torch-replay 150 python3 tools/bench_torch.py --json $Q --mb-lib "$B/client/libmbclient.so" \
                   replay "$TRACE" ;;
   grant) run grant 90 "$MB" grant --json $Q ;;

@@ -455,7 +455,24 @@ struct replay_cfg {
     const struct protocol *p;
     uint32_t bucket;            /* steps per series point */
     uint32_t daemon_every;      /* steps between daemon samples */
+    uint64_t slow_ns;           /* report operations slower than this on stderr (0: none) */
 };
+
+/* --slow-us: one line on stderr for an operation slower than the limit,
+ * with what it waited on (MoonBright's counters before and after it). */
+static void report_slow(const struct replay_ctx *x, const struct replay_cfg *cfg, const char *what,
+                        uint64_t bytes, uint64_t ns, const mb_client_stats *a)
+{
+    mb_client_stats b;
+    if (!cfg->slow_ns || ns <= cfg->slow_ns || !x->c || mb_stats(x->c, &b) != 0)
+        return;
+    fprintf(stderr, "mbbench replay: %s: %s of %llu MiB took %.1f us: %llu pool refill waits, "
+                    "%llu grow waits, %llu daemon round trips\n",
+            strat_name[x->kind], what, (unsigned long long)(bytes >> 20), ns / 1e3,
+            (unsigned long long)(b.vspace_refill_waits - a->vspace_refill_waits),
+            (unsigned long long)(b.grow_waits - a->grow_waits),
+            (unsigned long long)(b.daemon_requests - a->daemon_requests));
+}
 
 static int run_strategy(struct replay_ctx *x, const struct replay_cfg *cfg, struct strat_result *r)
 {
@@ -473,23 +490,23 @@ static int run_strategy(struct replay_ctx *x, const struct replay_cfg *cfg, stru
      * reserved bytes grew waited on the driver (or the daemon). */
     bool by_reserved = x->kind == S_REALLOC || x->kind == S_MALLOC || x->kind == S_CUDA;
     uint64_t res_before = by_reserved ? reserved_now(x) : 0;
+    bool slow = mb && cfg->slow_ns;
+    mb_client_stats st_op;
     for (size_t i = 0; rc == 0 && i < p->n_ops; i++) {
         const struct op *o = &p->ops[i];
         uint64_t t0, t1;
         void *np;
         switch (o->type) {
         case OP_ALLOC:
-            t0 = bench_now_ns();
-            {
-            mb_client_stats sa, sb; if (mb) mb_stats(x->c, &sa);
+            if (slow)
+                mb_stats(x->c, &st_op);
             t0 = bench_now_ns();
             rc = s_alloc(x, o->req, o->bytes, p->final_bytes[o->req], &np);
             t1 = bench_now_ns();
-            if (mb && getenv("MBB_SLOW") && t1 - t0 > 1000000) { mb_stats(x->c, &sb);
-                fprintf(stderr, "slow alloc %.1f us bytes %llu MiB: refill_waits +%llu grow_waits +%llu daemon_req +%llu\n", (t1-t0)/1e3, (unsigned long long)(o->bytes>>20), (unsigned long long)(sb.vspace_refill_waits-sa.vspace_refill_waits), (unsigned long long)(sb.grow_waits-sa.grow_waits), (unsigned long long)(sb.daemon_requests-sa.daemon_requests)); }
-            }
             if (rc != 0)
                 break;
+            if (slow)
+                report_slow(x, cfg, "allocation", o->bytes, t1 - t0, &st_op);
             bench_vec_push(&va, t1 - t0);
             if (by_reserved) {
                 uint64_t now_res = reserved_now(x);
@@ -502,7 +519,8 @@ static int run_strategy(struct replay_ctx *x, const struct replay_cfg *cfg, stru
             break;
         case OP_RESIZE:
             if (x->kind == S_GROW || x->kind == S_VSPACE) {
-                mb_client_stats sa, sb; mb_stats(x->c, &sa);
+                if (slow)
+                    mb_stats(x->c, &st_op);
                 t0 = bench_now_ns();
                 if (x->kind == S_GROW)
                     rc = mb_grow(x->c, x->ptr[o->req], o->bytes);
@@ -510,8 +528,8 @@ static int run_strategy(struct replay_ctx *x, const struct replay_cfg *cfg, stru
                     rc = mb_vspace_map_async(x->ptr[o->req], vpages(x->bytes[o->req]),
                                              vpages(o->bytes) - vpages(x->bytes[o->req]), NULL);
                 t1 = bench_now_ns();
-                if (getenv("MBB_SLOW") && t1 - t0 > 1000000) { mb_stats(x->c, &sb);
-                    fprintf(stderr, "slow resize %.1f us bytes %llu MiB: refill_waits +%llu grow_waits +%llu daemon_req +%llu\n", (t1-t0)/1e3, (unsigned long long)(o->bytes>>20), (unsigned long long)(sb.vspace_refill_waits-sa.vspace_refill_waits), (unsigned long long)(sb.grow_waits-sa.grow_waits), (unsigned long long)(sb.daemon_requests-sa.daemon_requests)); }
+                if (slow && rc == 0)
+                    report_slow(x, cfg, "resize", o->bytes, t1 - t0, &st_op);
                 if (rc != 0)
                     break;
                 bench_vec_push(&va, t1 - t0);
@@ -723,6 +741,8 @@ static void usage(FILE *f)
                "  --points N          at most N points in the --json memory series (default 2000)\n"
                "  --vspace-page SIZE  vspace page size, a power of two from 64K to 2M (default: the\n"
                "                      largest that is at most one block and divides the frame unit)\n"
+               "  --slow-us N         MoonBright strategies: report each allocation or resize slower\n"
+               "                      than N us on stderr, with the waits and round trips it made\n"
                BENCH_COMMON_HELP);
 }
 
@@ -853,7 +873,7 @@ static void print_json(const char *trace, const char *format, size_t nreq, doubl
 int bench_replay(int argc, char **argv)
 {
     enum { OPT_REQ = OPT_FIRST_OWN, OPT_COMP, OPT_STEP, OPT_TOK, OPT_BLOCK, OPT_STRAT, OPT_TSU,
-           OPT_DEVERY, OPT_POINTS, OPT_VPAGE };
+           OPT_DEVERY, OPT_POINTS, OPT_VPAGE, OPT_SLOW };
     static const struct option lo[] = {
         BENCH_COMMON_LONGOPTS,
         { "requests", required_argument, 0, OPT_REQ },
@@ -866,10 +886,11 @@ int bench_replay(int argc, char **argv)
         { "daemon-every", required_argument, 0, OPT_DEVERY },
         { "points", required_argument, 0, OPT_POINTS },
         { "vspace-page", required_argument, 0, OPT_VPAGE },
+        { "slow-us", required_argument, 0, OPT_SLOW },
         { "help", no_argument, 0, 'h' },
         { 0, 0, 0, 0 },
     };
-    long nreq = -1, block = 16, devery = 1, points = 2000;
+    long nreq = -1, block = 16, devery = 1, points = 2000, slow_us = 0;
     double comp = 8, step_ms = 20, ts_scale = 1e-3;
     uint64_t bpt = 128 * 1024, vpage = 0;
     bool on[S_COUNT], explicit_strat = false;
@@ -895,6 +916,7 @@ int bench_replay(int argc, char **argv)
             break;
         case OPT_DEVERY: devery = strtol(optarg, &end, 10); if (*end || devery < 1) goto bad; break;
         case OPT_POINTS: points = strtol(optarg, &end, 10); if (*end || points < 1) goto bad; break;
+        case OPT_SLOW: slow_us = strtol(optarg, &end, 10); if (*end || slow_us < 1) goto bad; break;
         case OPT_VPAGE:
             if (mb_parse_size(optarg, &vpage) != 0 || vpage < MB_VSPACE_MIN_PAGE ||
                 vpage > MB_VSPACE_MAX_PAGE || (vpage & (vpage - 1)))
@@ -949,7 +971,8 @@ int bench_replay(int argc, char **argv)
         on[S_MALLOC] = strcmp(backend, "host") == 0;
         on[S_CUDA] = strcmp(backend, "host") != 0;
     }
-    struct replay_cfg cfg = { .p = &p, .daemon_every = (uint32_t)devery };
+    struct replay_cfg cfg = { .p = &p, .daemon_every = (uint32_t)devery,
+                              .slow_ns = (uint64_t)slow_us * 1000 };
     cfg.bucket = (uint32_t)((p.steps + points - 1) / points);
     if (cfg.bucket == 0)
         cfg.bucket = 1;
