@@ -274,17 +274,7 @@ int amap_alloc(mb_client *c, size_t size, void *stream, struct stitched **out)
         /* The frame plan's few frames, cached or granted now. */
         rc = stitch_take_large(c, size, &s);
     } else {
-        size_t k = (size + fb - 1) / fb;
-        s = malloc(sizeof(*s) + k * sizeof(s->frames[0]));
-        rc = s ? fcache_take(c, k, s->frames) : MB_ENOMEM;
-        if (rc == 0) {
-            s->n = s->cap = k;
-            s->bytes = s->reserved = k * fb;
-            s->imported = false;
-    s->mapped_async = false;
-        } else {
-            free(s);
-        }
+        rc = stitch_take_units(c, (size + fb - 1) / fb, &s);
     }
     if (rc == 0 && (rc = c->be->ops->reserve(c->be, s->reserved, &s->va)) != 0) {
         for (size_t i = 0; i < s->n; i++)

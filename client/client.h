@@ -277,9 +277,16 @@ int stitch_alloc_large(mb_client *c, size_t bytes, struct stitched **out);
  * right after the one before), and give access to them; on failure none of
  * them stays mapped. Touches no client state (the mapper thread calls it). */
 int stitch_map(mb_backend *be, struct stitched *s, size_t from, size_t to, size_t off);
+/* A new range record for up to cap frames, holding none, neither reserved
+ * nor mapped (va NULL); NULL when out of memory. */
+struct stitched *stitch_new(size_t cap);
+/* Append f to a record stitch_new made (its bytes and reserved grow by f's). */
+void stitch_push(struct stitched *s, struct cframe *f);
 /* Take the frame plan's frames for bytes (largest first) into a new range
  * that is neither reserved nor mapped yet (va NULL). */
 int stitch_take_large(mb_client *c, size_t bytes, struct stitched **out);
+/* The same with n one-unit frames. */
+int stitch_take_units(mb_client *c, size_t n, struct stitched **out);
 /* Map at least bytes now from whatever frames the cache holds (largest
  * first), the rest by the frame plan; s->bytes may exceed bytes. */
 int stitch_alloc_any(mb_client *c, size_t bytes, struct stitched **out);

@@ -115,18 +115,7 @@ static int fl_grant(mb_client *c, size_t need, size_t want, size_t room, struct 
     if (bytes)
         return stitch_take_large(c, bytes, out);
     size_t n = round_unit(need, unit) / unit;
-    struct stitched *t = n * unit <= room ? malloc(sizeof(*t) + n * sizeof(t->frames[0])) : NULL;
-    int rc = n * unit > room ? MB_EINVAL : t ? fcache_take(c, n, t->frames) : MB_ENOMEM;
-    if (rc == 0) {
-        t->va = NULL;
-        t->n = t->cap = n;
-        t->bytes = t->reserved = n * unit;
-        t->imported = false;
-        *out = t;
-    } else {
-        free(t);
-    }
-    return rc;
+    return n * unit > room ? MB_EINVAL : stitch_take_units(c, n, out);
 }
 
 /* Frames for `want` bytes (at least `need`), holding at most `room`:
@@ -151,36 +140,27 @@ static int fl_take(mb_client *c, size_t need, size_t want, size_t room, struct s
     int rc = 0;
     if (got < need)
         rc = fl_grant(c, need - got, want - got, room - got, &t);
-    struct stitched *m = rc == 0 ? malloc(sizeof(*m) + (k + (t ? t->n : 0)) * sizeof(m->frames[0])) : NULL;
-    if (rc == 0 && !m) {
+    struct stitched *m = rc == 0 ? stitch_new(k + (t ? t->n : 0)) : NULL;
+    if (rc == 0 && !m)
         rc = MB_ENOMEM;
-        for (size_t i = 0; t && i < t->n; i++)
+    /* The cached frames first, then the granted ones (or all back). */
+    for (size_t i = 0; i < k; i++) {
+        if (m)
+            stitch_push(m, cached[i]);
+        else
+            fcache_put(c, cached[i]);
+    }
+    for (size_t i = 0; t && i < t->n; i++) {
+        if (m)
+            stitch_push(m, t->frames[i]);
+        else
             fcache_put(c, t->frames[i]);
     }
-    if (rc != 0) {
-        for (size_t i = 0; i < k; i++)
-            fcache_put(c, cached[i]);
-        free(t);
-        fl_unlock(c);
-        return rc;
-    }
-    m->va = NULL;
-    m->n = m->cap = 0;
-    m->bytes = m->reserved = 0;
-    m->imported = false;
-    m->mapped_async = false;
-    for (size_t i = 0; i < k; i++)
-        m->frames[m->n++] = cached[i];
-    for (size_t i = 0; t && i < t->n; i++)
-        m->frames[m->n++] = t->frames[i];
-    for (size_t i = 0; i < m->n; i++)
-        m->bytes += m->frames[i]->mem.bytes;
-    m->cap = m->n;
-    m->reserved = m->bytes;
     free(t);
     fl_unlock(c);
-    *out = m;
-    return 0;
+    if (rc == 0)
+        *out = m;
+    return rc;
 }
 
 /* Frames taken but not mapped go back. */

@@ -43,30 +43,52 @@ static int take_frames(mb_client *c, size_t bytes, bool any, struct stitched **o
         return rc;
     /* Largest first: every frame then lies at a multiple of its size. */
     qsort(fr, n, sizeof(*fr), by_size_desc);
-    struct stitched *s = malloc(sizeof(*s) + n * sizeof(s->frames[0]));
-    if (!s) {
-        for (size_t i = 0; i < n; i++)
+    struct stitched *s = stitch_new(n);
+    for (size_t i = 0; i < n; i++) {
+        if (s)
+            stitch_push(s, fr[i]);
+        else
             fcache_put(c, fr[i]);
-        free(fr);
-        return MB_ENOMEM;
     }
-    s->va = NULL;
-    s->n = s->cap = n;
-    s->bytes = 0;
-    for (size_t i = 0; i < n; i++)
-        s->bytes += fr[i]->mem.bytes;
-    s->reserved = s->bytes;
-    s->imported = false;
-    s->mapped_async = false;
-    memcpy(s->frames, fr, n * sizeof(*fr));
     free(fr);
+    if (!s)
+        return MB_ENOMEM;
     *out = s;
     return 0;
+}
+
+struct stitched *stitch_new(size_t cap)
+{
+    struct stitched *s = malloc(sizeof(*s) + cap * sizeof(s->frames[0]));
+    if (s)
+        *s = (struct stitched){ .cap = cap };
+    return s;
+}
+
+void stitch_push(struct stitched *s, struct cframe *f)
+{
+    s->frames[s->n++] = f;
+    s->bytes += f->mem.bytes;
+    s->reserved += f->mem.bytes;
 }
 
 int stitch_take_large(mb_client *c, size_t bytes, struct stitched **out)
 {
     return take_frames(c, bytes, false, out);
+}
+
+int stitch_take_units(mb_client *c, size_t n, struct stitched **out)
+{
+    struct stitched *s = stitch_new(n);
+    int rc = s ? fcache_take(c, n, s->frames) : MB_ENOMEM;
+    if (rc != 0) {
+        free(s);
+        return rc;
+    }
+    for (size_t i = 0; i < n; i++)
+        stitch_push(s, s->frames[i]);   /* in place: counts their bytes */
+    *out = s;
+    return 0;
 }
 
 static int alloc_frames(mb_client *c, size_t bytes, bool any, struct stitched **out)

@@ -407,10 +407,10 @@ int64_t frame_pool_tick(struct frame_pool *p, int64_t now_ms)
         p->excess_since_ms = now_ms;
     } else if (now_ms - p->excess_since_ms >= p->idle_ms) {
         /* Above the target for the idle period: frames nobody took for
-         * that long go (each tick, until free bytes are down to it). */
-        /* Spares too: none is made again until a request has to create
-         * its order itself (else a worker would re-create, in the budget
-         * the release frees, frames of orders nobody asked for). */
+         * that long go (each tick, until free bytes are down to it), and
+         * the spares with them: none is made again until a request has to
+         * create its order itself (else a worker would re-create, in the
+         * budget the release frees, frames of orders nobody asked for). */
         pthread_mutex_lock(&p->lock);
         memset(p->spare, 0, sizeof(p->spare));
         pthread_mutex_unlock(&p->lock);

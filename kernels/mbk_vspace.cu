@@ -27,6 +27,13 @@ template <int N> struct run_batch {
 const int kSmallRuns = 16;
 const int kPteThreads = 128;
 
+/* Entry i of a run (mbk_vspace.h): written by the kernel and by the stream
+ * memory operations alike. */
+__host__ __device__ inline uint64_t run_entry(const struct mbk_pte_run &r, uint32_t i)
+{
+    return r.value + (r.step_shift ? (uint64_t)i << r.step_shift : 0ull);
+}
+
 template <int N> __global__ void pte_kernel(const __grid_constant__ run_batch<N> b, int n)
 {
     if ((int)blockIdx.x >= n)
@@ -34,7 +41,7 @@ template <int N> __global__ void pte_kernel(const __grid_constant__ run_batch<N>
     const struct mbk_pte_run &r = b.r[blockIdx.x];
     unsigned long long *dst = (unsigned long long *)r.dst;
     for (uint32_t i = threadIdx.x; i < r.count; i += blockDim.x)
-        dst[i] = r.value + (r.step_shift ? (unsigned long long)i << r.step_shift : 0ull);
+        dst[i] = run_entry(r, i);
 }
 
 int cuda_fail(cudaError_t err, const char *what)
@@ -95,8 +102,7 @@ int pte_memops(const struct mbk_pte_run *runs, size_t n, cudaStream_t s)
         for (uint32_t j = 0; j < runs[i].count; j++, k++) {
             op[k].writeValue.operation = CU_STREAM_MEM_OP_WRITE_VALUE_64;
             op[k].writeValue.address = (CUdeviceptr)(runs[i].dst + 8ull * j);
-            op[k].writeValue.value64 =
-                runs[i].value + (runs[i].step_shift ? (uint64_t)j << runs[i].step_shift : 0ull);
+            op[k].writeValue.value64 = run_entry(runs[i], j);
         }
     CUresult r = fn((CUstream)s, k, op, 0);
     if (r == CUDA_SUCCESS)
