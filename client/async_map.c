@@ -11,6 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "frame_plan.h"
 #include "log.h"
 
 /* One range handed out before it was mapped. */
@@ -258,7 +259,8 @@ int amap_alloc(mb_client *c, size_t size, void *stream, struct stitched **out)
         return MB_EINVAL;
     struct amap *a = amap_get(c);
     if (!a)
-        return c->large_frames ? stitch_alloc_large(c, size, out) : stitch_alloc(c, size, size, out);
+        return c->large_frames ? stitch_alloc_large(c, size, MB_MAX_ORDER, out)
+                              : stitch_alloc(c, size, size, out);
     pthread_mutex_lock(&a->lock);
     int rc = a->error;
     __atomic_store_n(&a->error, 0, __ATOMIC_RELEASE);

@@ -30,6 +30,8 @@ struct cframe {
     bool in_use;                 /* mapped into a stitched range */
     bool exported;               /* shared with another process: never reused here */
     bool imported;               /* another process's frame, held through an import */
+    bool hole;                   /* a placeholder for a frame punched out of a
+                                  * range (stitch_punch): its size, nothing mapped */
     struct cframe *next_cached;  /* cache link while !in_use */
     int64_t cached_ms;           /* when it last entered the cache */
 };
@@ -53,10 +55,12 @@ struct frame_cache {
 /* Invariants: bytes == the sum of frames[0..n)'s bytes <= reserved; frames
  * are in non-increasing size, so each lies at a multiple of its own size;
  * a range with room to grow (cap > n) holds order-0 frames only and
- * reserved == cap * frame_bytes. */
+ * reserved == cap * frame_bytes; holes == the bytes of the hole
+ * placeholders among frames[] (a heap arena's punched frames). */
 struct stitched {
     void *va;
-    size_t bytes;                /* mapped from va */
+    size_t bytes;                /* laid out from va (mapped but for holes) */
+    size_t holes;                /* of them, unmapped: frames punched out */
     size_t reserved;             /* address space held from va (grow room) */
     size_t n, cap;               /* frames mapped; room in frames[] */
     bool imported;               /* frames another process shared: never cached here */
@@ -159,6 +163,8 @@ struct mb_client {
     bool async_map;              /* $MOONBRIGHT_ASYNC_MAP: heap misses on a stream map behind a gate */
     bool repair;                 /* $MOONBRIGHT_HEAP_REPAIR (default on): a large heap miss
                                   * stitches whole free arenas' frames before growing */
+    bool punch;                  /* $MOONBRIGHT_HEAP_PUNCH (default on): a repair also
+                                  * unmaps whole frames under free heap blocks */
     bool close_fit;              /* $MOONBRIGHT_HEAP_CLOSE_FIT: large requests never split a much
                                   * larger free block (less memory, more misses) */
     int64_t next_reconnect_ms;   /* back-off: earliest next attempt */
@@ -228,14 +234,15 @@ void rpc_check_lost(mb_client *c);
 /* frames.c */
 /* n order-0 frames: cached ones first, then granted. */
 int fcache_take(mb_client *c, size_t n, struct cframe **out);
-/* The frames of the frame plan for `bytes`, largest first: cached ones of
- * the planned orders, the rest granted as large frames (falling back to
- * order-0 frames when that fails for memory or quota). *out is malloc'd. */
-int fcache_take_plan(mb_client *c, size_t bytes, struct cframe ***out, size_t *n);
+/* The frames of the frame plan for `bytes` (no frame above max_order),
+ * largest first: cached ones of the planned orders, the rest granted as
+ * large frames (falling back to order-0 frames when that fails for memory
+ * or quota). *out is malloc'd. */
+int fcache_take_plan(mb_client *c, size_t bytes, unsigned max_order, struct cframe ***out, size_t *n);
 /* At least `bytes` in frames of any size the cache holds (fragmentation
  * repair: frames of ranges given back, whatever plan made them), the rest
  * by fcache_take_plan. *out is malloc'd. */
-int fcache_take_any(mb_client *c, size_t bytes, struct cframe ***out, size_t *n);
+int fcache_take_any(mb_client *c, size_t bytes, unsigned max_order, struct cframe ***out, size_t *n);
 /* Cached frames of any size, largest first, none past `bytes` in all: at
  * most max_n into out[], *got their bytes; no round trip. */
 size_t fcache_take_within(mb_client *c, size_t bytes, struct cframe **out, size_t max_n, size_t *got);
@@ -271,8 +278,9 @@ bool fcache_is_valid(const struct frame_cache *fc);
 /* stitch.c */
 /* Map bytes now inside a range of reserve_bytes (>= bytes). */
 int stitch_alloc(mb_client *c, size_t bytes, size_t reserve_bytes, struct stitched **out);
-/* Map bytes now in few large frames (the frame plan); no room to grow. */
-int stitch_alloc_large(mb_client *c, size_t bytes, struct stitched **out);
+/* Map bytes now in few large frames (the frame plan, none above
+ * max_order); no room to grow. */
+int stitch_alloc_large(mb_client *c, size_t bytes, unsigned max_order, struct stitched **out);
 /* Map frames[from..to) of s side by side, the first at offset `off` (each
  * right after the one before), and give access to them; on failure none of
  * them stays mapped. Touches no client state (the mapper thread calls it). */
@@ -288,9 +296,18 @@ int stitch_take_large(mb_client *c, size_t bytes, struct stitched **out);
 /* The same with n one-unit frames. */
 int stitch_take_units(mb_client *c, size_t n, struct stitched **out);
 /* Map at least bytes now from whatever frames the cache holds (largest
- * first), the rest by the frame plan; s->bytes may exceed bytes. */
-int stitch_alloc_any(mb_client *c, size_t bytes, struct stitched **out);
+ * first), the rest by the frame plan (none above max_order); s->bytes may
+ * exceed bytes. */
+int stitch_alloc_any(mb_client *c, size_t bytes, unsigned max_order, struct stitched **out);
 int stitch_free(mb_client *c, struct stitched *s, void *stream);
+/* Punching (a heap arena gives back the frames under a free block):
+ * frames[from..to) leave s for out[] and hole placeholders take their
+ * slots (MB_ENOMEM when none can be made); stitch_unpunch puts them back. */
+int stitch_punch(struct stitched *s, size_t from, size_t to, struct cframe **out);
+void stitch_unpunch(struct stitched *s, size_t from, size_t to, struct cframe **frames);
+/* Unmap n punched frames laid out from addr and cache them (flock held);
+ * on failure they stay mapped and nothing changes. */
+int stitch_unmap_punched(mb_client *c, void *addr, struct cframe **frames, size_t n);
 bool stitch_is_valid(const mb_client *c, const struct stitched *s);
 /* Map frames this process already holds (an import) into a new range. */
 int stitch_adopt(mb_client *c, struct cframe **frames, size_t n, struct stitched **out);

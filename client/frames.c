@@ -216,13 +216,14 @@ void fcache_forget(mb_client *c, struct cframe *f)
 
 /* Ask the daemon for `n` frames (of `want` orders when large, else order 0)
  * covering `bytes`; import their handles; they arrive in use. */
-static int grant(mb_client *c, uint64_t bytes, bool large, size_t n, const uint8_t *want,
-                 struct cframe **out)
+static int grant(mb_client *c, uint64_t bytes, bool large, unsigned max_order, size_t n,
+                 const uint8_t *want, struct cframe **out)
 {
     Mb__Request req = MB__REQUEST__INIT;
     Mb__Grant g = MB__GRANT__INIT;
     g.bytes = bytes;
     g.large = large;
+    g.max_order = large && max_order < MB_MAX_ORDER ? max_order : 0;
     req.body_case = MB__REQUEST__BODY_GRANT;
     req.grant = &g;
     Mb__Reply *rep;
@@ -312,7 +313,7 @@ int fcache_take(mb_client *c, size_t n, struct cframe **out)
     int rc = 0;
     while (rc == 0 && i < n) {
         size_t chunk = n - i < MB_GRANT_MAX_FRAMES ? n - i : MB_GRANT_MAX_FRAMES;
-        rc = grant(c, (uint64_t)chunk * c->frame_bytes, false, chunk, NULL, out + i);
+        rc = grant(c, (uint64_t)chunk * c->frame_bytes, false, 0, chunk, NULL, out + i);
         if (rc == 0)
             i += chunk;
     }
@@ -328,14 +329,14 @@ int fcache_take(mb_client *c, size_t n, struct cframe **out)
  * back): the whole plan (n `orders`) once more, then order-0 frames covering
  * bytes exactly (the plan may round up by 3 %, and they may come from
  * frames the daemon holds in other sizes). */
-static int grant_plan_again(mb_client *c, size_t bytes, const uint8_t *orders, size_t n,
-                            struct cframe ***out, size_t *count)
+static int grant_plan_again(mb_client *c, size_t bytes, unsigned max_order, const uint8_t *orders,
+                            size_t n, struct cframe ***out, size_t *count)
 {
     size_t n0 = bytes / c->frame_bytes + (bytes % c->frame_bytes != 0);
     struct cframe **fr = calloc(n > n0 ? n : n0, sizeof(*fr));
     if (!fr)
         return MB_ENOMEM;
-    int rc = grant(c, bytes, true, n, orders, fr);
+    int rc = grant(c, bytes, true, max_order, n, orders, fr);
     if (rc == MB_ENOMEM || rc == MB_EQUOTA) {
         n = n0;
         rc = fcache_take(c, n0, fr);
@@ -373,7 +374,7 @@ static struct cframe *take_fitting(struct frame_cache *fc, size_t left, bool ove
     return unlink_cached(fc, best);
 }
 
-int fcache_take_any(mb_client *c, size_t bytes, struct cframe ***out, size_t *count)
+int fcache_take_any(mb_client *c, size_t bytes, unsigned max_order, struct cframe ***out, size_t *count)
 {
     struct frame_cache *fc = &c->fc;
     size_t n = 0, cap = 16, left = bytes;
@@ -397,7 +398,7 @@ int fcache_take_any(mb_client *c, size_t bytes, struct cframe ***out, size_t *co
         /* The rest by the frame plan (cached ones of its orders first). */
         struct cframe **more = NULL;
         size_t m = 0;
-        int rc = fcache_take_plan(c, left, &more, &m);
+        int rc = fcache_take_plan(c, left, max_order, &more, &m);
         struct cframe **nf = rc == 0 ? realloc(fr, (n + m) * sizeof(*fr)) : NULL;
         if (rc == 0 && !nf) {
             for (size_t i = 0; i < m; i++)
@@ -468,11 +469,11 @@ size_t fcache_take_cover(mb_client *c, size_t need, size_t room, struct cframe *
     return n;
 }
 
-int fcache_take_plan(mb_client *c, size_t bytes, struct cframe ***out, size_t *count)
+int fcache_take_plan(mb_client *c, size_t bytes, unsigned max_order, struct cframe ***out, size_t *count)
 {
     struct frame_cache *fc = &c->fc;
     uint64_t covered;
-    size_t n = mb_frame_plan(bytes, c->frame_bytes, NULL, 0, &covered);
+    size_t n = mb_frame_plan(bytes, c->frame_bytes, max_order, NULL, 0, &covered);
     uint8_t *orders = malloc(n ? n : 1), *missing = malloc(n ? n : 1);
     struct cframe **fr = calloc(n ? n : 1, sizeof(*fr));
     if (!orders || !missing || !fr) {
@@ -481,7 +482,7 @@ int fcache_take_plan(mb_client *c, size_t bytes, struct cframe ***out, size_t *c
         free(fr);
         return MB_ENOMEM;
     }
-    mb_frame_plan(bytes, c->frame_bytes, orders, n, &covered);
+    mb_frame_plan(bytes, c->frame_bytes, max_order, orders, n, &covered);
     /* The planned orders this process caches; the daemon grants the rest
      * (the plan of a subset of a plan's frames is that subset). */
     size_t have = 0, n_missing = 0;
@@ -495,7 +496,7 @@ int fcache_take_plan(mb_client *c, size_t bytes, struct cframe ***out, size_t *c
             missing_bytes += (uint64_t)c->frame_bytes << orders[i];
         }
     }
-    int rc = n_missing ? grant(c, missing_bytes, true, n_missing, missing, fr + have) : 0;
+    int rc = n_missing ? grant(c, missing_bytes, true, max_order, n_missing, missing, fr + have) : 0;
     free(missing);
     if (rc != 0)
         while (have > 0)
@@ -508,7 +509,7 @@ int fcache_take_plan(mb_client *c, size_t bytes, struct cframe ***out, size_t *c
         fr = NULL;
         if (fc->n_cached)
             fcache_trim(c, 0);
-        rc = grant_plan_again(c, bytes, orders, n, &fr, &n);
+        rc = grant_plan_again(c, bytes, max_order, orders, n, &fr, &n);
     }
     free(orders);
     if (rc != 0) {

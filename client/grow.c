@@ -99,7 +99,7 @@ static size_t target_of(const mb_client *c, const struct growable *x)
 static size_t plan_bytes(size_t bytes, size_t unit)
 {
     uint64_t covered = 0;
-    mb_frame_plan(bytes, unit, NULL, 0, &covered);
+    mb_frame_plan(bytes, unit, MB_MAX_ORDER, NULL, 0, &covered);
     return (size_t)covered;
 }
 
@@ -427,6 +427,7 @@ int grow_alloc(mb_client *c, size_t size, size_t max, void **ptr)
         s->reserved = reserved;
         s->imported = false;
         s->mapped_async = false;
+        s->holes = 0;
         if ((rc = c->be->ops->reserve(c->be, reserved, &s->va)) != 0) {
             free(s);
             free(x);

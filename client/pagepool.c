@@ -36,7 +36,7 @@
 static int fl_map(mb_client *c, size_t bytes, struct stitched **out)
 {
     fl_lock(c);
-    int rc = stitch_alloc_large(c, bytes, out);
+    int rc = stitch_alloc_large(c, bytes, MB_MAX_ORDER, out);
     fl_unlock(c);
     return rc;
 }

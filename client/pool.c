@@ -1,6 +1,7 @@
 /* pool.c: the fast tier's best fit with coalescing: arenas tiled by blocks,
  * bucketed free lists (ready, and pending per stream), the live-pointer
- * hash, and the lazy fences that move pending blocks to ready. */
+ * hash, the lazy fences that move pending blocks to ready, and holes (parts
+ * of ready blocks whose memory the owner unmapped). */
 #include "pool.h"
 
 #include <assert.h>
@@ -26,7 +27,7 @@
 #define FENCE_BATCH 32                  /* frees on a stream covered by one event */
 #define FENCE_BYTES ((size_t)64 << 20)  /* ... or this many bytes of them */
 
-enum { B_LIVE, B_READY, B_PENDING };
+enum { B_LIVE, B_READY, B_PENDING, B_HOLE };
 
 struct arena;
 struct pstream;
@@ -42,13 +43,17 @@ struct blk {
     struct pstream *owner;       /* pending: the stream it was freed on; else NULL */
     uint64_t seq;                /* pending: completes with a fence of seq >= this */
     uint32_t bucket;             /* free: == bucket_of(size) */
-    uint8_t state;               /* B_LIVE, B_READY, B_PENDING */
+    uint8_t state;               /* B_LIVE, B_READY, B_PENDING, B_HOLE */
+    bool busy;                   /* hole: the owner is still unmapping it */
+    uint64_t since;              /* free: p->nalloc when it (its newest part) was freed */
 };
 
 struct arena {
     uintptr_t base;              /* == first->addr */
-    size_t bytes;                /* == sum of its blocks' sizes; live + free == bytes */
+    size_t bytes;                /* == sum of its blocks' sizes; live + free + holes == bytes */
     size_t live;                 /* sum of its live blocks' sizes */
+    size_t holes;                /* sum of its holes' sizes (not mapped) */
+    unsigned busy;               /* holes still being unmapped: never shrunk meanwhile */
     int64_t idle_since_ms;       /* when live last fell to 0 */
     struct blk *first;           /* lowest block; first->aprev == NULL */
     struct arena *prev, *next;
@@ -87,7 +92,7 @@ struct mb_pool {
     struct flist ready;          /* free blocks usable by every stream */
     struct pstream *streams, *last;
     struct arena *arenas;
-    size_t mapped;               /* == sum of arena bytes */
+    size_t mapped;               /* == sum of arena bytes - holes */
     size_t live;                 /* == sum of arena live */
     size_t nlive;                /* live blocks == entries in hash */
     struct blk **hash;           /* live addr -> block; 2^hlg buckets */
@@ -96,6 +101,7 @@ struct mb_pool {
     uint64_t sync_ticket;        /* last ticket of mb_pool_sync_begin */
     uint64_t synced;             /* tickets <= synced are complete */
     uint64_t misses;             /* allocations that needed a new arena */
+    uint64_t nalloc;             /* allocations so far (the age of free blocks) */
     size_t close_fit_min;        /* requests this large take a block at most 1/8 larger (0: off) */
 };
 
@@ -306,6 +312,7 @@ static void absorb(struct mb_pool *p, struct blk *keep, struct blk *gone)
             keep->anext->aprev = keep;
     }
     keep->size += gone->size;
+    keep->since = gone->since < keep->since ? gone->since : keep->since;
     blk_put(p, gone);
 }
 
@@ -475,6 +482,8 @@ static int add_arena(struct mb_pool *p, size_t size, struct blk **out)
     a->base = (uintptr_t)base;
     a->bytes = bytes & ~(p->align - 1);
     a->live = 0;
+    a->holes = 0;
+    a->busy = 0;
     a->idle_since_ms = now_ms();
     a->first = b;
     a->prev = NULL;
@@ -485,6 +494,7 @@ static int add_arena(struct mb_pool *p, size_t size, struct blk **out)
     p->mapped += a->bytes;
     b->addr = a->base;
     b->size = a->bytes;
+    b->since = p->nalloc;
     b->aprev = b->anext = NULL;
     b->arena = a;
     b->owner = NULL;
@@ -558,6 +568,7 @@ int mb_pool_alloc(struct mb_pool *p, size_t size, void *stream, void **ptr)
     p->nlive++;
     live->arena->live += size;
     p->live += size;
+    p->nalloc++;
     *ptr = (void *)live->addr;
     POOL_CHECK(p);
     return 0;
@@ -587,6 +598,7 @@ int mb_pool_release(struct mb_pool *p, void *ptr, void *stream)
     p->nlive--;
     b->arena->live -= b->size;
     p->live -= b->size;
+    b->since = p->nalloc;
     if (b->arena->live == 0)
         b->arena->idle_since_ms = now_ms();
     if (!s) {
@@ -647,6 +659,17 @@ static void arena_unlink(struct mb_pool *p, struct arena *a)
 
 static size_t trim(struct mb_pool *p, size_t keep_bytes, int64_t idle_ms, size_t want);
 
+/* Nothing live or pending in a, and no hole still being unmapped. */
+static bool arena_free(const struct arena *a)
+{
+    if (a->live || a->busy)
+        return false;
+    for (const struct blk *b = a->first; b; b = b->anext)
+        if (b->state != B_READY && b->state != B_HOLE)
+            return false;
+    return true;
+}
+
 size_t mb_pool_trim(struct mb_pool *p, size_t keep_bytes)
 {
     return trim(p, keep_bytes, -1, SIZE_MAX);
@@ -670,14 +693,17 @@ static size_t trim(struct mb_pool *p, size_t keep_bytes, int64_t idle_ms, size_t
         poll_streams(p);
     for (struct arena *a = p->arenas, *nx; a && p->mapped - p->live > keep_bytes && freed < want; a = nx) {
         nx = a->next;
-        struct blk *b = a->first;
-        if (b->anext || b->state != B_READY || (idle_ms >= 0 && now - a->idle_since_ms < idle_ms))
+        if (!arena_free(a) || (idle_ms >= 0 && now - a->idle_since_ms < idle_ms))
             continue;
-        fl_remove(&p->ready, b);
-        blk_put(p, b);
+        for (struct blk *b = a->first, *bn; b; b = bn) {
+            bn = b->anext;
+            if (b->state == B_READY)
+                fl_remove(&p->ready, b);
+            blk_put(p, b);
+        }
         arena_unlink(p, a);
-        p->mapped -= a->bytes;
-        freed += a->bytes;
+        p->mapped -= a->bytes - a->holes;
+        freed += a->bytes - a->holes;
         p->ops.shrink(p->ctx, (void *)a->base, a->bytes);
         free(a);
     }
@@ -754,7 +780,7 @@ int mb_pool_adopt(struct mb_pool *p, void *base, size_t bytes, void *stream)
         p->arenas->prev = a;
     p->arenas = a;
     p->mapped += bytes;
-    *b = (struct blk){ .addr = a->base, .size = bytes, .arena = a };
+    *b = (struct blk){ .addr = a->base, .size = bytes, .arena = a, .since = p->nalloc };
     if (!s) {
         ready_insert(p, b);
     } else {
@@ -880,6 +906,97 @@ void mb_pool_free(struct mb_pool *p)
     free(p);
 }
 
+/* ---- holes ---- */
+
+size_t mb_pool_ready_spans(struct mb_pool *p, size_t min_size, uint64_t min_age, struct mb_pool_span *out,
+                           size_t max)
+{
+    if (p->ops.event_record)
+        poll_streams(p);
+    size_t n = 0;
+    uint32_t lo = bucket_of(p, min_size);
+    for (uint32_t k = NBUCKETS; k-- > lo && n < max;)
+        for (const struct blk *b = p->ready.head[k]; b && n < max; b = b->fnext)
+            if (b->size >= min_size && p->nalloc - b->since >= min_age)
+                out[n++] = (struct mb_pool_span){ .arena = b->arena->base, .addr = b->addr, .size = b->size };
+    return n;
+}
+
+/* The block of state `state` that holds [addr, addr + size), or NULL. */
+static struct blk *block_holding(struct mb_pool *p, uintptr_t addr, size_t size, int state)
+{
+    for (struct arena *a = p->arenas; a; a = a->next) {
+        if (addr < a->base || addr - a->base >= a->bytes)
+            continue;
+        for (struct blk *b = a->first; b; b = b->anext)
+            if (b->addr <= addr && addr - b->addr < b->size)
+                return b->state == state && size <= b->size - (addr - b->addr) ? b : NULL;
+        return NULL;
+    }
+    return NULL;
+}
+
+int mb_pool_punch(struct mb_pool *p, void *ptr, size_t size)
+{
+    uintptr_t addr = (uintptr_t)ptr;
+    if (!p || size == 0 || ((addr | size) & (p->align - 1)))
+        return MB_EINVAL;
+    struct blk *b = block_holding(p, addr, size, B_READY);
+    if (!b)
+        return MB_ENOENT;
+    struct blk *pre = NULL, *post = NULL;
+    if ((b->addr < addr && !(pre = blk_get(p))) ||
+        (addr + size < b->addr + b->size && !(post = blk_get(p)))) {
+        if (pre)
+            blk_put(p, pre);
+        return MB_ENOMEM;
+    }
+    fl_remove(&p->ready, b);
+    struct arena *a = b->arena;
+    if (pre) {   /* [b->addr, addr) stays ready, before the hole */
+        *pre = (struct blk){ .addr = b->addr, .size = addr - b->addr, .arena = a, .aprev = b->aprev,
+                             .anext = b, .state = B_READY, .since = b->since };
+        if (pre->aprev)
+            pre->aprev->anext = pre;
+        else
+            a->first = pre;
+        b->aprev = pre;
+        fl_insert(p, &p->ready, pre);
+    }
+    if (post) {  /* and the part after it */
+        *post = (struct blk){ .addr = addr + size, .size = b->addr + b->size - (addr + size), .arena = a,
+                              .aprev = b, .anext = b->anext, .state = B_READY, .since = b->since };
+        if (post->anext)
+            post->anext->aprev = post;
+        b->anext = post;
+        fl_insert(p, &p->ready, post);
+    }
+    b->addr = addr;
+    b->size = size;
+    b->state = B_HOLE;
+    b->busy = true;
+    a->holes += size;
+    a->busy++;
+    p->mapped -= size;
+    POOL_CHECK(p);
+    return 0;
+}
+
+void mb_pool_punch_end(struct mb_pool *p, void *ptr, bool unmapped)
+{
+    struct blk *b = block_holding(p, (uintptr_t)ptr, 1, B_HOLE);
+    if (!b || !b->busy || b->addr != (uintptr_t)ptr)
+        return;
+    b->busy = false;
+    b->arena->busy--;
+    if (!unmapped) {   /* still mapped: free memory again */
+        b->arena->holes -= b->size;
+        p->mapped += b->size;
+        ready_insert(p, b);
+    }
+    POOL_CHECK(p);
+}
+
 /* ---- invariants ---- */
 
 static bool flist_is_valid(const struct mb_pool *p, const struct flist *fl,
@@ -925,7 +1042,8 @@ bool mb_pool_is_valid(const struct mb_pool *p)
         if (!a->first || a->first->addr != a->base || a->first->aprev)
             return false;
         uintptr_t at = a->base;
-        size_t alive = 0;
+        size_t alive = 0, holes = 0;
+        unsigned busy = 0;
         const struct blk *prev = NULL;
         for (const struct blk *b = a->first; b; prev = b, b = b->anext) {
             /* blocks tile the arena exactly, in address order */
@@ -943,14 +1061,17 @@ bool mb_pool_is_valid(const struct mb_pool *p)
                 if ((b->state == B_PENDING) != (b->owner != NULL))
                     return false;
                 nfree++;
+            } else if (b->state == B_HOLE) {
+                holes += b->size;
+                busy += b->busy;
             } else {
                 return false;
             }
             at += b->size;
         }
-        if (at != a->base + a->bytes || alive != a->live)
-            return false;                           /* live + free == bytes */
-        mapped += a->bytes;
+        if (at != a->base + a->bytes || alive != a->live || holes != a->holes || busy != a->busy)
+            return false;                           /* live + free + holes == bytes */
+        mapped += a->bytes - a->holes;
         live += a->live;
     }
     if (mapped != p->mapped || live != p->live || nlive != p->nlive)

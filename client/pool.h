@@ -13,6 +13,10 @@
  *            seq <= fence seq; when event_query says 1 they become ready.
  *   bucket   a size-segregated free list: 16 exact buckets (1..15 units of
  *            align), then 8 per doubling.
+ *   hole     a piece of an arena whose memory the owner unmapped (it gave
+ *            back the frames under a ready block): neither free nor live,
+ *            never handed out; the arena shrinks once nothing but ready
+ *            blocks and holes is left.
  *
  * Fit: the smallest block found among the request's own bucket (up to 16
  * entries examined) and the first non-empty larger bucket, searched in the
@@ -113,12 +117,29 @@ int  mb_pool_detach(struct mb_pool *p, void *ptr, void **base, size_t *bytes);
  * block split for a much smaller request strands memory that only a trim
  * could give back; a miss lets the caller rebuild from whole free arenas. */
 void mb_pool_set_close_fit(struct mb_pool *p, size_t min_size);
+/* Holes. A ready block of at least min_size, free for at least min_age
+ * allocations, largest first (completed fences collected first): its
+ * arena's base and its own range. */
+struct mb_pool_span {
+    uintptr_t arena, addr;
+    size_t size;
+};
+size_t mb_pool_ready_spans(struct mb_pool *p, size_t min_size, uint64_t min_age, struct mb_pool_span *out,
+                           size_t max);
+/* [ptr, ptr + size) must lie in one ready block (MB_ENOENT otherwise): it
+ * becomes a hole, busy (its arena is not shrunk) until mb_pool_punch_end;
+ * the pool's mapped bytes drop by size. The caller then unmaps it. */
+int  mb_pool_punch(struct mb_pool *p, void *ptr, size_t size);
+/* The caller unmapped the hole at ptr, or (unmapped false) could not: it is
+ * ready again. */
+void mb_pool_punch_end(struct mb_pool *p, void *ptr, bool unmapped);
 /* Allocations that needed a new arena. */
 uint64_t mb_pool_misses(const struct mb_pool *p);
 /* Would an allocation of size on stream need a new arena? (Collects
  * completed fences; otherwise changes nothing.) */
 bool mb_pool_would_miss(struct mb_pool *p, size_t size, void *stream);
-/* live: bytes handed out (rounded sizes); mapped: bytes of all arenas. */
+/* live: bytes handed out (rounded sizes); mapped: bytes of all arenas
+ * but their holes. */
 void mb_pool_stats(const struct mb_pool *p, size_t *live, size_t *mapped);
 /* Full invariant check (O(blocks + buckets)); false on the first violation. */
 bool mb_pool_is_valid(const struct mb_pool *p);

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "client.h"
+#include "frame_plan.h"
 #include "log.h"
 
 int stitch_map(mb_backend *be, struct stitched *s, size_t from, size_t to, size_t off)
@@ -32,13 +33,13 @@ static int by_size_desc(const void *a, const void *b)
     return x < y ? 1 : x > y ? -1 : 0;
 }
 
-static int take_frames(mb_client *c, size_t bytes, bool any, struct stitched **out)
+static int take_frames(mb_client *c, size_t bytes, bool any, unsigned max_order, struct stitched **out)
 {
     if (bytes == 0 || bytes > SIZE_MAX / 2)
         return MB_EINVAL;
     struct cframe **fr;
     size_t n;
-    int rc = any ? fcache_take_any(c, bytes, &fr, &n) : fcache_take_plan(c, bytes, &fr, &n);
+    int rc = any ? fcache_take_any(c, bytes, max_order, &fr, &n) : fcache_take_plan(c, bytes, max_order, &fr, &n);
     if (rc != 0)
         return rc;
     /* Largest first: every frame then lies at a multiple of its size. */
@@ -74,7 +75,7 @@ void stitch_push(struct stitched *s, struct cframe *f)
 
 int stitch_take_large(mb_client *c, size_t bytes, struct stitched **out)
 {
-    return take_frames(c, bytes, false, out);
+    return take_frames(c, bytes, false, MB_MAX_ORDER, out);
 }
 
 int stitch_take_units(mb_client *c, size_t n, struct stitched **out)
@@ -91,10 +92,10 @@ int stitch_take_units(mb_client *c, size_t n, struct stitched **out)
     return 0;
 }
 
-static int alloc_frames(mb_client *c, size_t bytes, bool any, struct stitched **out)
+static int alloc_frames(mb_client *c, size_t bytes, bool any, unsigned max_order, struct stitched **out)
 {
     struct stitched *s;
-    int rc = take_frames(c, bytes, any, &s);
+    int rc = take_frames(c, bytes, any, max_order, &s);
     if (rc != 0)
         return rc;
     rc = c->be->ops->reserve(c->be, s->reserved, &s->va);
@@ -111,14 +112,14 @@ static int alloc_frames(mb_client *c, size_t bytes, bool any, struct stitched **
     return 0;
 }
 
-int stitch_alloc_large(mb_client *c, size_t bytes, struct stitched **out)
+int stitch_alloc_large(mb_client *c, size_t bytes, unsigned max_order, struct stitched **out)
 {
-    return alloc_frames(c, bytes, false, out);
+    return alloc_frames(c, bytes, false, max_order, out);
 }
 
-int stitch_alloc_any(mb_client *c, size_t bytes, struct stitched **out)
+int stitch_alloc_any(mb_client *c, size_t bytes, unsigned max_order, struct stitched **out)
 {
-    return alloc_frames(c, bytes, true, out);
+    return alloc_frames(c, bytes, true, max_order, out);
 }
 
 int stitch_alloc(mb_client *c, size_t bytes, size_t reserve_bytes, struct stitched **out)
@@ -137,6 +138,7 @@ int stitch_alloc(mb_client *c, size_t bytes, size_t reserve_bytes, struct stitch
     s->reserved = cap * fb;
     s->imported = false;
     s->mapped_async = false;
+    s->holes = 0;
     int rc = c->be->ops->reserve(c->be, s->reserved, &s->va);
     if (rc != 0) {
         free(s);
@@ -173,6 +175,7 @@ int stitch_adopt(mb_client *c, struct cframe **frames, size_t n, struct stitched
     s->reserved = s->bytes;
     s->imported = true;
     s->mapped_async = false;
+    s->holes = 0;
     memcpy(s->frames, frames, n * sizeof(*frames));
     int rc = c->be->ops->reserve(c->be, s->reserved, &s->va);
     if (rc == 0 && (rc = stitch_map(c->be, s, 0, n, 0)) != 0)
@@ -186,10 +189,30 @@ int stitch_adopt(mb_client *c, struct cframe **frames, size_t n, struct stitched
     return 0;
 }
 
+/* Unmap every run of frames between s's holes. */
+static int unmap_runs(mb_client *c, struct stitched *s)
+{
+    if (s->holes == 0)
+        return c->be->ops->unmap(c->be, s->va, s->bytes);
+    size_t off = 0, run = 0;
+    int rc = 0;
+    for (size_t i = 0; i <= s->n && rc == 0; i++) {
+        if (i < s->n && !s->frames[i]->hole) {
+            run += s->frames[i]->mem.bytes;
+            continue;
+        }
+        if (run)
+            rc = c->be->ops->unmap(c->be, (char *)s->va + off, run);
+        off += run + (i < s->n ? s->frames[i]->mem.bytes : 0);
+        run = 0;
+    }
+    return rc;
+}
+
 int stitch_free(mb_client *c, struct stitched *s, void *stream)
 {
     (void)stream;   /* the caller knows no work uses the range any more */
-    int rc = c->be->ops->unmap(c->be, s->va, s->bytes);
+    int rc = unmap_runs(c, s);
     if (rc != 0)
         return rc;   /* still mapped: keep everything as it is */
     c->be->ops->free_va(c->be, s->va, s->reserved);
@@ -198,6 +221,10 @@ int stitch_free(mb_client *c, struct stitched *s, void *stream)
     uint32_t *ids = NULL;
     size_t n_shared = 0;
     for (size_t i = 0; i < s->n; i++) {
+        if (s->frames[i]->hole) {
+            free(s->frames[i]);
+            continue;
+        }
         if (!s->frames[i]->exported) {
             fcache_put(c, s->frames[i]);
             continue;
@@ -211,20 +238,71 @@ int stitch_free(mb_client *c, struct stitched *s, void *stream)
     if (n_shared)
         rc = fcache_return_ids(c, ids, n_shared);
     free(ids);
-    c->fst.bytes_mapped -= s->bytes;
+    c->fst.bytes_mapped -= s->bytes - s->holes;
     free(s);
     return rc;
 }
 
+int stitch_punch(struct stitched *s, size_t from, size_t to, struct cframe **out)
+{
+    struct cframe **ph = malloc((to - from) * sizeof(*ph));
+    size_t k = 0;
+    while (ph && k < to - from && (ph[k] = calloc(1, sizeof(**ph))) != NULL)
+        k++;
+    if (!ph || k < to - from) {
+        while (ph && k)
+            free(ph[--k]);
+        free(ph);
+        return MB_ENOMEM;
+    }
+    for (size_t i = from; i < to; i++) {
+        struct cframe *h = ph[i - from];
+        h->hole = true;
+        h->id = UINT32_MAX;
+        h->mem.bytes = s->frames[i]->mem.bytes;
+        out[i - from] = s->frames[i];
+        s->frames[i] = h;
+        s->holes += h->mem.bytes;
+    }
+    free(ph);
+    return 0;
+}
+
+void stitch_unpunch(struct stitched *s, size_t from, size_t to, struct cframe **frames)
+{
+    for (size_t i = from; i < to; i++) {
+        s->holes -= s->frames[i]->mem.bytes;
+        free(s->frames[i]);
+        s->frames[i] = frames[i - from];
+    }
+}
+
+int stitch_unmap_punched(mb_client *c, void *addr, struct cframe **frames, size_t n)
+{
+    size_t bytes = 0;
+    for (size_t i = 0; i < n; i++)
+        bytes += frames[i]->mem.bytes;
+    int rc = c->be->ops->unmap(c->be, addr, bytes);
+    if (rc != 0)
+        return rc;
+    for (size_t i = 0; i < n; i++)
+        fcache_put(c, frames[i]);
+    c->fst.bytes_mapped -= bytes;
+    c->fst.unmaps++;
+    return 0;
+}
+
 bool stitch_is_valid(const mb_client *c, const struct stitched *s)
 {
-    size_t sum = 0;
+    size_t sum = 0, holes = 0;
     for (size_t i = 0; i < s->n; i++) {
-        if (!s->frames[i]->in_use || (i && s->frames[i]->mem.bytes > s->frames[i - 1]->mem.bytes))
+        const struct cframe *f = s->frames[i];
+        if ((!f->in_use && !f->hole) || (i && f->mem.bytes > s->frames[i - 1]->mem.bytes))
             return false;
-        sum += s->frames[i]->mem.bytes;
+        sum += f->mem.bytes;
+        holes += f->hole ? f->mem.bytes : 0;
     }
-    if (sum != s->bytes || s->bytes > s->reserved || s->n > s->cap)
+    if (sum != s->bytes || holes != s->holes || s->bytes > s->reserved || s->n > s->cap)
         return false;
     return s->cap == s->n || (s->reserved == s->cap * c->frame_bytes && sum == s->n * c->frame_bytes);
 }

@@ -20,6 +20,10 @@
  * below 512 units a request needs at most 6 handles (3 on average); above,
  * u / 512 + 6. Example: 300 MiB = 150 units -> q = 4, u' = 152 = 128 + 16 + 8:
  * three handles (256 + 32 + 16 MiB) instead of 150.
+ * A capped plan (max_order m < 9) uses 2^m-unit frames where the rule above
+ * uses larger ones (q at most 2^m); it keeps the subset property. The
+ * client's heap arenas use 32 MiB frames so that a free block of an arena
+ * holds whole frames it can give back for other requests (tiers.c).
  * Why 32: on the Azure conversation replay (mbbench replay, realloc), a
  * quantum of u/8 (at most 4 handles) held 1.062x the live bytes, u/32 held
  * 1.014x; mapping 1-2 more handles (~35 us each) is the price of keeping
@@ -71,7 +75,8 @@ int mb_frame_order(uint64_t bytes, size_t unit)
     return -1;
 }
 
-size_t mb_frame_plan(uint64_t bytes, size_t unit, uint8_t *orders, size_t max, uint64_t *covered)
+size_t mb_frame_plan(uint64_t bytes, size_t unit, unsigned max_order, uint8_t *orders, size_t max,
+                     uint64_t *covered)
 {
     *covered = 0;
     if (bytes == 0 || unit == 0)
@@ -80,17 +85,19 @@ size_t mb_frame_plan(uint64_t bytes, size_t unit, uint8_t *orders, size_t max, u
     uint64_t top = 1;   /* 2^floor(log2 u) */
     while (top <= u / 2)
         top *= 2;
+    if (max_order > MB_MAX_ORDER)
+        max_order = MB_MAX_ORDER;
+    const uint64_t big = (uint64_t)1 << max_order;
     uint64_t q = top / 32 ? top / 32 : 1;
-    if (q > ((uint64_t)1 << MB_MAX_ORDER))
-        q = (uint64_t)1 << MB_MAX_ORDER;
+    if (q > big)
+        q = big;
     u = (u + q - 1) / q * q;
     *covered = u * unit;
     size_t n = 0;
-    const uint64_t big = (uint64_t)1 << MB_MAX_ORDER;
     for (; u >= big; u -= big, n++)
         if (n < max)
-            orders[n] = MB_MAX_ORDER;
-    for (int k = MB_MAX_ORDER - 1; k >= 0; k--)
+            orders[n] = (uint8_t)max_order;
+    for (int k = (int)max_order - 1; k >= 0; k--)
         if (u & ((uint64_t)1 << k)) {
             if (n < max)
                 orders[n] = (uint8_t)k;

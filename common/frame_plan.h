@@ -12,12 +12,14 @@
 #define MB_MAX_ORDER 9
 #define MB_ORDERS (MB_MAX_ORDER + 1)
 
-/* Plan the frames for a request of `bytes`: writes at most `max` orders,
- * largest first, into orders[] and returns how many the plan has (which may
- * exceed max: call again with room for them). *covered gets the bytes the
- * plan holds (>= bytes, less than 3.2 % more for requests of 64 units and
- * above, not rounded at all below). Returns 0 for bytes == 0. */
-size_t mb_frame_plan(uint64_t bytes, size_t unit, uint8_t *orders, size_t max, uint64_t *covered);
+/* Plan the frames for a request of `bytes`, no frame above max_order
+ * (MB_MAX_ORDER: the full plan; 0: whole units): writes at most `max`
+ * orders, largest first, into orders[] and returns how many the plan has
+ * (which may exceed max: call again with room for them). *covered gets the
+ * bytes the plan holds (>= bytes, less than 3.2 % more for requests of 64
+ * units and above, not rounded at all below). Returns 0 for bytes == 0. */
+size_t mb_frame_plan(uint64_t bytes, size_t unit, unsigned max_order, uint8_t *orders, size_t max,
+                     uint64_t *covered);
 
 /* The order of a frame of `bytes`, or -1 when bytes is not unit << k. */
 int mb_frame_order(uint64_t bytes, size_t unit);

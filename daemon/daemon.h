@@ -298,7 +298,7 @@ struct pending {
     uint64_t session;            /* session id of the requester */
     uint64_t req_id;
     uint64_t bytes;              /* asked for */
-    bool large;                  /* may be served by large frames */
+    unsigned max_order;          /* the plan's largest order (0: whole units) */
     uint64_t t0_ns;              /* arrival, for the latency histogram */
     int64_t deadline_ms;
     uint64_t reclaimed_at_start; /* count.reclaim_bytes when it began waiting */
@@ -489,7 +489,8 @@ bool grant_fits(const struct daemon *d, const struct session *s, uint64_t bytes,
  * bytes: queue it and send RECLAIM notices. 0 when deferred, else an
  * mb_status (the caller answers MB_ENOMEM). */
 int pending_add(struct daemon *d, struct session *s, const uint8_t *ident, size_t ident_len,
-                uint64_t req_id, uint64_t bytes, bool large, uint64_t t0_ns, uint64_t short_bytes);
+                uint64_t req_id, uint64_t bytes, unsigned max_order, uint64_t t0_ns,
+                uint64_t short_bytes);
 /* Answer pending grants that now fit (FIFO) or whose deadline passed. */
 void pending_run(struct daemon *d);
 /* Drop a session's pending grant without answering (it ended). */
@@ -518,12 +519,14 @@ struct request_ctx {
     bool deferred;               /* set by a handler: no reply now (pending) */
 };
 void handle_request(struct request_ctx *rc, const Mb__Request *req, Mb__Reply *rep);
-/* Grant frames covering `bytes` to s (by the frame plan when large, else
- * order-0 frames) and pass their descriptors: fills rep (reply body or
- * error). Used by grant and by pending grants. */
-void grant_now(struct daemon *d, struct session *s, uint64_t bytes, bool large, Mb__Reply *rep);
-/* The bytes a grant of `bytes` charges: the plan's (large) or whole units. */
-uint64_t grant_bytes(const struct daemon *d, uint64_t bytes, bool large);
+/* Grant frames covering `bytes` to s (by the frame plan with no frame above
+ * max_order; 0: order-0 frames) and pass their descriptors: fills rep
+ * (reply body or error). Used by grant and by pending grants. */
+void grant_now(struct daemon *d, struct session *s, uint64_t bytes, unsigned max_order, Mb__Reply *rep);
+/* The bytes a grant of `bytes` charges: the plan's. */
+uint64_t grant_bytes(const struct daemon *d, uint64_t bytes, unsigned max_order);
+/* The largest order a Grant asks for (Grant.large, Grant.max_order). */
+unsigned grant_max_order(const Mb__Grant *g);
 /* Count a finished request in the per-command stats and counters. */
 void stats_record(struct daemon *d, int cmd, int code, uint64_t t0_ns);
 

@@ -151,33 +151,28 @@ int send_frame_fds(struct daemon *d, struct session *s, const uint32_t *ids, uin
 
 /* The orders of the frames a grant of `bytes` takes; returns how many (0
  * when more than MAX_GRANT_FRAMES), *covered the bytes they hold. */
-static uint32_t grant_plan(const struct daemon *d, uint64_t bytes, bool large, uint8_t *orders,
+static uint32_t grant_plan(const struct daemon *d, uint64_t bytes, unsigned max_order, uint8_t *orders,
                            uint64_t *covered)
 {
-    uint64_t fb = d->pool.frame_bytes;
-    if (large) {
-        size_t n = mb_frame_plan(bytes, fb, orders, MAX_GRANT_FRAMES, covered);
-        return n <= MAX_GRANT_FRAMES ? (uint32_t)n : 0;
-    }
-    uint64_t n = bytes / fb + (bytes % fb != 0);
-    *covered = n * fb;
-    if (n > MAX_GRANT_FRAMES)
-        return 0;
-    memset(orders, 0, n);
-    return (uint32_t)n;
+    size_t n = mb_frame_plan(bytes, d->pool.frame_bytes, max_order, orders, MAX_GRANT_FRAMES, covered);
+    return n <= MAX_GRANT_FRAMES ? (uint32_t)n : 0;
 }
 
-uint64_t grant_bytes(const struct daemon *d, uint64_t bytes, bool large)
+uint64_t grant_bytes(const struct daemon *d, uint64_t bytes, unsigned max_order)
 {
-    uint64_t fb = d->pool.frame_bytes, covered;
-    if (large)
-        mb_frame_plan(bytes, fb, NULL, 0, &covered);
-    else
-        covered = (bytes / fb + (bytes % fb != 0)) * fb;
+    uint64_t covered;
+    mb_frame_plan(bytes, d->pool.frame_bytes, max_order, NULL, 0, &covered);
     return covered;
 }
 
-void grant_now(struct daemon *d, struct session *s, uint64_t bytes, bool large, Mb__Reply *rep)
+unsigned grant_max_order(const Mb__Grant *g)
+{
+    if (!g->large)
+        return 0;
+    return g->max_order && g->max_order < MB_MAX_ORDER ? g->max_order : MB_MAX_ORDER;
+}
+
+void grant_now(struct daemon *d, struct session *s, uint64_t bytes, unsigned max_order, Mb__Reply *rep)
 {
     static Mb__GrantReply gr;
     static Mb__Frame frames[MAX_GRANT_FRAMES];
@@ -185,7 +180,7 @@ void grant_now(struct daemon *d, struct session *s, uint64_t bytes, bool large, 
     uint32_t ids[MAX_GRANT_FRAMES];
     uint8_t orders[MAX_GRANT_FRAMES];
     uint64_t covered;
-    uint32_t n = grant_plan(d, bytes, large, orders, &covered);
+    uint32_t n = grant_plan(d, bytes, max_order, orders, &covered);
     if (n == 0) {
         mb_reply_error(rep, MB_EINVAL, "cannot grant %llu bytes in at most %u frames",
                        (unsigned long long)bytes, MAX_GRANT_FRAMES);
@@ -253,8 +248,8 @@ static void h_grant(struct request_ctx *rc, const Mb__Request *req, Mb__Reply *r
     struct session *s = rc->s;
     uint64_t fb = d->pool.frame_bytes;
     uint64_t bytes = req->grant->bytes;
-    bool large = req->grant->large;
-    uint64_t most = (uint64_t)MAX_GRANT_FRAMES * (large ? fb << MB_MAX_ORDER : fb);
+    unsigned max_order = grant_max_order(req->grant);
+    uint64_t most = (uint64_t)MAX_GRANT_FRAMES * (fb << max_order);
     if (bytes == 0 || bytes > most) {
         mb_reply_error(rep, MB_EINVAL, "grant of %llu bytes: ask for 1 to %llu bytes at a time",
                        (unsigned long long)bytes, (unsigned long long)most);
@@ -269,12 +264,12 @@ static void h_grant(struct request_ctx *rc, const Mb__Request *req, Mb__Reply *r
         mb_reply_error(rep, MB_EBUSY, "this session already has a grant waiting for reclaimed frames");
         return;
     }
-    uint64_t want = grant_bytes(d, bytes, large);
+    uint64_t want = grant_bytes(d, bytes, max_order);
     if (!within_quota(d, s, want, rep))
         return;
     uint64_t short_bytes;
     if (!grant_fits(d, s, want, &short_bytes)) {
-        if (pending_add(d, s, rc->ident, rc->ident_len, req->id, bytes, large, rc->t0_ns,
+        if (pending_add(d, s, rc->ident, rc->ident_len, req->id, bytes, max_order, rc->t0_ns,
                         short_bytes) == 0) {
             rc->deferred = true;
             return;
@@ -289,7 +284,7 @@ static void h_grant(struct request_ctx *rc, const Mb__Request *req, Mb__Reply *r
                        mb_format_size(short_bytes, c, sizeof(c)));
         return;
     }
-    grant_now(d, s, bytes, large, rep);
+    grant_now(d, s, bytes, max_order, rep);
 }
 
 static void h_ret(struct request_ctx *rc, const Mb__Request *req, Mb__Reply *rep)

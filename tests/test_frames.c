@@ -242,20 +242,20 @@ static void frame_plan_policy(void **state)
     const size_t U = (size_t)2 << 20;
     uint8_t o[2048], o2[2048];
     uint64_t covered, covered2;
-    assert_int_equal(mb_frame_plan(0, U, o, 8, &covered), 0);
-    assert_int_equal(mb_frame_plan(1, U, o, 8, &covered), 1);
+    assert_int_equal(mb_frame_plan(0, U, MB_MAX_ORDER, o, 8, &covered), 0);
+    assert_int_equal(mb_frame_plan(1, U, MB_MAX_ORDER, o, 8, &covered), 1);
     assert_int_equal(o[0], 0);
     assert_int_equal(covered, U);
     /* 300 MiB: 256 + 32 + 16 MiB. */
-    assert_int_equal(mb_frame_plan((uint64_t)300 << 20, U, o, 8, &covered), 3);
+    assert_int_equal(mb_frame_plan((uint64_t)300 << 20, U, MB_MAX_ORDER, o, 8, &covered), 3);
     assert_int_equal(o[0], 7);
     assert_int_equal(o[1], 4);
     assert_int_equal(o[2], 3);
     assert_int_equal(covered, (uint64_t)304 << 20);
     /* 1 GiB: one frame; 64 MiB: one frame. */
-    assert_int_equal(mb_frame_plan((uint64_t)1 << 30, U, o, 8, &covered), 1);
+    assert_int_equal(mb_frame_plan((uint64_t)1 << 30, U, MB_MAX_ORDER, o, 8, &covered), 1);
     assert_int_equal(o[0], 9);
-    assert_int_equal(mb_frame_plan((uint64_t)64 << 20, U, o, 8, &covered), 1);
+    assert_int_equal(mb_frame_plan((uint64_t)64 << 20, U, MB_MAX_ORDER, o, 8, &covered), 1);
     assert_int_equal(o[0], 5);
     assert_int_equal(mb_frame_order((uint64_t)64 << 20, U), 5);
     assert_int_equal(mb_frame_order(U * 3, U), -1);
@@ -267,11 +267,15 @@ static void frame_plan_policy(void **state)
         if (t % 3 == 0)
             bytes %= (uint64_t)64 << 20;
         bytes += bytes == 0;
-        size_t n = mb_frame_plan(bytes, U, o, sizeof(o), &covered);
+        /* A quarter of the plans are capped (the heap's 32 MiB frames). */
+        unsigned m = t % 4 == 0 ? (unsigned)(rand() % (MB_MAX_ORDER + 1)) : MB_MAX_ORDER;
+        if ((bytes >> (21 + m)) >= sizeof(o) - 16)
+            m = MB_MAX_ORDER;
+        size_t n = mb_frame_plan(bytes, U, m, o, sizeof(o), &covered);
         assert_true(n >= 1 && n <= sizeof(o));
         uint64_t units = (bytes + U - 1) / U, sum = 0;
         for (size_t i = 0; i < n; i++) {
-            assert_true(o[i] <= MB_MAX_ORDER);
+            assert_true(o[i] <= m);
             if (i)
                 assert_true(o[i] <= o[i - 1]);
             sum += U << o[i];
@@ -281,7 +285,7 @@ static void frame_plan_policy(void **state)
             assert_true(covered == units * U);
         else
             assert_true((covered - units * U) * 31 < units * U);
-        if (units < 512)
+        if (units < 512 && m == MB_MAX_ORDER)
             assert_true(n <= 6);
         /* A random subset plans to itself. */
         uint8_t sub[2048];
@@ -294,7 +298,7 @@ static void frame_plan_policy(void **state)
             }
         if (k == 0)
             continue;
-        assert_int_equal(mb_frame_plan(sub_bytes, U, o2, sizeof(o2), &covered2), k);
+        assert_int_equal(mb_frame_plan(sub_bytes, U, m, o2, sizeof(o2), &covered2), k);
         assert_true(covered2 == sub_bytes);
         assert_memory_equal(o2, sub, k);
     }
@@ -323,7 +327,7 @@ static void mixed_orders_recreate_within_budget(void **state)
             uint64_t bytes = 1 + (uint64_t)rand() % (40 * FB);
             uint8_t orders[16];
             uint64_t covered;
-            uint32_t n = (uint32_t)mb_frame_plan(bytes, FB, orders, 16, &covered);
+            uint32_t n = (uint32_t)mb_frame_plan(bytes, FB, MB_MAX_ORDER, orders, 16, &covered);
             uint32_t ids[16];
             uint32_t before = p.n_granted;
             int rc = frame_pool_grant_orders(&p, orders, n, (uint64_t)s + 1, 0, 1, ids);

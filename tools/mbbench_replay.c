@@ -335,6 +335,7 @@ struct strat_result {
     uint64_t driver_waits;      /* allocations and resizes that waited on the driver */
     uint64_t daemon_requests;   /* MoonBright: round trips to the daemon */
     mb_client_stats at_peak;    /* MoonBright: the client's figures when reserved peaked */
+    mb_client_stats delta;      /* MoonBright: the heap's counters over the run */
     struct bench_summary alloc, free;
     double alloc_total_s, free_total_s, wall_s;
     struct series s;
@@ -641,6 +642,11 @@ static int run_strategy(struct replay_ctx *x, const struct replay_cfg *cfg, stru
     r->waits_known = true;
     if (mb && mb_stats(x->c, &st1) == 0) {
         r->daemon_requests = st1.daemon_requests - st0.daemon_requests;
+        r->delta.heap_hits = st1.heap_hits - st0.heap_hits;
+        r->delta.heap_grants = st1.heap_grants - st0.heap_grants;
+        r->delta.stitches = st1.stitches - st0.stitches;
+        r->delta.heap_punches = st1.heap_punches - st0.heap_punches;
+        r->delta.unmaps = st1.unmaps - st0.unmaps;
         if (x->kind == S_GROW)
             r->driver_waits = st1.grow_waits - st0.grow_waits;
         else if (x->kind == S_VSPACE)
@@ -832,6 +838,15 @@ static void print_json(const char *trace, const char *format, size_t nreq, doubl
             jw_u64(&w, "idle", k->bytes_idle);
             jw_u64(&w, "grow_ahead", k->grow_mapped_ahead);
             jw_u64(&w, "vspace_free", k->vspace_free_bytes);
+            jw_end(&w, '}');
+            /* The heap's counters over the run (mb_stats). */
+            k = &r->delta;
+            jw_obj(&w, "heap");
+            jw_u64(&w, "hits", k->heap_hits);
+            jw_u64(&w, "grants", k->heap_grants);
+            jw_u64(&w, "stitches", k->stitches);
+            jw_u64(&w, "punched_frames", k->heap_punches);
+            jw_u64(&w, "unmaps", k->unmaps);
             jw_end(&w, '}');
         }
         if (r->kind == S_VSPACE)

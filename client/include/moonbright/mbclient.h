@@ -105,6 +105,8 @@ typedef struct mb_client_stats {
     uint64_t stitches;               /* of them, stitched from idle ranges' frames (repairs) */
     uint64_t unmaps;                 /* ranges unmapped (trim, reclaim, idle policy, frees of ranges of their own) */
     uint64_t device_syncs;           /* background device syncs that settled frees on streams */
+    uint64_t heap_punches;           /* heap frames unmapped from under free blocks for a
+                                      * miss to stitch (the arena keeps a hole there) */
     /* vspace page pools (all page sizes): extents of large frames mapped
      * once, carved into pages; refilled in the background */
     size_t vspace_pool_bytes;        /* mapped into the pools */
