@@ -63,7 +63,7 @@ int mb_open(mb_client **out, const char *tenant_name)
     c->async_map = env_long("MOONBRIGHT_ASYNC_MAP", 0, 0, 1) != 0;
     c->close_fit = env_long("MOONBRIGHT_HEAP_CLOSE_FIT", 0, 0, 1) != 0;
     c->repair = env_long("MOONBRIGHT_HEAP_REPAIR", 1, 0, 1) != 0;
-    c->punch = env_long("MOONBRIGHT_HEAP_PUNCH", 1, 0, 1) != 0;
+    c->punch = env_long("MOONBRIGHT_HEAP_PUNCH", 0, 0, 1) != 0;
     const char *cache = getenv("MOONBRIGHT_CACHE");
     uint64_t v;
     if (cache && *cache) {

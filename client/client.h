@@ -163,8 +163,9 @@ struct mb_client {
     bool async_map;              /* $MOONBRIGHT_ASYNC_MAP: heap misses on a stream map behind a gate */
     bool repair;                 /* $MOONBRIGHT_HEAP_REPAIR (default on): a large heap miss
                                   * stitches whole free arenas' frames before growing */
-    bool punch;                  /* $MOONBRIGHT_HEAP_PUNCH (default on): a repair also
-                                  * unmaps whole frames under free heap blocks */
+    bool punch;                  /* $MOONBRIGHT_HEAP_PUNCH (default off): heap arenas of
+                                  * 32 MiB frames, and a repair also unmaps the whole
+                                  * frames under old free heap blocks */
     bool close_fit;              /* $MOONBRIGHT_HEAP_CLOSE_FIT: large requests never split a much
                                   * larger free block (less memory, more misses) */
     int64_t next_reconnect_ms;   /* back-off: earliest next attempt */

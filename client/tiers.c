@@ -25,12 +25,14 @@
  * their own size (the frame plan's large frames). */
 #define ARENA_BYTES ((size_t)32 << 20)
 #define OWN_ARENA_ABOVE ((size_t)8 << 20)
-/* Heap arenas are made of frames of at most this size (the frame plan
- * capped), so a free block inside an arena holds whole frames: a miss that
- * finds no free block large enough unmaps them and stitches them into its
- * own arena instead of growing (heap_punch). 32 MiB: about 80 % of the
- * free bytes stranded in partly used arenas lie in whole frames on the
- * conversation replay (16 MiB: 90 %, at twice the descriptors). */
+/* Punching ($MOONBRIGHT_HEAP_PUNCH=1): heap arenas are made of frames of
+ * at most this size (the frame plan capped), so a free block inside an
+ * arena holds whole frames; a miss that finds no free block large enough
+ * unmaps them and stitches them into its own arena instead of growing
+ * (heap_punch). 32 MiB: about 80 % of the free bytes stranded in partly
+ * used arenas lie in whole frames on the conversation replay (16 MiB: 90 %,
+ * at twice the descriptors). Off by default: a miss then maps and unmaps
+ * 16 handles where the plan's large frames need 3 (BENCHMARKS.md). */
 #define HEAP_FRAME_BYTES ((size_t)32 << 20)
 
 int64_t tiers_now_ms(void)
@@ -53,10 +55,13 @@ static size_t mapped_of(const struct stitched *s)
     return s->bytes - s->holes;
 }
 
-/* The largest order of a heap arena's frames: HEAP_FRAME_BYTES, unless the
- * arena would need more frames than one grant may hold. */
+/* The largest order of a heap arena's frames: with punching on,
+ * HEAP_FRAME_BYTES, unless the arena would need more frames than one grant
+ * may hold; else the frame plan's own (fewer, larger frames map faster). */
 static unsigned heap_order(const mb_client *c, size_t bytes)
 {
+    if (!c->punch)
+        return MB_MAX_ORDER;
     unsigned k = 0;
     while (k < MB_MAX_ORDER && (c->frame_bytes << (k + 1)) <= HEAP_FRAME_BYTES)
         k++;
@@ -217,13 +222,14 @@ struct punched {
     struct cframe *fr[];
 };
 
+/* Ready blocks looked at per miss. */
 #define PUNCH_SPANS 64
-#ifndef PUNCH_MIN_AGE
+/* Only blocks free for this many heap allocations give frames: a block
+ * freed just now is likely to serve the next requests of its size, and
+ * punching it only moves the miss to them (on the conversation replay,
+ * ages of 100, 300, 1000 and 3000 gave 2 258, 1 304, 661 and 315 misses at
+ * 1.096, 1.111, 1.110 and 1.157 of live; no age limit: 5 400 misses). */
 #define PUNCH_MIN_AGE 1000
-#endif
-#ifndef PUNCH_FREE_SHARE
-#define PUNCH_FREE_SHARE 32
-#endif
 
 /* Record the run frames[from..to) of s at addr as a hole of the heap and
  * take its frames out of s; NULL (nothing changed) when that fails. */
@@ -343,9 +349,7 @@ static int heap_grow(void *ctx, size_t min_bytes, void **base, size_t *bytes)
     bool repair = c->repair && min_bytes > OWN_ARENA_ABOVE;
     if (repair) {
         mb_pool_trim_for(c->pool, want);
-        size_t live = 0;
-        mb_pool_stats(c->pool, &live, &mapped);
-        if (c->punch && mapped - live > live / PUNCH_FREE_SHARE)
+        if (c->punch)
             heap_punch(c, want);
     }
     int rc = backing_take(c, want, repair, base, bytes);
@@ -596,7 +600,7 @@ size_t tiers_take_idle(mb_client *c, int64_t idle_ms, int64_t since_ms, struct s
             v = nv;
         }
         v[n++] = r->s;
-        c->idle_bytes -= r->s->bytes;
+        c->idle_bytes -= mapped_of(r->s);
         *pp = r->next;
         free(r);
     }

@@ -14,6 +14,7 @@
 #include <moonbright/mbclient.h>
 
 #include "harness.h"
+#include "pattern.h"
 
 /* A number of tenant `name` in mbctl tenants --json (-1: not listed). */
 static double tenant_num(const struct mbt_daemon *d, const char *name, const char *key)
@@ -135,11 +136,79 @@ static void reclaim_returns_idle(void **state)
     assert_int_equal(mbt_daemon_stop(&d), 0);
 }
 
+/* The punching sequence: a 64 MiB block lives at the start of a free
+ * 256 MiB arena whose other 192 MiB then stay free for 1000 allocations
+ * (of 200 MiB: too large to land there); a 512 MiB request misses. Returns the bytes the process holds after it,
+ * and checks both blocks' data. */
+static size_t punch_sequence(mb_client *c, uint64_t *punched)
+{
+    const size_t M = 1u << 20;
+    mb_client_stats st0, st1;
+    assert_int_equal(mb_stats(c, &st0), 0);
+    void *x, *live, *big, *t;
+    assert_int_equal(mb_malloc(c, 256 * M, &x), 0);
+    assert_int_equal(mb_free(c, x), 0);
+    assert_int_equal(mb_malloc(c, 64 * M, &live), 0);
+    assert_ptr_equal(live, x);                       /* the start of the free arena */
+    pattern_fill((uintptr_t)live, 64 * M, 7, 0, 1 << 16);
+    for (int i = 0; i < 1000; i++) {                 /* the rest of it ages */
+        assert_int_equal(mb_malloc(c, 200 * M, &t), 0);
+        assert_int_equal(mb_free(c, t), 0);
+    }
+    assert_int_equal(mb_malloc(c, 512 * M, &big), 0);
+    pattern_fill((uintptr_t)big, 512 * M, 9, 0, 1 << 16);
+    assert_int_equal(pattern_check((uintptr_t)live, 64 * M, 7, 0, 1 << 16), -1);
+    assert_int_equal(pattern_check((uintptr_t)big, 512 * M, 9, 0, 1 << 16), -1);
+    assert_int_equal(mb_stats(c, &st1), 0);
+    *punched = st1.heap_punches - st0.heap_punches;
+    assert_int_equal(mb_free(c, big), 0);
+    assert_int_equal(mb_free(c, live), 0);
+    return st1.bytes_granted;
+}
+
+/* $MOONBRIGHT_HEAP_PUNCH=1: a large miss takes the whole 32 MiB frames
+ * under a free block that stayed free for 1000 allocations (the arena
+ * keeps a hole there) instead of asking the daemon for all of it; the live
+ * block's data stays, and trim gives every frame back, hole or not. Both
+ * ways the miss first stitches the idle 200 MiB arena: held 256 + 200 +
+ * 312 MiB without punching, 256 + 200 + 120 with it. */
+static void punching_reuses_stale_free_frames(void **state)
+{
+    (void)state;
+    struct mbt_daemon d;
+    assert_int_equal(mbt_daemon_start(&d, NULL), 0);
+    setenv("MOONBRIGHT_RUNTIME_DIR", d.dir, 1);
+    setenv("MOONBRIGHT_IDLE_MS", "600000", 1);
+    const size_t M = 1u << 20;
+    uint64_t punched;
+    /* Off (the default): the miss is granted whole. */
+    unsetenv("MOONBRIGHT_HEAP_PUNCH");
+    mb_client *c;
+    assert_int_equal(mb_open(&c, "no-punch"), 0);
+    assert_true(punch_sequence(c, &punched) >= 768 * M);
+    assert_int_equal(punched, 0);
+    mb_close(c);
+    /* On: the 192 MiB free block's six frames serve the miss. */
+    setenv("MOONBRIGHT_HEAP_PUNCH", "1", 1);
+    assert_int_equal(mb_open(&c, "punch"), 0);
+    size_t held = punch_sequence(c, &punched);
+    unsetenv("MOONBRIGHT_HEAP_PUNCH");
+    assert_int_equal(punched, 6);
+    assert_true(held >= 576 * M && held < 768 * M);
+    assert_int_equal(mb_trim(c, 0), 0);
+    assert_int_equal(granted(c), 0);
+    assert_int_equal(idle(c), 0);
+    mb_close(c);
+    assert_int_equal(mbt_status_num(&d, "frames_granted"), 0);
+    assert_int_equal(mbt_daemon_stop(&d), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(idle_policy_and_trim),
         cmocka_unit_test(reclaim_returns_idle),
+        cmocka_unit_test(punching_reuses_stale_free_frames),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

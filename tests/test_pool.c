@@ -306,6 +306,78 @@ static void test_close_fit(void **state)
     assert_int_equal(d.arenas, 0);
 }
 
+/* Holes: only a ready block free for min_age allocations is offered; a
+ * punched range is never handed out, splits its block, leaves the mapped
+ * bytes, comes back as free memory when its unmapping failed, and keeps its
+ * arena from shrinking only while busy. */
+static void test_holes(void **state)
+{
+    (void)state;
+    struct dev d = { 0 };
+    struct mb_pool *p;
+    const size_t M = 1 << 20;
+    assert_int_equal(mb_pool_new(&p, &dev_ops, &d, 256, M), 0);
+    void *a, *b, *x;
+    assert_int_equal(mb_pool_alloc(p, 64 * M, stream_of(0), &a), 0);
+    launch(&d, 0);                                   /* a kernel still uses a */
+    assert_int_equal(mb_pool_release(p, a, stream_of(0)), 0);
+    assert_int_equal(mb_pool_alloc(p, 8 * M, MB_POOL_SYNC, &b), 0);   /* pending: a new arena */
+    assert_int_equal(d.arenas, 2);
+    struct mb_pool_span sp[4];
+    assert_int_equal(mb_pool_ready_spans(p, 16 * M, 0, sp, 4), 0);    /* pending is not ready */
+    complete(&d, 0);
+    assert_int_equal(mb_pool_fence(p, stream_of(0)), 0);
+    assert_int_equal(mb_pool_ready_spans(p, 16 * M, 0, sp, 4), 1);
+    assert_int_equal(sp[0].arena, (uintptr_t)a);
+    assert_int_equal(sp[0].size, 64 * M);
+    assert_int_equal(mb_pool_ready_spans(p, 16 * M, 5, sp, 4), 0);    /* freed 1 allocation ago */
+    assert_int_equal(mb_pool_ready_spans(p, 65 * M, 0, sp, 4), 0);
+    /* Punch [16, 48) MiB of a's arena. */
+    size_t mapped0, mapped1;
+    mb_pool_stats(p, NULL, &mapped0);
+    char *hole = (char *)a + 16 * M;
+    assert_int_equal(mb_pool_punch(p, hole + 40 * M, 32 * M), MB_ENOENT);   /* past the block */
+    assert_int_equal(mb_pool_punch(p, hole, 32 * M), 0);
+    assert_int_equal(mb_pool_punch(p, hole, 32 * M), MB_ENOENT);           /* not ready any more */
+    mb_pool_stats(p, NULL, &mapped1);
+    assert_int_equal(mapped0 - mapped1, 32 * M);
+    assert_true(mb_pool_is_valid(p));
+    /* Busy: a trim leaves the arena alone, allocations never land in the hole. */
+    assert_int_equal(mb_pool_trim(p, 0), 0);
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(mb_pool_alloc(p, 16 * M, stream_of(1), &x), 0);
+        assert_true((char *)x + 16 * M <= hole || (char *)x >= hole + 32 * M);
+        assert_int_equal(mb_pool_release(p, x, stream_of(1)), 0);
+    }
+    assert_int_equal(d.arenas, 2);
+    assert_int_equal(mb_pool_fence(p, stream_of(1)), 0);
+    complete(&d, 1);
+    /* A failed unmapping gives the range back as free memory. */
+    mb_pool_punch_end(p, hole, false);
+    mb_pool_stats(p, NULL, &mapped1);
+    assert_int_equal(mapped1, mapped0);
+    assert_int_equal(mb_pool_alloc(p, 64 * M, MB_POOL_SYNC, &x), 0);      /* whole again */
+    assert_ptr_equal(x, a);
+    assert_int_equal(mb_pool_release(p, x, stream_of(1)), 0);
+    assert_int_equal(mb_pool_fence(p, stream_of(1)), 0);
+    /* A finished hole: the arena shrinks once the rest of it is free. */
+    assert_int_equal(mb_pool_ready_spans(p, 64 * M, 0, sp, 4), 1);
+    assert_int_equal(mb_pool_punch(p, hole, 32 * M), 0);
+    mb_pool_punch_end(p, hole, true);
+    size_t live;
+    mb_pool_stats(p, &live, &mapped1);
+    assert_int_equal(mapped1, mapped0 - 32 * M);
+    assert_int_equal(live, 8 * M);
+    assert_int_equal(mb_pool_trim(p, 0), 32 * M);   /* a's arena, all but its hole */
+    assert_int_equal(d.arenas, 1);
+    assert_int_equal(mb_pool_release(p, b, stream_of(1)), 0);
+    assert_int_equal(mb_pool_fence(p, stream_of(1)), 0);
+    assert_true(mb_pool_is_valid(p));
+    mb_pool_free(p);
+    assert_int_equal(d.arenas, 0);
+    assert_int_equal(d.ev_live, 0);
+}
+
 /* The stream rule, step by step. */
 static void test_streams(void **state)
 {
@@ -693,6 +765,7 @@ int main(void)
         cmocka_unit_test(test_batched_fences),
         cmocka_unit_test(test_adopt_detach),
         cmocka_unit_test(test_close_fit),
+        cmocka_unit_test(test_holes),
         cmocka_unit_test(test_no_streams),
         cmocka_unit_test(test_model_every_step),
         cmocka_unit_test(test_model_long),
