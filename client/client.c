@@ -364,6 +364,8 @@ int mb_stats(mb_client *c, mb_client_stats *out)
     pthread_mutex_lock(&c->flock);
     out->bytes_mapped = c->fst.bytes_mapped;
     out->daemon_requests = c->fst.daemon_requests;
+    out->daemon_wait_us = c->fst.daemon_ns / 1000;
+    out->import_us = c->fst.import_ns / 1000;
     out->frames_imported = c->fst.frames_imported;
     out->unmaps = c->fst.unmaps;
     refill_stats(c, out);

@@ -211,6 +211,7 @@ struct mb_client {
     struct {                     /* the frame layer's counters (flock) */
         size_t bytes_mapped;
         uint64_t daemon_requests, frames_imported, unmaps;
+        uint64_t daemon_ns, import_ns;   /* waiting for replies; importing handles */
     } fst;
     struct refill *refill;       /* vspace page pools, growable ranges and their
                                   * background thread (refill.h), once used */

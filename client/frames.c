@@ -9,6 +9,7 @@
 #include "client.h"
 #include "frame_plan.h"
 #include "log.h"
+#include "wire.h"
 #include "protocol.h"
 
 #ifdef MB_DEBUG
@@ -235,9 +236,11 @@ static int grant(mb_client *c, uint64_t bytes, bool large, unsigned max_order, s
     for (size_t i = 0; rc == 0 && i < n; i++)
         if (rep->grant->frames[i]->bytes != (uint64_t)c->frame_bytes << (want ? want[i] : 0))
             rc = MB_EPROTO;   /* not the frames asked for */
-    if (rc == 0)
+    uint64_t t0 = mb_now_ns();
+    if (rc == 0) {
         rc = receive_frames(c, (const Mb__Frame *const *)rep->grant->frames, n, out);
-    else if (rep->body_case == MB__REPLY__BODY_GRANT) {
+        c->fst.import_ns += mb_now_ns() - t0;
+    } else if (rep->body_case == MB__REPLY__BODY_GRANT) {
         /* Not what was asked for, but granted: hand it back. */
         size_t k = rep->grant->n_frames;
         uint32_t *ids = malloc((k ? k : 1) * sizeof(*ids));

@@ -238,10 +238,12 @@ int rpc_call(mb_client *c, Mb__Request *req, Mb__Reply **out)
         return MB_EUNAVAIL;
     }
     req->id = ++c->next_id;
+    uint64_t t0 = mb_now_ns();
     int rc = mb_wire_send_request(c->dealer, req);
     if (rc == 0)
         rc = mb_wire_recv_reply(c->dealer, req->id, c->timeout_ms, out, on_notice, c);
     c->fst.daemon_requests++;
+    c->fst.daemon_ns += mb_now_ns() - t0;
     if (rc == MB_EUNAVAIL) {
         mb_log(MB_LOG_WARN, "moonbrightd did not answer within %d ms", c->timeout_ms);
         return rc;

@@ -468,11 +468,15 @@ static void report_slow(const struct replay_ctx *x, const struct replay_cfg *cfg
     if (!cfg->slow_ns || ns <= cfg->slow_ns || !x->c || mb_stats(x->c, &b) != 0)
         return;
     fprintf(stderr, "mbbench replay: %s: %s of %llu MiB took %.1f us: %llu pool refill waits, "
-                    "%llu grow waits, %llu daemon round trips\n",
+                    "%llu grow waits, %llu daemon round trips (%llu us), %llu handles imported "
+                    "(%llu us)\n",
             strat_name[x->kind], what, (unsigned long long)(bytes >> 20), ns / 1e3,
             (unsigned long long)(b.vspace_refill_waits - a->vspace_refill_waits),
             (unsigned long long)(b.grow_waits - a->grow_waits),
-            (unsigned long long)(b.daemon_requests - a->daemon_requests));
+            (unsigned long long)(b.daemon_requests - a->daemon_requests),
+            (unsigned long long)(b.daemon_wait_us - a->daemon_wait_us),
+            (unsigned long long)(b.frames_imported - a->frames_imported),
+            (unsigned long long)(b.import_us - a->import_us));
 }
 
 static int run_strategy(struct replay_ctx *x, const struct replay_cfg *cfg, struct strat_result *r)

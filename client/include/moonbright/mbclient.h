@@ -98,6 +98,8 @@ typedef struct mb_client_stats {
     size_t stitch_live;              /* slow tier (whole stitched ranges) */
     uint64_t daemon_requests;        /* round trips made */
     uint64_t frames_imported;        /* handles received over the channel */
+    uint64_t daemon_wait_us;         /* time spent waiting for the daemon's replies */
+    uint64_t import_us;              /* time spent receiving and importing granted handles */
     size_t bytes_idle;               /* mapped, free, kept for reuse (slab, heap, idle
                                       * ranges, freed growable ranges) */
     uint64_t heap_hits;              /* heap allocations served from mapped memory */
