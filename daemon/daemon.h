@@ -85,12 +85,14 @@ struct free_list {
  * demand (export costs ~0.6 ms on a GPU) into ready[]: order-0 frames until
  * fresh free and ready order-0 frames hold reserve_bytes (the target: the
  * configured reserve, or more when recent grants took more: see
- * frame_pool_tick), and one spare of each
- * order k a request had to create on its own path (spare[k]); grants adopt
+ * frame_pool_tick), and spares of each order k a request had to create on
+ * its own path: as many as the most one such request took (spare[k], at
+ * most MB_SPARES_MAX); grants adopt
  * them into the books, so a grant from the reserve makes no driver call.
  * Only ready[], n_ready, creating, committed, n_committed and spare[] are
  * shared with the workers (under lock). */
 #define RESERVE_THREADS 2
+#define MB_SPARES_MAX 4
 struct frame_pool {
     mb_backend *be;
     size_t frame_bytes;
@@ -136,7 +138,7 @@ struct frame_pool {
     uint32_t n_committed;        /* frames created, being created or ready */
     uint32_t creating;           /* frames the workers are creating now */
     uint32_t creating_order[MB_ORDERS], ready_order[MB_ORDERS];
-    bool spare[MB_ORDERS];       /* keep one free order-k frame ready */
+    uint8_t spare[MB_ORDERS];    /* keep this many free order-k frames ready */
     struct mb_mem *ready;        /* created and exported, not yet in the books */
     uint32_t n_ready, ready_cap;
 };

@@ -515,8 +515,8 @@ static int reserve_due(struct frame_pool *p)
     if (have0 < p->reserve_bytes)
         order = 0;
     for (unsigned k = 1; order < 0 && k < MB_ORDERS; k++)
-        if (p->spare[k] && __atomic_load_n(&p->fresh.n[k], __ATOMIC_RELAXED) +
-                               p->ready_order[k] + p->creating_order[k] == 0)
+        if (__atomic_load_n(&p->fresh.n[k], __ATOMIC_RELAXED) + p->ready_order[k] +
+                p->creating_order[k] < p->spare[k])
             order = (int)k;
     if (order < 0 || p->committed + obytes(p, (unsigned)order) > p->budget_bytes ||
         (p->max_frames && p->n_committed + 1 > p->max_frames))
@@ -665,9 +665,13 @@ int frame_pool_grant_orders(struct frame_pool *p, const uint8_t *orders, uint32_
             created = true;
         }
         if (created && k > 0 && p->n_workers) {
-            /* Demand for this order: keep one ready for the next request. */
+            /* Demand for this order: keep as many ready for the next
+             * request (a burst of large frames waits for one export at
+             * most, not one per frame). */
             pthread_mutex_lock(&p->lock);
-            p->spare[k] = true;
+            uint32_t want = need[k] < MB_SPARES_MAX ? need[k] : MB_SPARES_MAX;
+            if (p->spare[k] < want)
+                p->spare[k] = (uint8_t)want;
             pthread_cond_broadcast(&p->wake);
             pthread_mutex_unlock(&p->lock);
         }
