@@ -302,12 +302,6 @@ int stitch_take_units(mb_client *c, size_t n, struct stitched **out);
  * exceed bytes. */
 int stitch_alloc_any(mb_client *c, size_t bytes, unsigned max_order, struct stitched **out);
 int stitch_free(mb_client *c, struct stitched *s, void *stream);
-/* stitch_free in two steps: the driver's part (unmap, free the address
- * range; touches no client state, so no lock is needed for a range only
- * the caller knows), then, with flock held, the frames' (cached, or handed
- * back when shared) and the record's. */
-int stitch_unmap(mb_backend *be, struct stitched *s);
-int stitch_release(mb_client *c, struct stitched *s);
 /* Punching (a heap arena gives back the frames under a free block):
  * frames[from..to) leave s for out[] and hole placeholders take their
  * slots (MB_ENOMEM when none can be made); stitch_unpunch puts them back. */

@@ -26,7 +26,6 @@
 struct gidle {
     struct stitched *s;
     void *fence;
-    bool unmapped;               /* detached and unmapped, frames not yet cached */
     int64_t since_ms;
     struct gidle *next;
 };
@@ -241,20 +240,11 @@ static bool tail_cut_held(struct growset *g, struct growable *x, struct tail_cut
 /* Unmap a cut's frames into the frame cache, or hand them back to the
  * range when the unmap fails; then x is no longer busy. fl_lock held;
  * g->lock taken to publish unless `held`. */
-static void tail_done(mb_client *c, struct growset *g, const struct tail_cut *cut, bool ok, bool held);
-
 static void tail_unmap(mb_client *c, struct growset *g, const struct tail_cut *cut, bool held)
-{
-    struct stitched *s = cut->x->s;
-    tail_done(c, g, cut, c->be->ops->unmap(c->be, (char *)s->va + cut->off, cut->gone) == 0, held);
-}
-
-/* After the driver unmapped a cut (ok) or failed to: its frames to the
- * cache, or back to the range. fl_lock held; g->lock as for tail_unmap. */
-static void tail_done(mb_client *c, struct growset *g, const struct tail_cut *cut, bool ok, bool held)
 {
     struct growable *x = cut->x;
     struct stitched *s = x->s;
+    bool ok = c->be->ops->unmap(c->be, (char *)s->va + cut->off, cut->gone) == 0;
     if (ok) {
         for (size_t i = cut->k; i < cut->n; i++)
             fcache_put(c, s->frames[i]);
@@ -375,21 +365,6 @@ static void idle_unmap(mb_client *c, struct gidle *gone)
         struct gidle *i = gone;
         gone = i->next;
         if (stitch_free(c, i->s, NULL) != 0)
-            mb_log(MB_LOG_ERR, "failed to unmap an idle growable range at %p", i->s->va);
-        free(i);
-    }
-}
-
-/* The frames of detached ranges the driver unmapped go to the cache; a
- * range it could not unmap stays mapped, unused (logged). fl_lock held. */
-static void idle_release_unmapped(mb_client *c, struct gidle *gone)
-{
-    while (gone) {
-        struct gidle *i = gone;
-        gone = i->next;
-        if (i->unmapped)
-            stitch_release(c, i->s);
-        else
             mb_log(MB_LOG_ERR, "failed to unmap an idle growable range at %p", i->s->va);
         free(i);
     }
@@ -697,28 +672,17 @@ void grow_work(mb_client *c, struct growset *g, int64_t now, int idle_ms)
     pthread_mutex_lock(&g->lock);
     struct gidle *gone = idle_detach_held(c, g, now, idle_ms);
     struct tail_cut *cuts = g->n ? malloc(g->n * sizeof(*cuts)) : NULL;
-    bool *ok = cuts ? malloc(g->n * sizeof(*ok)) : NULL;
     size_t ncut = 0;
-    for (size_t i = 0; ok && i < g->map.cap && ncut < g->n; i++) {
+    for (size_t i = 0; cuts && i < g->map.cap && ncut < g->n; i++) {
         struct ptrmap_slot *sl = &g->map.slots[i];
         struct growable *x = sl->key > 1 ? sl->val : NULL;
         if (x && !x->busy && x->s->bytes > x->used && now - x->last_ms >= idle_ms)
             ncut += tail_cut_held(g, x, &cuts[ncut]);
     }
     pthread_mutex_unlock(&g->lock);
-    fl_unlock(c);
-    /* The driver's unmaps hold no lock (the detached ranges and the cut
-     * frames are this thread's alone): a request that needs the frame
-     * layer meanwhile does not wait behind them. */
-    for (struct gidle *i = gone; i; i = i->next)
-        i->unmapped = stitch_unmap(c->be, i->s) == 0;
+    idle_unmap(c, gone);
     for (size_t i = 0; i < ncut; i++)
-        ok[i] = c->be->ops->unmap(c->be, (char *)cuts[i].x->s->va + cuts[i].off, cuts[i].gone) == 0;
-    fl_lock(c);
-    idle_release_unmapped(c, gone);
-    for (size_t i = 0; i < ncut; i++)
-        tail_done(c, g, &cuts[i], ok[i], false);
-    free(ok);
+        tail_unmap(c, g, &cuts[i], false);
     free(cuts);
     /* Their frames went to the frame cache, where new ranges and tails
      * take them whatever their size. Past the cache's usual bytes, frames

@@ -190,10 +190,10 @@ int stitch_adopt(mb_client *c, struct cframe **frames, size_t n, struct stitched
 }
 
 /* Unmap every run of frames between s's holes. */
-static int unmap_runs(mb_backend *be, struct stitched *s)
+static int unmap_runs(mb_client *c, struct stitched *s)
 {
     if (s->holes == 0)
-        return be->ops->unmap(be, s->va, s->bytes);
+        return c->be->ops->unmap(c->be, s->va, s->bytes);
     size_t off = 0, run = 0;
     int rc = 0;
     for (size_t i = 0; i <= s->n && rc == 0; i++) {
@@ -202,33 +202,20 @@ static int unmap_runs(mb_backend *be, struct stitched *s)
             continue;
         }
         if (run)
-            rc = be->ops->unmap(be, (char *)s->va + off, run);
+            rc = c->be->ops->unmap(c->be, (char *)s->va + off, run);
         off += run + (i < s->n ? s->frames[i]->mem.bytes : 0);
         run = 0;
     }
     return rc;
 }
 
-int stitch_unmap(mb_backend *be, struct stitched *s)
-{
-    int rc = unmap_runs(be, s);
-    if (rc == 0)
-        be->ops->free_va(be, s->va, s->reserved);
-    return rc;
-}
-
 int stitch_free(mb_client *c, struct stitched *s, void *stream)
 {
     (void)stream;   /* the caller knows no work uses the range any more */
-    int rc = stitch_unmap(c->be, s);
+    int rc = unmap_runs(c, s);
     if (rc != 0)
         return rc;   /* still mapped: keep everything as it is */
-    return stitch_release(c, s);
-}
-
-int stitch_release(mb_client *c, struct stitched *s)
-{
-    int rc = 0;
+    c->be->ops->free_va(c->be, s->va, s->reserved);
     /* Frames shared with another process go back to the daemon (which
      * keeps them for the importers), the rest into the cache. */
     uint32_t *ids = NULL;
