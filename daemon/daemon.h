@@ -92,7 +92,9 @@ struct free_list {
  * Only ready[], n_ready, creating, committed, n_committed and spare[] are
  * shared with the workers (under lock). */
 #define RESERVE_THREADS 2
+#ifndef MB_SPARES_MAX
 #define MB_SPARES_MAX 4
+#endif
 struct frame_pool {
     mb_backend *be;
     size_t frame_bytes;
