@@ -92,6 +92,13 @@ struct free_list {
  * Only ready[], n_ready, creating, committed, n_committed and spare[] are
  * shared with the workers (under lock). */
 #define RESERVE_THREADS 2
+/* Where a grant's time went: frames created on its path (create_ns, of it
+ * wait_ns waiting for the reserve's workers; released: free frames ended to
+ * make room), frames scrubbed for a new tenant. */
+struct grant_path {
+    uint32_t created, released, scrubbed;
+    uint64_t create_ns, wait_ns, scrub_ns;
+};
 #ifndef MB_SPARES_MAX
 #define MB_SPARES_MAX 4
 #endif
@@ -108,6 +115,7 @@ struct frame_pool {
     uint32_t n_by_uid, cap_by_uid;
     uint32_t n_free_order[MB_ORDERS];
     uint64_t recreated;          /* free frames released to make room for another order */
+    struct grant_path last;      /* the last grant's (main thread only) */
     uint64_t released_isolation; /* free frames of one uid released so that another
                                   * uid got fresh ones (or tainted by a share) */
     uint64_t released_idle;      /* free frames above the reserve target released
@@ -526,7 +534,8 @@ void handle_request(struct request_ctx *rc, const Mb__Request *req, Mb__Reply *r
 /* Grant frames covering `bytes` to s (by the frame plan with no frame above
  * max_order; 0: order-0 frames) and pass their descriptors: fills rep
  * (reply body or error). Used by grant and by pending grants. */
-void grant_now(struct daemon *d, struct session *s, uint64_t bytes, unsigned max_order, Mb__Reply *rep);
+void grant_now(struct daemon *d, struct session *s, uint64_t bytes, unsigned max_order, uint64_t t0_ns,
+               Mb__Reply *rep);
 /* The bytes a grant of `bytes` charges: the plan's. */
 uint64_t grant_bytes(const struct daemon *d, uint64_t bytes, unsigned max_order);
 /* The largest order a Grant asks for (Grant.large, Grant.max_order). */

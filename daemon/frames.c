@@ -650,13 +650,20 @@ int frame_pool_grant_orders(struct frame_pool *p, const uint8_t *orders, uint32_
      * taking any: this uid's free frames and fresh ones, then the warm
      * reserve, then the driver (largest orders first: making room for them
      * may release small frames). */
+    memset(&p->last, 0, sizeof(p->last));
+    uint64_t released0 = p->recreated + p->released_isolation;
     if (p->n_workers)
         frame_pool_adopt(p);
     for (int k = MB_MAX_ORDER; k >= 0; k--) {
         bool created = false;
         while (usable(p, uid_list(p, uid, false), (unsigned)k) < need[k]) {
+            uint64_t t0 = mb_now_ns();
             int rc = create_frame(p, (unsigned)k, need, uid);
+            p->last.create_ns += mb_now_ns() - t0;
+            p->last.created += rc == 0;
+            p->last.released = (uint32_t)(p->recreated + p->released_isolation - released0);
             if ((rc == MB_ENOMEM || rc == MB_ELIMIT) && wait_for_workers(p)) {
+                p->last.wait_ns += mb_now_ns() - t0;
                 frame_pool_adopt(p);   /* what they were making counted against the budget */
                 continue;
             }
@@ -692,7 +699,10 @@ int frame_pool_grant_orders(struct frame_pool *p, const uint8_t *orders, uint32_
             return MB_ESYS;
         }
         if (p->scrub && f->held && f->last_tenant != tenant) {
+            uint64_t t0 = mb_now_ns();
             int rc = p->be->ops->scrub(p->be, &f->mem);
+            p->last.scrub_ns += mb_now_ns() - t0;
+            p->last.scrubbed++;
             if (rc != 0) {
                 /* Never hand out unscrubbed memory: undo the partial grant. */
                 frame_pool_return(p, ids, i, session);

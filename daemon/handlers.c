@@ -16,6 +16,7 @@
 /* A grant moves at most this many frames, so its descriptors fit the handle
  * channel's buffer while the client waits for the reply. */
 #define MAX_GRANT_FRAMES MB_GRANT_MAX_FRAMES
+#define SLOW_GRANT_NS 2000000ull   /* grants slower than this are logged (info) with their path */
 /* Largest page of the frame table (each entry up to ~160 bytes packed). */
 #define MAX_FRAMES_PAGE MB_FRAMES_PAGE_MAX
 
@@ -172,7 +173,8 @@ unsigned grant_max_order(const Mb__Grant *g)
     return g->max_order && g->max_order < MB_MAX_ORDER ? g->max_order : MB_MAX_ORDER;
 }
 
-void grant_now(struct daemon *d, struct session *s, uint64_t bytes, unsigned max_order, Mb__Reply *rep)
+void grant_now(struct daemon *d, struct session *s, uint64_t bytes, unsigned max_order, uint64_t t0_ns,
+               Mb__Reply *rep)
 {
     static Mb__GrantReply gr;
     static Mb__Frame frames[MAX_GRANT_FRAMES];
@@ -186,7 +188,9 @@ void grant_now(struct daemon *d, struct session *s, uint64_t bytes, unsigned max
                        (unsigned long long)bytes, MAX_GRANT_FRAMES);
         return;
     }
+    uint64_t t0 = mb_now_ns();
     int err = frame_pool_grant_orders(&d->pool, orders, n, s->id, s->uid, s->tenant->id, ids);
+    uint64_t t1 = mb_now_ns();
     if (err != 0) {
         char a[32], b[32], c[32];
         mb_reply_error(rep, err, "cannot grant %s in %u frames: %s (%s of %s budget in use)",
@@ -199,6 +203,22 @@ void grant_now(struct daemon *d, struct session *s, uint64_t bytes, unsigned max
     s->bytes += covered;
     s->tenant->bytes += covered;
     err = send_frame_fds(d, s, ids, n);
+    uint64_t t2 = mb_now_ns();
+    if (t2 - (t0_ns && t0_ns < t0 ? t0_ns : t0) >= SLOW_GRANT_NS) {
+        /* Where a slow grant's time went: frames made on its path (and the
+         * frames released to make room for them), scrubbing, passing the
+         * descriptors. */
+        const struct grant_path *l = &d->pool.last;
+        char b[32];
+        mb_log(MB_LOG_INFO, "grant of %s in %u frames to session %llu took %.2f ms (%.2f ms since it "
+                            "arrived): %u created on the path (%.2f ms, %.2f ms of it waiting for the "
+                            "reserve's workers, %u free frames released for room), %u scrubbed "
+                            "(%.2f ms), descriptors passed in %.2f ms",
+               mb_format_size(covered, b, sizeof(b)), n, (unsigned long long)s->id, (t2 - t0) / 1e6,
+               t0_ns && t2 > t0_ns ? (t2 - t0_ns) / 1e6 : 0.0,
+               l->created, l->create_ns / 1e6, l->wait_ns / 1e6, l->released, l->scrubbed,
+               l->scrub_ns / 1e6, (t2 - t1) / 1e6);
+    }
     if (err != 0) {
         /* Some descriptors may have reached the process: the frames stay
          * charged to it until it returns them or exits. */
@@ -284,7 +304,7 @@ static void h_grant(struct request_ctx *rc, const Mb__Request *req, Mb__Reply *r
                        mb_format_size(short_bytes, c, sizeof(c)));
         return;
     }
-    grant_now(d, s, bytes, max_order, rep);
+    grant_now(d, s, bytes, max_order, rc->t0_ns, rep);
 }
 
 static void h_ret(struct request_ctx *rc, const Mb__Request *req, Mb__Reply *rep)
