@@ -89,7 +89,7 @@ struct free_list {
  * its own path: as many as the most one such request took (spare[k], at
  * most MB_SPARES_MAX); grants adopt
  * them into the books, so a grant from the reserve makes no driver call.
- * Only ready[], n_ready, creating, committed, n_committed and spare[] are
+ * Only ready[], n_ready, creating, path_creating, committed, n_committed and spare[] are
  * shared with the workers (under lock). */
 #define RESERVE_THREADS 2
 /* Where a grant's time went: frames created on its path (create_ns, of it
@@ -147,6 +147,10 @@ struct frame_pool {
     uint64_t committed;          /* bytes created, being created or ready */
     uint32_t n_committed;        /* frames created, being created or ready */
     uint32_t creating;           /* frames the workers are creating now */
+    uint32_t path_creating;      /* frames a grant is creating on its path: the
+                                  * workers start none meanwhile (the driver
+                                  * serialises creation and export, and the
+                                  * grant's caller is waiting) */
     uint32_t creating_order[MB_ORDERS], ready_order[MB_ORDERS];
     uint8_t spare[MB_ORDERS];    /* keep this many free order-k frames ready */
     struct mb_mem *ready;        /* created and exported, not yet in the books */

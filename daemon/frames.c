@@ -494,7 +494,15 @@ static int create_frame(struct frame_pool *p, unsigned order, const uint32_t *ne
     if (rc != 0)
         return rc;
     struct mb_mem m;
-    if ((rc = make_mem(p, order, &m)) != 0) {
+    pthread_mutex_lock(&p->lock);
+    p->path_creating++;
+    pthread_mutex_unlock(&p->lock);
+    rc = make_mem(p, order, &m);
+    pthread_mutex_lock(&p->lock);
+    p->path_creating--;
+    pthread_cond_broadcast(&p->wake);   /* the workers may go on */
+    pthread_mutex_unlock(&p->lock);
+    if (rc != 0) {
         uncommit(p, bytes);
         return rc;
     }
@@ -512,6 +520,8 @@ static int reserve_due(struct frame_pool *p)
     uint64_t have0 = ((uint64_t)__atomic_load_n(&p->fresh.n[0], __ATOMIC_RELAXED) +
                       p->ready_order[0] + p->creating_order[0]) * p->frame_bytes;
     int order = -1;
+    if (p->path_creating)
+        return -1;   /* a grant is creating a frame on its path: it goes first */
     if (have0 < p->reserve_bytes)
         order = 0;
     for (unsigned k = 1; order < 0 && k < MB_ORDERS; k++)
