@@ -223,8 +223,10 @@ static int grant(mb_client *c, uint64_t bytes, bool large, unsigned max_order, s
     Mb__Request req = MB__REQUEST__INIT;
     Mb__Grant g = MB__GRANT__INIT;
     g.bytes = bytes;
-    g.large = large;
-    g.max_order = large && max_order < MB_MAX_ORDER ? max_order : 0;
+    /* A plan capped at order 0 is whole units: a plain grant (max_order 0
+     * on the wire means no cap). */
+    g.large = large && max_order > 0;
+    g.max_order = g.large && max_order < MB_MAX_ORDER ? max_order : 0;
     req.body_case = MB__REQUEST__BODY_GRANT;
     req.grant = &g;
     Mb__Reply *rep;

@@ -203,12 +203,37 @@ static void punching_reuses_stale_free_frames(void **state)
     assert_int_equal(mbt_daemon_stop(&d), 0);
 }
 
+/* Punching with a daemon unit of 32 MiB: the heap's frames are whole
+ * units, asked for as a plain grant (a capped grant of order 0 would read
+ * as no cap on the wire, and larger frames would come back). */
+static void punching_with_large_units(void **state)
+{
+    (void)state;
+    static const char *const args[] = { "--frame-size", "32M", "--budget", "1G", NULL };
+    struct mbt_daemon d;
+    assert_int_equal(mbt_daemon_start(&d, args), 0);
+    setenv("MOONBRIGHT_RUNTIME_DIR", d.dir, 1);
+    setenv("MOONBRIGHT_HEAP_PUNCH", "1", 1);
+    mb_client *c;
+    assert_int_equal(mb_open(&c, "punch-32m"), 0);
+    unsetenv("MOONBRIGHT_HEAP_PUNCH");
+    void *p;
+    assert_int_equal(mb_malloc(c, 256u << 20, &p), 0);
+    assert_int_equal(granted(c), 256u << 20);
+    assert_int_equal(mb_free(c, p), 0);
+    assert_int_equal(mb_trim(c, 0), 0);
+    mb_close(c);
+    assert_int_equal(mbt_status_num(&d, "frames_granted"), 0);
+    assert_int_equal(mbt_daemon_stop(&d), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(idle_policy_and_trim),
         cmocka_unit_test(reclaim_returns_idle),
         cmocka_unit_test(punching_reuses_stale_free_frames),
+        cmocka_unit_test(punching_with_large_units),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
