@@ -259,9 +259,8 @@ static struct punched *punch_run(mb_client *c, struct stitched *s, size_t from, 
  * least HEAP_FRAME_BYTES) under ready free blocks, largest blocks first,
  * leave their arenas as holes and go to the frame cache, up to what is
  * missing, so the miss stitches them instead of asking the daemon for
- * more. c->lock held; dropped while the frame layer unmaps. Returns the
- * bytes moved to the cache. */
-static size_t heap_punch(mb_client *c, size_t want)
+ * more. c->lock held; dropped while the frame layer unmaps. */
+static void heap_punch(mb_client *c, size_t want)
 {
     pthread_mutex_unlock(&c->lock);
     pthread_mutex_lock(&c->flock);
@@ -269,7 +268,7 @@ static size_t heap_punch(mb_client *c, size_t want)
     pthread_mutex_unlock(&c->flock);
     pthread_mutex_lock(&c->lock);
     if (cached + c->idle_bytes >= want)
-        return 0;
+        return;
     size_t need = want - cached - c->idle_bytes, got = 0, n = 0;
     size_t min_frame = HEAP_FRAME_BYTES > c->frame_bytes ? HEAP_FRAME_BYTES : c->frame_bytes;
     struct mb_pool_span sp[PUNCH_SPANS];
@@ -305,7 +304,7 @@ static size_t heap_punch(mb_client *c, size_t want)
         }
     }
     if (n == 0)
-        return 0;
+        return;
     pthread_mutex_unlock(&c->lock);
     pthread_mutex_lock(&c->flock);
     for (size_t i = 0; i < n; i++) {
@@ -316,20 +315,15 @@ static size_t heap_punch(mb_client *c, size_t want)
     }
     pthread_mutex_unlock(&c->flock);
     pthread_mutex_lock(&c->lock);
-    size_t moved = 0;
     for (size_t i = 0; i < n; i++) {
         struct punched *r = runs[i];
-        if (r->unmapped) {
-            for (size_t j = 0; j < r->to - r->from; j++)
-                moved += r->fr[j]->mem.bytes;
+        if (r->unmapped)
             c->st.heap_punches += r->to - r->from;
-        } else {
+        else
             stitch_unpunch(r->s, r->from, r->to, r->fr);
-        }
         mb_pool_punch_end(c->pool, r->addr, r->unmapped);
         free(r);
     }
-    return moved;
 }
 
 static int heap_grow(void *ctx, size_t min_bytes, void **base, size_t *bytes)
