@@ -426,11 +426,14 @@ int pagepool_retire(struct pagepool *p, const uint64_t *pages, size_t n, void *c
     struct pp_pending *q = malloc(sizeof(*q) + (n + nn) * sizeof(uint64_t) + nev * sizeof(void *));
     if (!q)
         return MB_ENOMEM;
-    memcpy(q->pages, pages, n * sizeof(*pages));
+    if (n)
+        memcpy(q->pages, pages, n * sizeof(*pages));
     q->nodes = q->pages + n;
-    memcpy(q->nodes, nodes, nn * sizeof(*nodes));
+    if (nn)
+        memcpy(q->nodes, nodes, nn * sizeof(*nodes));
     q->evs = (void **)(q->nodes + nn);
-    memcpy(q->evs, evs, nev * sizeof(*evs));
+    if (nev)
+        memcpy(q->evs, evs, nev * sizeof(*evs));
     q->nev = nev;
     q->nn = to ? nn : 0;
     q->nodes_to = to;
