@@ -503,15 +503,18 @@ void pagepool_work(struct pagepool *p, int64_t now, int idle_ms, unsigned delay_
         reclaim(p, false, now);
     /* Refill: one extent per step, up to half again the watermark; after a
      * failure (memory, quota) not again for a second. */
+    uint64_t trims = p->trims;
     if (p->n_free < p->low && p->growers == 0 && now >= p->retry_ms) {
         size_t need = p->low + p->low / 2 - p->n_free;
         if (grow_locked(p, need, delay_us) != 0)
             p->retry_ms = now + 1000;
     }
+    /* A trim while the refill mapped: what it mapped goes back as well. */
+    bool trimmed = p->trims != trims;
     struct stitched **gone = NULL;
     size_t n_gone = 0;
-    if (p->n_free > p->low && p->n_ext && (gone = malloc(p->n_ext * sizeof(*gone))) != NULL)
-        n_gone = remove_free_extents(p, now - idle_ms, p->low, gone);
+    if ((p->n_free > p->low || trimmed) && p->n_ext && (gone = malloc(p->n_ext * sizeof(*gone))) != NULL)
+        n_gone = remove_free_extents(p, trimmed ? 0 : now - idle_ms, trimmed ? 0 : p->low, gone);
     PP_CHECK(p);
     pthread_mutex_unlock(&p->lock);
     fl_unmap(p->c, gone, n_gone);
@@ -525,6 +528,7 @@ void pagepool_trim_held(struct pagepool *p)
     struct stitched **gone = p->n_ext ? malloc(p->n_ext * sizeof(*gone)) : NULL;
     size_t n_gone = gone ? remove_free_extents(p, 0, 0, gone) : 0;
     p->low = 0;
+    p->trims++;
     memset(p->win, 0, sizeof(p->win));
     PP_CHECK(p);
     pthread_mutex_unlock(&p->lock);

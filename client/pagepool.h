@@ -75,6 +75,8 @@ struct pagepool {
     size_t low;                  /* low watermark, pages */
     int growers;                 /* grows in flight (frame layer calls outside the lock) */
     int64_t retry_ms;            /* no background refill before this (after a failure) */
+    uint64_t trims;              /* pagepool_trim_held calls (a refill racing one gives its
+                                  * extent back) */
     uint64_t waits;              /* takes that had to map an extent first */
     uint64_t extents_mapped;     /* extents mapped over the pool's life */
 };
