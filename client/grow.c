@@ -19,7 +19,10 @@
  * it falls under half of it. */
 #define AHEAD_SHIFT 6
 #define IDLE_MAX 256            /* idle ranges kept mapped at most */
-#define CACHE_STALE_MS 250      /* cached frames past the cache's size go back after this */
+#define RESERVE_MIN ((size_t)1 << 30)   /* address space a range reserves at least */
+#define CACHE_STALE_MS 250
+#define RECENT 32               /* allocation sizes a spare range is sized from */
+#define SPARES_PER_PASS 4      /* cached frames past the cache's size go back after this */
 
 /* A freed range, still mapped: reused once its fence completed (an event
  * recorded on the freeing stream, or a legacy-clock token). */
@@ -56,6 +59,8 @@ struct growset {
     struct gidle *idle;          /* freed ranges still mapped, newest first */
     size_t n_idle, idle_bytes;   /* idle_bytes == sum of their s->bytes */
     uint64_t waits, maps_ahead, reuses;
+    size_t recent[RECENT];       /* the first sizes of the latest allocations (a ring) */
+    unsigned n_recent;           /* allocations recorded (the ring's next slot mod RECENT) */
 };
 
 static bool growable_is_valid(const mb_client *c, const struct growable *x)
@@ -214,15 +219,15 @@ struct tail_cut {
     size_t k, n, off, gone;
 };
 
-/* Cut the frames lying wholly past x->used off x's range for tail_unmap:
- * x made busy, its bytes and g->ahead lowered (a grow past them waits for
- * the unmap). False when none lies past used or one is shared with another
- * process (never cached here). g->lock held. */
-static bool tail_cut_held(struct growset *g, struct growable *x, struct tail_cut *cut)
+/* Cut the frames lying wholly past keep (>= x->used) off x's range for
+ * tail_unmap: x made busy, its bytes and g->ahead lowered (a grow past them
+ * waits for the unmap). False when none lies past keep or one is shared
+ * with another process (never cached here). g->lock held. */
+static bool tail_cut_held(struct growset *g, struct growable *x, size_t keep, struct tail_cut *cut)
 {
     struct stitched *s = x->s;
     size_t k = 0, off = 0;
-    while (k < s->n && off < x->used)
+    while (k < s->n && off < keep)
         off += s->frames[k++]->mem.bytes;
     if (k == s->n)
         return false;
@@ -296,25 +301,37 @@ static int fence_done(mb_client *c, void *fence) { return lclock_fence_query(&c-
 
 static void fence_drop(mb_client *c, void *fence) { lclock_fence_drop(c->be, fence); }
 
-/* The idle range to reuse for a range of `need_res` reserved bytes (of
- * which `limit` may be mapped) used up to `size` with `first` bytes mapped:
- * done, reserved enough, mapping no more than limit and twice first (a
- * surplus the range may grow into, not one held for nothing), the fewest
- * mapped bytes at or past size, else the most. Unlinked; g->lock held. */
+/* How well an idle range of `bytes` mapped serves a range used up to
+ * `size` that may map up to `limit`: 0 best. A range holding size within
+ * limit needs nothing; one mapped past limit needs its excess unmapped by
+ * the background thread; one short of size maps the rest on the caller's
+ * path. Smaller is better within each kind. */
+static unsigned idle_fit(size_t bytes, size_t size, size_t limit)
+{
+    return bytes >= size ? (bytes <= limit ? 0 : 1) : 2;
+}
+
+static bool idle_better(size_t b, size_t best, size_t size, size_t limit)
+{
+    unsigned kb = idle_fit(b, size, limit), kbest = idle_fit(best, size, limit);
+    if (kb != kbest)
+        return kb < kbest;
+    return kb == 2 ? b > best : b < best;   /* short: the most mapped; else the least */
+}
+
+/* The idle range to reuse for a range of `need_res` reserved bytes used
+ * up to `size`, mapping up to `limit`: done, reserved enough, the best by
+ * idle_better. Unlinked; g->lock held. */
 static struct stitched *idle_take(mb_client *c, struct growset *g, size_t need_res, size_t limit,
-                                  size_t size, size_t first)
+                                  size_t size)
 {
     struct gidle **best = NULL;
     for (struct gidle **pp = &g->idle; *pp; pp = &(*pp)->next) {
         struct stitched *s = (*pp)->s;
-        if (s->reserved < need_res || s->bytes > limit || s->bytes > 2 * first)
+        if (s->reserved < need_res)
             continue;
-        if (best) {
-            size_t b = (*best)->s->bytes;
-            bool better = s->bytes >= size ? b < size || s->bytes < b : b < size && s->bytes > b;
-            if (!better)
-                continue;
-        }
+        if (best && !idle_better(s->bytes, (*best)->s->bytes, size, limit))
+            continue;
         if (fence_done(c, (*pp)->fence) != 1)
             continue;
         best = pp;
@@ -406,7 +423,8 @@ int grow_alloc(mb_client *c, size_t size, size_t max, void **ptr)
     size_t first = size + target_for(size, 0, unit);
     /* A freed range that fits is reused, mapped as it is. */
     pthread_mutex_lock(&g->lock);
-    struct stitched *s = g->idle ? idle_take(c, g, need_res, x->limit, size, first) : NULL;
+    g->recent[g->n_recent++ % RECENT] = first;
+    struct stitched *s = g->idle ? idle_take(c, g, need_res, x->limit, size) : NULL;
     if (s) {
         g->ahead += s->bytes;   /* counted as used below */
         g->reuses++;
@@ -416,7 +434,7 @@ int grow_alloc(mb_client *c, size_t size, size_t max, void **ptr)
     if (!s) {
         /* Reserved to a power of two, so that the range fits many later
          * requests once freed. */
-        size_t reserved = pow2_at_least(need_res);
+        size_t reserved = pow2_at_least(need_res > RESERVE_MIN ? need_res : RESERVE_MIN);
         if (!(s = malloc(sizeof(*s) + reserved / unit * sizeof(s->frames[0])))) {
             free(x);
             return MB_ENOMEM;
@@ -457,7 +475,9 @@ int grow_alloc(mb_client *c, size_t size, size_t max, void **ptr)
             g->n++;
             g->used += size;
             g->waits += waited;
-            kick = target_of(c, x) / 2 > s->bytes - x->used && s->bytes < x->limit;
+            /* A tail to refill, a reused range's excess to give back, or
+             * spare ranges to make ready for the next allocations. */
+            kick = true;
             GROW_CHECK(c, x);
         } else {
             g->ahead -= s->bytes - size;
@@ -632,6 +652,95 @@ struct stitched *grow_find_held(mb_client *c, const void *ptr)
 
 /* ---- background ---- */
 
+static int cmp_size(const void *a, const void *b)
+{
+    size_t x = *(const size_t *)a, y = *(const size_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* The size of a spare range: three quarters of the latest allocations'
+ * first bytes fit in it (0 before any). g->lock held. */
+static size_t spare_size_held(const struct growset *g, size_t unit)
+{
+    unsigned n = g->n_recent < RECENT ? g->n_recent : RECENT;
+    if (!n)
+        return 0;
+    size_t v[RECENT];
+    memcpy(v, g->recent, n * sizeof(v[0]));
+    qsort(v, n, sizeof(v[0]), cmp_size);
+    return round_unit(v[n * 3 / 4 < n ? n * 3 / 4 : n - 1], unit);
+}
+
+/* Spare ranges: frames the process caches (no round trip) mapped ahead
+ * into ready idle ranges of a recent allocation's size, so that the next
+ * mb_malloc_growable finds its first bytes mapped. Only while the idle
+ * ranges hold less than idle_cap and the cache holds the bytes. */
+static void spares_work(mb_client *c, struct growset *g)
+{
+    size_t unit = c->frame_bytes;
+    for (int k = 0; k < SPARES_PER_PASS; k++) {
+        pthread_mutex_lock(&g->lock);
+        size_t want = spare_size_held(g, unit);
+        bool room = want && g->idle_bytes + want <= idle_cap(g) && g->n_idle < IDLE_MAX;
+        pthread_mutex_unlock(&g->lock);
+        if (!room)
+            return;
+        struct cframe *f[TAKE_CACHED_MAX];
+        size_t got = 0, n = 0;
+        fl_lock(c);
+        if (c->fc.bytes_cached >= want) {
+            n = fcache_take_within(c, want, f, TAKE_CACHED_MAX, &got);
+            if (got < want) {
+                size_t more = 0;
+                n += fcache_take_cover(c, want - got, want - got + unit, f + n, TAKE_CACHED_MAX - n,
+                                       &more);
+                got += more;
+            }
+        }
+        fl_unlock(c);
+        if (got < want) {
+            fl_put(c, f, n);
+            return;
+        }
+        size_t reserved = pow2_at_least(got > RESERVE_MIN ? got : RESERVE_MIN);
+        struct stitched *s = malloc(sizeof(*s) + reserved / unit * sizeof(s->frames[0]));
+        struct gidle *i = s ? calloc(1, sizeof(*i)) : NULL;
+        if (!i || c->be->ops->reserve(c->be, reserved, &s->va) != 0) {
+            free(i);
+            free(s);
+            fl_put(c, f, n);
+            return;
+        }
+        s->n = n;
+        s->cap = reserved / unit;
+        s->bytes = got;
+        s->holes = 0;
+        s->reserved = reserved;
+        s->imported = false;
+        s->mapped_async = false;
+        memcpy(s->frames, f, n * sizeof(f[0]));
+        if (stitch_map(c->be, s, 0, n, 0) != 0) {
+            c->be->ops->free_va(c->be, s->va, reserved);
+            free(s);
+            free(i);
+            fl_put(c, f, n);
+            return;
+        }
+        fl_lock(c);
+        c->fst.bytes_mapped += got;
+        fl_unlock(c);
+        i->s = s;
+        i->since_ms = mb_now_ms();
+        pthread_mutex_lock(&g->lock);
+        i->next = g->idle;
+        g->idle = i;
+        g->n_idle++;
+        g->idle_bytes += got;
+        pthread_mutex_unlock(&g->lock);
+    }
+}
+
+
 void grow_work(mb_client *c, struct growset *g, int64_t now, int idle_ms)
 {
     pthread_mutex_lock(&g->lock);
@@ -662,8 +771,9 @@ void grow_work(mb_client *c, struct growset *g, int64_t now, int idle_ms)
         else
             x->last_ms = now - idle_ms;   /* out of memory: leave it until it grows again */
     }
-    bool tails = g->ahead > 0 || g->idle;
+    bool tails = g->ahead > 0 || g->idle;   /* idle tails, excess, idle ranges */
     pthread_mutex_unlock(&g->lock);
+    spares_work(c, g);
     if (!tails)
         return;
     /* Tails and freed ranges idle for idle_ms go back: taken under g->lock,
@@ -676,8 +786,12 @@ void grow_work(mb_client *c, struct growset *g, int64_t now, int idle_ms)
     for (size_t i = 0; cuts && i < g->map.cap && ncut < g->n; i++) {
         struct ptrmap_slot *sl = &g->map.slots[i];
         struct growable *x = sl->key > 1 ? sl->val : NULL;
-        if (x && !x->busy && x->s->bytes > x->used && now - x->last_ms >= idle_ms)
-            ncut += tail_cut_held(g, x, &cuts[ncut]);
+        if (!x || x->busy)
+            continue;
+        if (x->s->bytes > x->used && now - x->last_ms >= idle_ms)
+            ncut += tail_cut_held(g, x, x->used, &cuts[ncut]);
+        else if (x->s->bytes - x->used > 2 * target_of(c, x))   /* a reused range's excess */
+            ncut += tail_cut_held(g, x, x->used + target_of(c, x), &cuts[ncut]);
     }
     pthread_mutex_unlock(&g->lock);
     idle_unmap(c, gone);
@@ -703,7 +817,7 @@ void grow_trim_held(mb_client *c, struct growset *g)
         struct tail_cut cut;
         if (!x || x->busy || x->s->bytes <= x->used)
             continue;
-        if (tail_cut_held(g, x, &cut))
+        if (tail_cut_held(g, x, x->used, &cut))
             tail_unmap(c, g, &cut, true);
         x->last_ms = 0;   /* not refilled until it grows again */
     }

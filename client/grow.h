@@ -11,9 +11,16 @@
  *            driver call. A new range's first bytes come the same way.
  *   idle     a freed range kept mapped (at most 1/64 of the bytes in use
  *            plus 128 MiB): mb_malloc_growable reuses one whose reservation
- *            holds its max once the work before the free completed.
- *            Reservations are powers of two so that ranges fit many sizes;
- *            mapping never goes past a range's own max.
+ *            holds its max once the work before the free completed: one
+ *            mapped to at least the size asked for, the least mapped first
+ *            (a surplus past the tail the range would keep is unmapped by
+ *            the background thread), else the most mapped (the rest is
+ *            mapped on the call). Reservations are powers of two of 1 GiB
+ *            at least, so that ranges fit many sizes.
+ *   spare    an idle range the background thread maps ahead from frames
+ *            the process caches (no round trip), sized so that three in
+ *            four of the latest allocations fit in it, while the idle
+ *            ranges hold less than their cap.
  *   wait     an mb_grow past the mapped tail, or an mb_malloc_growable
  *            that found no idle range with its first bytes mapped: it maps
  *            before returning (counted in mb_stats as grow_waits).

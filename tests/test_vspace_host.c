@@ -758,6 +758,9 @@ static void test_grow_tail(void **state)
     assert_int_equal(mb_usable_size(g_c, p), max);
     assert_int_equal(mb_free(g_c, p), 0);
 
+    /* A new range (the freed one unmapped first, so that it is not reused
+     * with frames straddling the size used). */
+    assert_int_equal(mb_trim(g_c, 0), 0);
     assert_int_equal(mb_malloc_growable(g_c, 32 * mib, max, &p), 0);
     st = stats_of(g_c);
     for (int i = 0; i < 200 && st.grow_mapped_ahead == 0; i++) {
@@ -820,9 +823,9 @@ static void test_grow_reuse(void **state)
     assert_int_equal(mb_grow(g_c, q, 24 * mib), 0);   /* up to its own max */
     assert_int_equal(mb_grow(g_c, q, 24 * mib + 1), MB_EINVAL);
     memset(q, 0x6B, 24 * mib);
-    /* A max past the range's reservation: a new range. */
+    /* A max past the range's reservation (1 GiB at least): a new range. */
     assert_int_equal(mb_free(g_c, q), 0);
-    assert_int_equal(mb_malloc_growable(g_c, 8 * mib, 64 * mib, &r), 0);
+    assert_int_equal(mb_malloc_growable(g_c, 8 * mib, 2048 * mib, &r), 0);
     assert_ptr_not_equal(r, q);
     memset(r, 0x7C, 8 * mib);
     assert_int_equal(mb_free(g_c, r), 0);
@@ -847,6 +850,68 @@ static mb_client *open_patient(const char *tenant, const char *cache)
     unsetenv("MOONBRIGHT_CACHE");
     assert_int_equal(rc, 0);
     return c;
+}
+
+/* Poll c's stats until ok(st) holds, 30 s at most on a loaded machine. */
+static mb_client_stats wait_stats(mb_client *c, bool (*ok)(const mb_client_stats *))
+{
+    mb_client_stats st = stats_of(c);
+    for (int i = 0; i < 3000 && !ok(&st); i++) {
+        struct timespec ts = { 0, 10 * 1000 * 1000 };
+        nanosleep(&ts, NULL);
+        st = stats_of(c);
+    }
+    return st;
+}
+
+static bool ahead_cut(const mb_client_stats *st)
+{
+    return st->grow_mapped_ahead <= (16u << 20) && st->bytes_mapped - st->bytes_idle <= (32u << 20);
+}
+static bool spare_ready(const mb_client_stats *st) { return st->bytes_idle >= (4u << 20); }
+
+/* A freed range mapped far past what a new allocation needs is still
+ * handed to it at once (no wait), and the background thread unmaps its
+ * excess; the frames cached that way become a spare range of a recent
+ * allocation's size, ready for the next allocation with no wait. */
+static void test_grow_excess_and_spares(void **state)
+{
+    (void)state;
+    const size_t mib = 1 << 20;
+    mb_client *c = open_patient("grow-spares", "1G");
+    void *a, *b, *d;
+    assert_int_equal(mb_malloc_growable(c, 2 * mib, 64 * mib, &a), 0);
+    for (size_t n = 4; n <= 48; n += 2)
+        assert_int_equal(mb_grow(c, a, n * mib), 0);
+    memset(a, 0x11, 48 * mib);
+    assert_int_equal(mb_free(c, a), 0);
+    mb_client_stats st0 = stats_of(c);
+    assert_true(st0.bytes_idle >= 48 * mib);
+    /* Reused as it is, 46 MiB past its use. */
+    assert_int_equal(mb_malloc_growable(c, 2 * mib, 64 * mib, &b), 0);
+    mb_client_stats st1 = stats_of(c);
+    assert_ptr_equal(b, a);
+    assert_int_equal(st1.grow_waits, st0.grow_waits);
+    assert_int_equal(st1.daemon_requests, st0.daemon_requests);
+    memset(b, 0x22, 2 * mib);
+    /* The excess goes back to the frame cache. */
+    mb_client_stats st2 = wait_stats(c, ahead_cut);
+    assert_true(ahead_cut(&st2));   /* 48 MiB mapped for 2 MiB used before */
+    assert_int_equal(st2.bytes_granted, st1.bytes_granted);   /* kept by the process */
+    /* ... and comes back mapped as a spare range. */
+    mb_client_stats st3 = wait_stats(c, spare_ready);
+    assert_true(spare_ready(&st3));
+    assert_int_equal(st3.daemon_requests, st0.daemon_requests);
+    assert_int_equal(mb_malloc_growable(c, 2 * mib, 8 * mib, &d), 0);
+    mb_client_stats st4 = stats_of(c);
+    assert_int_equal(st4.grow_waits, st3.grow_waits);
+    assert_int_equal(st4.daemon_requests, st3.daemon_requests);
+    memset(d, 0x33, 2 * mib);
+    assert_int_equal(((unsigned char *)b)[2 * mib - 1], 0x22);
+    assert_int_equal(((unsigned char *)d)[2 * mib - 1], 0x33);
+    assert_int_equal(mb_free(c, b), 0);
+    assert_int_equal(mb_free(c, d), 0);
+    mb_close(c);
 }
 
 /* Freed growable ranges past the idle cap are unmapped into the frame
@@ -946,6 +1011,7 @@ int main(void)
         cmocka_unit_test(test_map_during_refill),
         cmocka_unit_test(test_grow_tail),
         cmocka_unit_test(test_grow_reuse),
+        cmocka_unit_test(test_grow_excess_and_spares),
         cmocka_unit_test(test_grow_cache_drains),
         cmocka_unit_test(test_grow_uses_cached_frames),
         cmocka_unit_test(test_reclaim),
