@@ -14,10 +14,11 @@
 #include "refill.h"
 #include "wire.h"
 
-/* Tail target: used / 2^AHEAD_SHIFT (about 1.6 % of the range), at least one
- * unit and twice the last growth step; refilled by one target's worth when
- * it falls under half of it. */
+/* Tail target: used / 2^AHEAD_SHIFT (about 1.6 % of the range), at least
+ * TAIL_MIN and twice the last growth step, in whole units; refilled by one
+ * target's worth when it falls under half of it. */
 #define AHEAD_SHIFT 6
+#define TAIL_MIN ((size_t)8 << 20)   /* fewer, larger frames: fewer descriptors and grants */
 #define IDLE_MAX 256            /* idle ranges kept mapped at most */
 #define RESERVE_MIN ((size_t)1 << 30)   /* address space a range reserves at least */
 #define CACHE_STALE_MS 250
@@ -90,6 +91,8 @@ static size_t target_for(size_t used, size_t step, size_t unit)
     size_t t = used >> AHEAD_SHIFT;
     if (t < 2 * step)
         t = 2 * step;
+    if (t < TAIL_MIN)
+        t = TAIL_MIN;
     return round_unit(t ? t : 1, unit);
 }
 
@@ -460,7 +463,7 @@ int grow_alloc(mb_client *c, size_t size, size_t max, void **ptr)
     bool waited = s->bytes < size;   /* mapped on this call */
     if (waited) {
         x->busy = true;   /* no other thread knows x yet */
-        rc = map_tail(c, g, x, size - s->bytes, first - s->bytes);
+        rc = map_tail(c, g, x, size - s->bytes, size - s->bytes);
         x->busy = false;
     }
     bool kick = false;
@@ -810,6 +813,7 @@ void grow_work(mb_client *c, struct growset *g, int64_t now, int idle_ms)
 void grow_trim_held(mb_client *c, struct growset *g)
 {
     pthread_mutex_lock(&g->lock);
+    g->n_recent = 0;   /* no spare ranges until allocations come again */
     idle_release_held(c, g, 0, -1);
     for (size_t i = 0; i < g->map.cap; i++) {
         struct ptrmap_slot *sl = &g->map.slots[i];

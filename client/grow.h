@@ -4,8 +4,8 @@
  * Glossary
  *   used     the size the caller asked for (mb_malloc_growable, mb_grow).
  *   tail     mapped bytes past used: the client's background thread keeps
- *            it ahead of demand (about used/64, and at least twice the last
- *            growth step), up to the reservation: frames the process
+ *            it ahead of demand (about used/64, at least 8 MiB and twice
+ *            the last growth step), up to the range's max: frames the process
  *            caches, of any size, first (no round trip), else the frame
  *            plan's large frames; mb_grow inside it is bookkeeping, no
  *            driver call. A new range's first bytes come the same way.

@@ -502,6 +502,10 @@ static void test_reclaim(void **state)
     void *g;
     assert_int_equal(mb_malloc_growable(c, 64 << 20, 1 << 30, &g), 0);
     mb_client_stats st = stats_of(c);
+    for (int i = 0; i < 200 && st.grow_mapped_ahead == 0; i++) {   /* the tail, mapped ahead */
+        mbt_sleep_ms(25);
+        st = stats_of(c);
+    }
     assert_true(st.vspace_pool_bytes >= (size_t)3000 * (64 << 10));
     assert_true(st.grow_mapped_ahead > 0);
     const char *args[] = { "reclaim", "vspace-reclaim", NULL };
