@@ -40,9 +40,7 @@
 #include "client.h"
 #include "log.h"
 
-#ifndef TC_CAP
 #define TC_CAP 32            /* entries per bin */
-#endif
 #define TC_BIN_BYTES ((size_t)16 << 20)  /* ... and at most this many bytes */
 #define TC_REFILL 8          /* objects taken from the slab per refill */
 #define TC_SLOTS 4           /* clients a thread caches for at once */
