@@ -52,10 +52,11 @@ struct frame_cache {
     int64_t last_use_ms;         /* when a frame last entered or left the cache */
 };
 
-/* Invariants: bytes == the sum of frames[0..n)'s bytes <= reserved; frames
- * are in non-increasing size, so each lies at a multiple of its own size;
- * a range with room to grow (cap > n) holds order-0 frames only and
- * reserved == cap * frame_bytes; holes == the bytes of the hole
+/* Invariants: bytes == the sum of frames[0..n)'s bytes <= reserved; each
+ * frame lies right after the one before, at a multiple of the unit (a
+ * range the frame plan made has them in non-increasing size, so each lies
+ * at a multiple of its own size; a growable range maps frames of any size
+ * in the order it takes them, grow.c); holes == the bytes of the hole
  * placeholders among frames[] (a heap arena's punched frames). */
 struct stitched {
     void *va;

@@ -21,9 +21,9 @@
 #define TAIL_MIN ((size_t)8 << 20)   /* fewer, larger frames: fewer descriptors and grants */
 #define IDLE_MAX 256            /* idle ranges kept mapped at most */
 #define RESERVE_MIN ((size_t)1 << 30)   /* address space a range reserves at least */
-#define CACHE_STALE_MS 250
+#define CACHE_STALE_MS 250      /* cached frames past the cache's size go back after this */
 #define RECENT 32               /* allocation sizes a spare range is sized from */
-#define SPARES_PER_PASS 4      /* cached frames past the cache's size go back after this */
+#define SPARES_PER_PASS 4       /* spare ranges one background pass maps at most */
 
 /* A freed range, still mapped: reused once its fence completed (an event
  * recorded on the freeing stream, or a legacy-clock token). */
@@ -742,7 +742,6 @@ static void spares_work(mb_client *c, struct growset *g)
         pthread_mutex_unlock(&g->lock);
     }
 }
-
 
 void grow_work(mb_client *c, struct growset *g, int64_t now, int idle_ms)
 {
