@@ -56,7 +56,8 @@ struct frame_cache {
  * frame lies right after the one before, at a multiple of the unit (a
  * range the frame plan made has them in non-increasing size, so each lies
  * at a multiple of its own size; a growable range maps frames of any size
- * in the order it takes them, grow.c); holes == the bytes of the hole
+ * in the order it takes them, grow.c); a range with room to grow (cap > n)
+ * has reserved == cap * frame_bytes; holes == the bytes of the hole
  * placeholders among frames[] (a heap arena's punched frames). */
 struct stitched {
     void *va;
