@@ -93,11 +93,13 @@ struct free_list {
  * shared with the workers (under lock). */
 #define RESERVE_THREADS 2
 /* Where a grant's time went: frames created on its path (create_ns, of it
- * wait_ns waiting for the reserve's workers; released: free frames ended to
+ * wait_ns waiting for the reserve's workers and step_ns in the driver's
+ * create, export and the daemon's own map; released: free frames ended to
  * make room), frames scrubbed for a new tenant. */
 struct grant_path {
     uint32_t created, released, scrubbed;
     uint64_t create_ns, wait_ns, scrub_ns;
+    uint64_t step_ns[3];
 };
 #ifndef MB_SPARES_MAX
 #define MB_SPARES_MAX 4

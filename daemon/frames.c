@@ -256,12 +256,23 @@ static uint32_t pop_free(struct frame_pool *p, struct free_list *l, unsigned ord
     return unlink_free(p, l, order, &l->head[order]);
 }
 
-static int make_mem(struct frame_pool *p, unsigned order, struct mb_mem *m)
+/* Create, export and map one frame; ns (may be NULL) adds each step's
+ * time: create, export, the daemon's own map. */
+static int make_mem(struct frame_pool *p, unsigned order, struct mb_mem *m, uint64_t ns[3])
 {
     *m = (struct mb_mem)MB_MEM_INIT;
+    uint64_t t[4];
+    t[0] = ns ? mb_now_ns() : 0;
     int rc = p->be->ops->create(p->be, obytes(p, order), m);
-    if (rc == 0 && (rc = p->be->ops->export_fd(p->be, m)) == 0 && p->be->ops->map_own)
+    t[1] = ns ? mb_now_ns() : 0;
+    if (rc == 0)
+        rc = p->be->ops->export_fd(p->be, m);
+    t[2] = ns ? mb_now_ns() : 0;
+    if (rc == 0 && p->be->ops->map_own)
         rc = p->be->ops->map_own(p->be, m);   /* the daemon maps each frame once */
+    t[3] = ns ? mb_now_ns() : 0;
+    for (int i = 0; ns && i < 3; i++)
+        ns[i] += t[i + 1] - t[i];
     if (rc != 0 && m->bytes)
         p->be->ops->release(p->be, m);
     return rc;
@@ -497,7 +508,7 @@ static int create_frame(struct frame_pool *p, unsigned order, const uint32_t *ne
     pthread_mutex_lock(&p->lock);
     p->path_creating++;
     pthread_mutex_unlock(&p->lock);
-    rc = make_mem(p, order, &m);
+    rc = make_mem(p, order, &m, p->last.step_ns);
     pthread_mutex_lock(&p->lock);
     p->path_creating--;
     pthread_cond_broadcast(&p->wake);   /* the workers may go on */
@@ -566,7 +577,7 @@ static void *reserve_worker(void *arg)
         p->creating_order[order]++;
         pthread_mutex_unlock(&p->lock);
         struct mb_mem m;
-        int rc = make_mem(p, (unsigned)order, &m);
+        int rc = make_mem(p, (unsigned)order, &m, NULL);
         pthread_mutex_lock(&p->lock);
         p->creating--;
         p->creating_order[order]--;

@@ -211,12 +211,13 @@ void grant_now(struct daemon *d, struct session *s, uint64_t bytes, unsigned max
         const struct grant_path *l = &d->pool.last;
         char b[32];
         mb_log(MB_LOG_INFO, "grant of %s in %u frames to session %llu took %.2f ms (%.2f ms since it "
-                            "arrived): %u created on the path (%.2f ms, %.2f ms of it waiting for the "
-                            "reserve's workers, %u free frames released for room), %u scrubbed "
-                            "(%.2f ms), descriptors passed in %.2f ms",
+                            "arrived): %u created on the path (%.2f ms: create %.2f, export %.2f, "
+                            "own map %.2f; %.2f ms waiting for the reserve's workers, %u free frames "
+                            "released for room), %u scrubbed (%.2f ms), descriptors passed in %.2f ms",
                mb_format_size(covered, b, sizeof(b)), n, (unsigned long long)s->id, (t2 - t0) / 1e6,
                t0_ns && t2 > t0_ns ? (t2 - t0_ns) / 1e6 : 0.0,
-               l->created, l->create_ns / 1e6, l->wait_ns / 1e6, l->released, l->scrubbed,
+               l->created, l->create_ns / 1e6, l->step_ns[0] / 1e6, l->step_ns[1] / 1e6,
+               l->step_ns[2] / 1e6, l->wait_ns / 1e6, l->released, l->scrubbed,
                l->scrub_ns / 1e6, (t2 - t1) / 1e6);
     }
     if (err != 0) {
