@@ -131,19 +131,31 @@ static int fl_grant(mb_client *c, size_t need, size_t want, size_t room, struct 
  * other at unit boundaries, whatever their sizes), with no round trip when
  * they hold need; the daemon's (fl_grant) for the rest. */
 #define TAKE_CACHED_MAX 64
-static int fl_take(mb_client *c, size_t need, size_t want, size_t room, struct stitched **out)
+
+/* The cached part of fl_take: up to TAKE_CACHED_MAX frames into cached[],
+ * *got their bytes (under need when the cache holds too little). fl_lock
+ * held. */
+static size_t fl_take_cached(mb_client *c, size_t need, size_t want, size_t room,
+                             struct cframe **cached, size_t *got)
 {
-    struct cframe *cached[TAKE_CACHED_MAX];
-    size_t got = 0;
-    fl_lock(c);
-    size_t k = fcache_take_within(c, want < room ? want : room, cached, TAKE_CACHED_MAX, &got);
-    if (got < need) {
+    *got = 0;
+    size_t k = fcache_take_within(c, want < room ? want : room, cached, TAKE_CACHED_MAX, got);
+    if (*got < need) {
         /* Cached frames larger than wanted still beat a grant: the process
          * holds them already. */
         size_t more = 0;
-        k += fcache_take_cover(c, need - got, room - got, cached + k, TAKE_CACHED_MAX - k, &more);
-        got += more;
+        k += fcache_take_cover(c, need - *got, room - *got, cached + k, TAKE_CACHED_MAX - k, &more);
+        *got += more;
     }
+    return k;
+}
+
+static int fl_take(mb_client *c, size_t need, size_t want, size_t room, struct stitched **out)
+{
+    struct cframe *cached[TAKE_CACHED_MAX];
+    size_t got;
+    fl_lock(c);
+    size_t k = fl_take_cached(c, need, want, room, cached, &got);
     struct stitched *t = NULL;
     int rc = 0;
     if (got < need)
@@ -351,6 +363,18 @@ static struct stitched *idle_take(mb_client *c, struct growset *g, size_t need_r
     return s;
 }
 
+/* s, mapped and free, becomes an idle range (i's fence set or NULL).
+ * g->lock held. */
+static void idle_push_held(struct growset *g, struct gidle *i, struct stitched *s)
+{
+    i->s = s;
+    i->since_ms = mb_now_ms();
+    i->next = g->idle;
+    g->idle = i;
+    g->n_idle++;
+    g->idle_bytes += s->bytes;
+}
+
 /* Freed ranges kept mapped: at most this many bytes (1/64 of the bytes in
  * use, and 128 MiB besides), the rest unmapped by the background thread. */
 static size_t idle_cap(const struct growset *g) { return (g->used >> AHEAD_SHIFT) + ((size_t)128 << 20); }
@@ -403,6 +427,39 @@ static size_t pow2_at_least(size_t x)
     return p < x ? x : p;
 }
 
+/* A new range with nothing mapped, its address space reserved for `bytes`
+ * to a power of two of RESERVE_MIN at least, so that it fits many later
+ * requests once freed. */
+static int range_new(mb_client *c, size_t bytes, struct stitched **out)
+{
+    size_t unit = c->frame_bytes;
+    size_t reserved = pow2_at_least(bytes > RESERVE_MIN ? bytes : RESERVE_MIN);
+    struct stitched *s = malloc(sizeof(*s) + reserved / unit * sizeof(s->frames[0]));
+    if (!s)
+        return MB_ENOMEM;
+    s->n = 0;
+    s->cap = reserved / unit;
+    s->bytes = 0;
+    s->reserved = reserved;
+    s->imported = false;
+    s->mapped_async = false;
+    s->holes = 0;
+    int rc = c->be->ops->reserve(c->be, reserved, &s->va);
+    if (rc) {
+        free(s);
+        return rc;
+    }
+    *out = s;
+    return 0;
+}
+
+/* A range range_new made, nothing mapped in it: its address space goes. */
+static void range_drop(mb_client *c, struct stitched *s)
+{
+    c->be->ops->free_va(c->be, s->va, s->reserved);
+    free(s);
+}
+
 int grow_alloc(mb_client *c, size_t size, size_t max, void **ptr)
 {
     size_t unit = c->frame_bytes;
@@ -434,26 +491,9 @@ int grow_alloc(mb_client *c, size_t size, size_t max, void **ptr)
     }
     pthread_mutex_unlock(&g->lock);
     bool reused = s != NULL;
-    if (!s) {
-        /* Reserved to a power of two, so that the range fits many later
-         * requests once freed. */
-        size_t reserved = pow2_at_least(need_res > RESERVE_MIN ? need_res : RESERVE_MIN);
-        if (!(s = malloc(sizeof(*s) + reserved / unit * sizeof(s->frames[0])))) {
-            free(x);
-            return MB_ENOMEM;
-        }
-        s->n = 0;
-        s->cap = reserved / unit;
-        s->bytes = 0;
-        s->reserved = reserved;
-        s->imported = false;
-        s->mapped_async = false;
-        s->holes = 0;
-        if ((rc = c->be->ops->reserve(c->be, reserved, &s->va)) != 0) {
-            free(s);
-            free(x);
-            return rc;
-        }
+    if (!s && (rc = range_new(c, need_res, &s)) != 0) {
+        free(x);
+        return rc;
     }
     x->s = s;
     if (first < s->bytes)
@@ -496,8 +536,7 @@ int grow_alloc(mb_client *c, size_t size, size_t max, void **ptr)
         if (s->bytes) {
             stitch_free(c, s, NULL);
         } else {
-            c->be->ops->free_va(c->be, s->va, s->reserved);
-            free(s);
+            range_drop(c, s);
         }
         fl_unlock(c);
         free(x);
@@ -597,12 +636,7 @@ int grow_free(mb_client *c, void *ptr, void *stream)
         rc = lclock_fence(&c->lclk, c->be, stream, &i->fence);
         pthread_mutex_lock(&g->lock);
         if (rc == 0 && g->n_idle < IDLE_MAX) {
-            i->s = s;
-            i->since_ms = mb_now_ms();
-            i->next = g->idle;
-            g->idle = i;
-            g->n_idle++;
-            g->idle_bytes += s->bytes;
+            idle_push_held(g, i, s);
             s = NULL;
         }
         pthread_mutex_unlock(&g->lock);
@@ -691,40 +725,21 @@ static void spares_work(mb_client *c, struct growset *g)
         struct cframe *f[TAKE_CACHED_MAX];
         size_t got = 0, n = 0;
         fl_lock(c);
-        if (c->fc.bytes_cached >= want) {
-            n = fcache_take_within(c, want, f, TAKE_CACHED_MAX, &got);
-            if (got < want) {
-                size_t more = 0;
-                n += fcache_take_cover(c, want - got, want - got + unit, f + n, TAKE_CACHED_MAX - n,
-                                       &more);
-                got += more;
-            }
-        }
+        if (c->fc.bytes_cached >= want)
+            n = fl_take_cached(c, want, want, want + unit, f, &got);
         fl_unlock(c);
-        if (got < want) {
-            fl_put(c, f, n);
-            return;
-        }
-        size_t reserved = pow2_at_least(got > RESERVE_MIN ? got : RESERVE_MIN);
-        struct stitched *s = malloc(sizeof(*s) + reserved / unit * sizeof(s->frames[0]));
-        struct gidle *i = s ? calloc(1, sizeof(*i)) : NULL;
-        if (!i || c->be->ops->reserve(c->be, reserved, &s->va) != 0) {
+        struct stitched *s = NULL;
+        struct gidle *i = got >= want ? calloc(1, sizeof(*i)) : NULL;
+        if (!i || range_new(c, got, &s) != 0) {
             free(i);
-            free(s);
             fl_put(c, f, n);
             return;
         }
-        s->n = n;
-        s->cap = reserved / unit;
-        s->bytes = got;
-        s->holes = 0;
-        s->reserved = reserved;
-        s->imported = false;
-        s->mapped_async = false;
         memcpy(s->frames, f, n * sizeof(f[0]));
+        s->n = n;
+        s->bytes = got;
         if (stitch_map(c->be, s, 0, n, 0) != 0) {
-            c->be->ops->free_va(c->be, s->va, reserved);
-            free(s);
+            range_drop(c, s);
             free(i);
             fl_put(c, f, n);
             return;
@@ -732,13 +747,8 @@ static void spares_work(mb_client *c, struct growset *g)
         fl_lock(c);
         c->fst.bytes_mapped += got;
         fl_unlock(c);
-        i->s = s;
-        i->since_ms = mb_now_ms();
         pthread_mutex_lock(&g->lock);
-        i->next = g->idle;
-        g->idle = i;
-        g->n_idle++;
-        g->idle_bytes += got;
+        idle_push_held(g, i, s);
         pthread_mutex_unlock(&g->lock);
     }
 }

@@ -262,15 +262,15 @@ static int make_mem(struct frame_pool *p, unsigned order, struct mb_mem *m, uint
 {
     *m = (struct mb_mem)MB_MEM_INIT;
     uint64_t t[4];
-    t[0] = ns ? mb_now_ns() : 0;
+    t[0] = mb_now_ns();
     int rc = p->be->ops->create(p->be, obytes(p, order), m);
-    t[1] = ns ? mb_now_ns() : 0;
+    t[1] = mb_now_ns();
     if (rc == 0)
         rc = p->be->ops->export_fd(p->be, m);
-    t[2] = ns ? mb_now_ns() : 0;
+    t[2] = mb_now_ns();
     if (rc == 0 && p->be->ops->map_own)
         rc = p->be->ops->map_own(p->be, m);   /* the daemon maps each frame once */
-    t[3] = ns ? mb_now_ns() : 0;
+    t[3] = mb_now_ns();
     for (int i = 0; ns && i < 3; i++)
         ns[i] += t[i + 1] - t[i];
     if (rc != 0 && m->bytes)
