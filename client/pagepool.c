@@ -17,12 +17,16 @@
 #include "wire.h"
 
 /* Extents are the frame plan's frames of order 5..9: 64 MiB .. 1 GiB at the
- * default 2 MiB unit (no more than 1/LOW_SHARE of the pool's used bytes
- * above 64 MiB), one descriptor each; a request larger than that maps its
- * own plan. */
+ * default 2 MiB unit (no more than the free-page cap above 64 MiB), one
+ * descriptor each; a request larger than that maps its own plan. */
 #define EXTENT_MIN_ORDER 5
-/* The watermark is at most the pages in use / LOW_SHARE (about 1.6 %). */
+/* The free-page cap: the watermark and the extents are at most the pages in
+ * use / LOW_SHARE (about 1.6 %), or LOW_FLOOR_BYTES of pages while the pool
+ * is small (so the first minutes of a growing load, whose single requests
+ * may take hundreds of pages, do not wait on the driver; at a peak of more
+ * than 32 GiB of pages the share decides). */
 #define LOW_SHARE 64
+#define LOW_FLOOR_BYTES ((size_t)512 << 20)
 
 #ifdef MB_DEBUG
 #define PP_CHECK(p) do { if (!pagepool_is_valid(p)) abort(); } while (0)
@@ -268,13 +272,20 @@ static void reclaim(struct pagepool *p, bool wait, int64_t now)
     }
 }
 
+/* The free-page cap for a pool with used pages in use (see LOW_SHARE). */
+static size_t cap_of(size_t used, size_t page_bytes)
+{
+    size_t share = used / LOW_SHARE, floor = LOW_FLOOR_BYTES / page_bytes;
+    return share > floor ? share : floor;
+}
+
 /* Demand: pages taken per 100 ms window over the last second; the
- * watermark is twice the busiest window, but never more than 1/LOW_SHARE
- * of the pages in use (free pages are memory held for nobody: a burst that
- * outruns the thread waits rather than doubling the pool). Pool lock held. */
+ * watermark is twice the busiest window, but never more than the cap
+ * (free pages are memory held for nobody: a burst that outruns the thread
+ * waits rather than doubling the pool). Pool lock held. */
 static size_t low_of(const struct pagepool *p, size_t peak)
 {
-    size_t cap = p->n_used / LOW_SHARE;
+    size_t cap = cap_of(p->n_used, p->page_bytes);
     return 2 * peak < cap ? 2 * peak : cap;
 }
 
@@ -300,9 +311,9 @@ static void note_demand(struct pagepool *p, size_t n, int64_t now)
 
 /* Map an extent holding at least need pages (and, room allowing, the
  * watermark's worth); no lock held. Sizes: order 5..9 frames of the unit,
- * the smallest that covers need + low but none above 1/LOW_SHARE of the
- * pages in use (so a pool's free pages stay a few percent of its used
- * ones); exactly need when that fails for memory or quota. */
+ * the smallest that covers need + low but none above the free-page cap (so
+ * a pool's free pages stay a few percent of its used ones); exactly need
+ * when that fails for memory or quota. */
 static int map_extent(struct pagepool *p, size_t need, size_t low, size_t used, struct stitched **out)
 {
     mb_client *c = p->c;
@@ -310,7 +321,7 @@ static int map_extent(struct pagepool *p, size_t need, size_t low, size_t used, 
     size_t exact = (need * pb + unit - 1) / unit * unit;
     size_t want = (need + low) * pb;
     size_t lo = unit << EXTENT_MIN_ORDER, hi = unit << MB_MAX_ORDER;
-    while (hi > lo && hi > used / LOW_SHARE * pb)
+    while (hi > lo && hi > cap_of(used, pb) * pb)
         hi >>= 1;
     size_t bytes = lo;
     while (bytes < want && bytes < hi)
@@ -495,8 +506,9 @@ bool pagepool_needs_refill(struct pagepool *p)
     return due;
 }
 
-void pagepool_work(struct pagepool *p, int64_t now, int idle_ms, unsigned delay_us)
+bool pagepool_work(struct pagepool *p, int64_t now, int idle_ms, unsigned delay_us)
 {
+    bool again = false;
     pthread_mutex_lock(&p->lock);
     note_demand(p, 0, now);
     if (p->pending)
@@ -508,6 +520,8 @@ void pagepool_work(struct pagepool *p, int64_t now, int idle_ms, unsigned delay_
         size_t need = p->low + p->low / 2 - p->n_free;
         if (grow_locked(p, need, delay_us) != 0)
             p->retry_ms = now + 1000;
+        else
+            again = p->n_free < p->low;
     }
     /* A trim while the refill mapped: what it mapped goes back as well. */
     bool trimmed = p->trims != trims;
@@ -519,6 +533,7 @@ void pagepool_work(struct pagepool *p, int64_t now, int idle_ms, unsigned delay_
     pthread_mutex_unlock(&p->lock);
     fl_unmap(p->c, gone, n_gone);
     free(gone);
+    return again;
 }
 
 void pagepool_trim_held(struct pagepool *p)

@@ -99,9 +99,10 @@ int pagepool_retire(struct pagepool *p, const uint64_t *pages, size_t n, void *c
 bool pagepool_owns(struct pagepool *p, uint64_t page);
 
 /* For refill.c. The background step of one pool at now_ms: pending pages
- * back, refill up to the watermark, idle extents returned; delay_us: the
- * refill test hook (refill.h). */
-void pagepool_work(struct pagepool *p, int64_t now_ms, int idle_ms, unsigned delay_us);
+ * back, refill by one extent towards the watermark, idle extents returned;
+ * delay_us: the refill test hook (refill.h). Returns true when the extent
+ * was mapped and the pool is still under its watermark (run again now). */
+bool pagepool_work(struct pagepool *p, int64_t now_ms, int idle_ms, unsigned delay_us);
 /* Whether a take left the pool under its watermark (the thread should run). */
 bool pagepool_needs_refill(struct pagepool *p);
 /* Return every extent whose pages are all free (c->lock held). */

@@ -35,12 +35,15 @@ static void *refill_main(void *arg)
         pthread_mutex_unlock(&r->lock);
         /* Pools live until refill_close, which stops this thread first. */
         int64_t now = mb_now_ms();
+        bool again = false;   /* a pool still short after its extent: no sleep before the next pass */
         for (int k = 0; k < REFILL_PAGE_SIZES; k++)
-            if (pools[k])
-                pagepool_work(pools[k], now, r->idle_ms, r->test_delay_us);
+            if (pools[k] && pagepool_work(pools[k], now, r->idle_ms, r->test_delay_us))
+                again = true;
         grow_work(r->c, r->grow, now, r->idle_ms);
         vsnodes_work(r->nodes);
         pthread_mutex_lock(&r->lock);
+        if (again)
+            __atomic_store_n(&r->kicked, true, __ATOMIC_RELAXED);
     }
     pthread_mutex_unlock(&r->lock);
     return NULL;
