@@ -337,6 +337,8 @@ struct strat_result {
     mb_client_stats at_peak;    /* MoonBright: the client's figures when reserved peaked */
     mb_client_stats delta;      /* MoonBright: the heap's counters over the run */
     struct bench_summary alloc, free;
+    uint64_t first_alloc_ns;     /* the strategy's first allocation (cold caches) */
+    uint64_t alloc_max_rest_ns;  /* the slowest of all the others */
     double alloc_total_s, free_total_s, wall_s;
     struct series s;
 };
@@ -665,6 +667,10 @@ static int run_strategy(struct replay_ctx *x, const struct replay_cfg *cfg, stru
         sf += vf.v[i];
     r->alloc_total_s = sa / 1e9;
     r->free_total_s = sf / 1e9;
+    r->first_alloc_ns = va.n ? va.v[0] : 0;   /* (call order, before the sort) */
+    for (size_t i = 1; i < va.n; i++)
+        if (va.v[i] > r->alloc_max_rest_ns)
+            r->alloc_max_rest_ns = va.v[i];
     bench_summarize(va.v, va.n, &r->alloc);
     bench_summarize(vf.v, vf.n, &r->free);
     bench_vec_free(&va);
@@ -856,6 +862,8 @@ static void print_json(const char *trace, const char *format, size_t nreq, doubl
         if (r->kind == S_VSPACE)
             jw_u64(&w, "vspace_page_bytes", g_vpage);
         jw_summary(&w, "alloc_ns", &r->alloc);
+        jw_u64(&w, "first_alloc_ns", r->first_alloc_ns);
+        jw_u64(&w, "alloc_max_after_first_ns", r->alloc_max_rest_ns);
         jw_summary(&w, "free_ns", &r->free);
         jw_dbl(&w, "alloc_total_s", r->alloc_total_s);
         jw_dbl(&w, "free_total_s", r->free_total_s);
