@@ -160,6 +160,7 @@ struct mb_client {
     bool broken;                 /* the daemon went away; calls that need it fail */
     bool draining;               /* the daemon said it is draining */
     bool lost;                   /* the daemon went away (its channel closed) */
+    bool grow_spares;            /* growable ranges get spare ranges (grow.c) */
     bool large_frames;           /* plain allocations ask for large frames
                                   * (MOONBRIGHT_LARGE_FRAMES=0 turns it off) */
     bool async_map;              /* $MOONBRIGHT_ASYNC_MAP: heap misses on a stream map behind a gate */

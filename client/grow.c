@@ -21,7 +21,8 @@
 #define TAIL_MIN ((size_t)8 << 20)   /* fewer, larger frames: fewer descriptors and grants */
 #define IDLE_MAX 256            /* idle ranges kept mapped at most */
 #define RESERVE_MIN ((size_t)1 << 30)   /* address space a range reserves at least */
-#define CACHE_STALE_MS 250      /* cached frames past the cache's size go back after this */
+#define CACHE_STALE_MS 50       /* cached frames past the cache's size go back after this
+                                 * (spare ranges are made from the daemon's frames too) */
 #define RECENT 32               /* allocation sizes a spare range is sized from */
 #define SPARES_PER_PASS 4       /* spare ranges one background pass maps at most */
 
@@ -708,40 +709,40 @@ static size_t spare_size_held(const struct growset *g, size_t unit)
     return round_unit(v[n * 3 / 4 < n ? n * 3 / 4 : n - 1], unit);
 }
 
-/* Spare ranges: frames the process caches (no round trip) mapped ahead
- * into ready idle ranges of a recent allocation's size, so that the next
- * mb_malloc_growable finds its first bytes mapped. Only while the idle
- * ranges hold less than idle_cap and the cache holds the bytes. */
+/* Spare ranges: frames mapped ahead into ready idle ranges of a recent
+ * allocation's size, so that the next mb_malloc_growable finds its first
+ * bytes mapped: the frames the process caches first, the daemon's frame
+ * plan for the rest (large frames: few descriptors, few maps). Only while
+ * the idle ranges hold less than idle_cap. */
 static void spares_work(mb_client *c, struct growset *g)
 {
     size_t unit = c->frame_bytes;
-    for (int k = 0; k < SPARES_PER_PASS; k++) {
+    for (int k = 0; c->grow_spares && k < SPARES_PER_PASS; k++) {
         pthread_mutex_lock(&g->lock);
         size_t want = spare_size_held(g, unit);
         bool room = want && g->idle_bytes + want <= idle_cap(g) && g->n_idle < IDLE_MAX;
         pthread_mutex_unlock(&g->lock);
         if (!room)
             return;
-        struct cframe *f[TAKE_CACHED_MAX];
-        size_t got = 0, n = 0;
-        fl_lock(c);
-        if (c->fc.bytes_cached >= want)
-            n = fl_take_cached(c, want, want, want + unit, f, &got);
-        fl_unlock(c);
-        struct stitched *s = NULL;
-        struct gidle *i = got >= want ? calloc(1, sizeof(*i)) : NULL;
+        struct stitched *t = NULL, *s = NULL;
+        if (fl_take(c, want, want, want + unit, &t) != 0)
+            return;   /* no memory or quota for it now: none made */
+        size_t got = t->bytes, n = t->n;
+        struct gidle *i = calloc(1, sizeof(*i));
         if (!i || range_new(c, got, &s) != 0) {
             free(i);
-            fl_put(c, f, n);
+            fl_put(c, t->frames, n);
+            free(t);
             return;
         }
-        memcpy(s->frames, f, n * sizeof(f[0]));
+        memcpy(s->frames, t->frames, n * sizeof(t->frames[0]));
         s->n = n;
         s->bytes = got;
+        free(t);
         if (stitch_map(c->be, s, 0, n, 0) != 0) {
+            fl_put(c, s->frames, n);
             range_drop(c, s);
             free(i);
-            fl_put(c, f, n);
             return;
         }
         fl_lock(c);
