@@ -848,6 +848,8 @@ static void print_json(const char *trace, const char *format, size_t nreq, doubl
             jw_u64(&w, "idle", k->bytes_idle);
             jw_u64(&w, "grow_ahead", k->grow_mapped_ahead);
             jw_u64(&w, "vspace_free", k->vspace_free_bytes);
+            jw_u64(&w, "heap_live", k->pool_live);
+            jw_u64(&w, "heap_mapped", k->pool_mapped);
             jw_end(&w, '}');
             /* The heap's counters over the run (mb_stats). */
             k = &r->delta;
