@@ -34,6 +34,7 @@ static void *refill_main(void *arg)
         r->passes++;
         pthread_mutex_unlock(&r->lock);
         /* Pools live until refill_close, which stops this thread first. */
+        uint64_t t0 = mb_now_ns();
         int64_t now = mb_now_ms();
         bool again = false;   /* a pool still short after its extent: no sleep before the next pass */
         for (int k = 0; k < REFILL_PAGE_SIZES; k++)
@@ -41,6 +42,7 @@ static void *refill_main(void *arg)
                 again = true;
         grow_work(r->c, r->grow, now, r->idle_ms);
         vsnodes_work(r->nodes);
+        __atomic_fetch_add(&r->busy_ns, mb_now_ns() - t0, __ATOMIC_RELAXED);
         pthread_mutex_lock(&r->lock);
         if (again)
             __atomic_store_n(&r->kicked, true, __ATOMIC_RELAXED);
@@ -170,6 +172,7 @@ void refill_stats(mb_client *c, mb_client_stats *st)
             pagepool_stats(pools[k], st);
     grow_stats(r->grow, st);
     st->vspace_refill_waits += vsnodes_waits(r->nodes);
+    st->background_busy_us += __atomic_load_n(&r->busy_ns, __ATOMIC_RELAXED) / 1000;
 }
 
 bool refill_running(mb_client *c)

@@ -45,6 +45,7 @@ struct refill {
     int idle_ms;
     unsigned test_delay_us;      /* $MOONBRIGHT_TEST_REFILL_DELAY_US */
     uint64_t passes;             /* background steps run (tests) */
+    uint64_t busy_ns;            /* time spent in them (atomic; mb_stats) */
     struct pagepool *pools[REFILL_PAGE_SIZES];   /* by log2(page_bytes) - 16 */
     struct growset *grow;                        /* growable ranges (grow.c) */
     struct vsnodes *nodes;                       /* vspace table nodes (vsnodes.h) */

@@ -337,6 +337,8 @@ struct strat_result {
     mb_client_stats at_peak;    /* MoonBright: the client's figures when reserved peaked */
     mb_client_stats delta;      /* MoonBright: the heap's counters over the run */
     struct bench_summary alloc, free;
+    double background_busy_s;   /* the client's background thread at work (mb_stats) */
+    double daemon_wait_s, import_s;   /* waiting for the daemon's replies, importing (all threads) */
     uint64_t first_alloc_ns;     /* the strategy's first allocation (cold caches) */
     uint64_t alloc_max_rest_ns;  /* the slowest of all the others */
     double alloc_total_s, free_total_s, wall_s;
@@ -653,6 +655,9 @@ static int run_strategy(struct replay_ctx *x, const struct replay_cfg *cfg, stru
         r->delta.stitches = st1.stitches - st0.stitches;
         r->delta.heap_punches = st1.heap_punches - st0.heap_punches;
         r->delta.unmaps = st1.unmaps - st0.unmaps;
+        r->background_busy_s = (st1.background_busy_us - st0.background_busy_us) / 1e6;
+        r->daemon_wait_s = (st1.daemon_wait_us - st0.daemon_wait_us) / 1e6;
+        r->import_s = (st1.import_us - st0.import_us) / 1e6;
         if (x->kind == S_GROW)
             r->driver_waits = st1.grow_waits - st0.grow_waits;
         else if (x->kind == S_VSPACE)
@@ -870,6 +875,11 @@ static void print_json(const char *trace, const char *format, size_t nreq, doubl
         jw_dbl(&w, "alloc_total_s", r->alloc_total_s);
         jw_dbl(&w, "free_total_s", r->free_total_s);
         jw_dbl(&w, "total_s", r->wall_s);
+        if (mb) {
+            jw_dbl(&w, "background_busy_s", r->background_busy_s);
+            jw_dbl(&w, "daemon_wait_s", r->daemon_wait_s);
+            jw_dbl(&w, "import_s", r->import_s);
+        }
         jw_obj(&w, "series");
         jw_arr(&w, "step");
         for (size_t k = 0; k < r->s.n; k++)

@@ -121,6 +121,8 @@ typedef struct mb_client_stats {
     uint64_t grow_waits;             /* mb_malloc_growable calls that found no freed
                                       * range to reuse, and mb_grow calls past the
                                       * mapped tail: they mapped before returning */
+    uint64_t background_busy_us;     /* time the background memory thread spent working
+                                      * (refills, tails, spares, returns) */
 } mb_client_stats;
 MB_API int mb_stats(mb_client *c, mb_client_stats *out);
 
