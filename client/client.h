@@ -103,10 +103,12 @@ struct retiring {
 /* The legacy clock (lclock.c): epochs of frees on the legacy stream. */
 struct lclock {
     char pad0[64];               /* alone on its cache lines: every mb_free reads
-                                  * open and mb_malloc done, from every thread */
+                                  * open and mb_malloc done, from every thread; */
     uint64_t open;               /* frees now are tagged with it (atomic) */
+    char pad_open[64 - sizeof(uint64_t)];   /* ... each on a line of its own, */
     uint64_t done;               /* tags <= done are complete (atomic) */
-    int busy;                    /* 1 while a thread advances (atomic) */
+    char pad_done[64 - sizeof(uint64_t)];   /* ... apart from the advancing thread's */
+    int busy;                    /* 1 while a thread advances (atomic; others spin on it) */
     void *ev;                    /* recorded on the legacy stream ... */
     uint64_t ev_gen;             /* ... after closing this epoch */
     bool ev_pending;
