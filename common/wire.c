@@ -83,6 +83,8 @@ int mb_wire_recv_reply(void *dealer, uint64_t id, int timeout_ms, Mb__Reply **ou
         int pr = zmq_poll(&item, 1, (long)left);
         if (pr < 0 && errno != EINTR)
             return MB_EUNAVAIL;
+        if (pr == 0 && left == 0)
+            return MB_EUNAVAIL;   /* a look with nothing waiting (timeout 0 would spin to the next ms) */
         if (pr <= 0)
             continue;
         zmq_msg_t msg;

@@ -812,50 +812,6 @@ static void test_amap_host(void **state)
     amap_close(g_c);
 }
 
-/* A freed growable range stays mapped and the next allocation it fits
- * takes it: no daemon request, no mapping, no wait; one it does not fit
- * (a larger max) gets a range of its own. Trim unmaps the idle ranges. */
-static void test_grow_reuse(void **state)
-{
-    (void)state;
-    const size_t mib = 1 << 20;
-    assert_int_equal(mb_trim(g_c, 0), 0);
-    void *p, *q, *r;
-    assert_int_equal(mb_malloc_growable(g_c, 8 * mib, 24 * mib, &p), 0);
-    memset(p, 0x5A, 8 * mib);
-    mb_client_stats before = stats_of(g_c);
-    for (int i = 0; i < 200 && before.grow_mapped_ahead < 8 * mib; i++) {   /* its tail */
-        mbt_sleep_ms(10);
-        before = stats_of(g_c);
-    }
-    assert_int_equal(mb_free(g_c, p), 0);
-    before = stats_of(g_c);
-    assert_true(before.bytes_idle >= 8 * mib);   /* kept mapped */
-    assert_int_equal(mb_malloc_growable(g_c, 8 * mib, 24 * mib, &q), 0);
-    mb_client_stats after = stats_of(g_c);
-    assert_ptr_equal(q, p);
-    assert_int_equal(after.daemon_requests, before.daemon_requests);
-    assert_int_equal(after.bytes_mapped, before.bytes_mapped);
-    assert_int_equal(after.grow_waits, before.grow_waits);
-    assert_int_equal(mb_usable_size(g_c, q), 8 * mib);
-    assert_int_equal(mb_grow(g_c, q, 24 * mib), 0);   /* up to its own max */
-    assert_int_equal(mb_grow(g_c, q, 24 * mib + 1), MB_EINVAL);
-    memset(q, 0x6B, 24 * mib);
-    /* A max past the range's reservation (1 GiB at least): a new range. */
-    assert_int_equal(mb_free(g_c, q), 0);
-    assert_int_equal(mb_malloc_growable(g_c, 8 * mib, 2048 * mib, &r), 0);
-    assert_ptr_not_equal(r, q);
-    memset(r, 0x7C, 8 * mib);
-    assert_int_equal(mb_free(g_c, r), 0);
-    before = stats_of(g_c);
-    assert_true(before.bytes_idle >= 8 * mib);   /* r at least, kept mapped */
-    assert_int_equal(mb_trim(g_c, 0), 0);
-    after = stats_of(g_c);
-    assert_true(before.bytes_idle - after.bytes_idle >= 8 * mib);   /* unmapped by the trim */
-    assert_true(before.bytes_mapped - after.bytes_mapped >= 8 * mib);
-    assert_int_equal(after.grow_mapped_ahead, 0);
-}
-
 /* A client of its own whose idle policy waits ten minutes (so nothing a
  * test sees comes from it) and whose frame cache keeps `cache` bytes;
  * spares: whether it makes spare growable ranges. */
@@ -877,6 +833,51 @@ static mb_client *open_patient_spares(const char *tenant, const char *cache, boo
 static mb_client *open_patient(const char *tenant, const char *cache)
 {
     return open_patient_spares(tenant, cache, true);
+}
+
+/* A freed growable range stays mapped and the next allocation it fits
+ * takes it: no daemon request, no mapping, no wait; one it does not fit
+ * (a larger max) gets a range of its own. Trim unmaps the idle ranges. */
+static void test_grow_reuse(void **state)
+{
+    (void)state;
+    const size_t mib = 1 << 20;
+    mb_client *c = open_patient_spares("grow-reuse", "256M", false);   /* no spare to race with */
+    void *p, *q, *r;
+    assert_int_equal(mb_malloc_growable(c, 8 * mib, 24 * mib, &p), 0);
+    memset(p, 0x5A, 8 * mib);
+    mb_client_stats before = stats_of(c);
+    for (int i = 0; i < 200 && before.grow_mapped_ahead < 8 * mib; i++) {   /* its tail */
+        mbt_sleep_ms(10);
+        before = stats_of(c);
+    }
+    assert_int_equal(mb_free(c, p), 0);
+    before = stats_of(c);
+    assert_true(before.bytes_idle >= 8 * mib);   /* kept mapped */
+    assert_int_equal(mb_malloc_growable(c, 8 * mib, 24 * mib, &q), 0);
+    mb_client_stats after = stats_of(c);
+    assert_ptr_equal(q, p);
+    assert_int_equal(after.daemon_requests, before.daemon_requests);
+    assert_int_equal(after.bytes_mapped, before.bytes_mapped);
+    assert_int_equal(after.grow_waits, before.grow_waits);
+    assert_int_equal(mb_usable_size(c, q), 8 * mib);
+    assert_int_equal(mb_grow(c, q, 24 * mib), 0);   /* up to its own max */
+    assert_int_equal(mb_grow(c, q, 24 * mib + 1), MB_EINVAL);
+    memset(q, 0x6B, 24 * mib);
+    /* A max past the range's reservation (1 GiB at least): a new range. */
+    assert_int_equal(mb_free(c, q), 0);
+    assert_int_equal(mb_malloc_growable(c, 8 * mib, 2048 * mib, &r), 0);
+    assert_ptr_not_equal(r, q);
+    memset(r, 0x7C, 8 * mib);
+    assert_int_equal(mb_free(c, r), 0);
+    before = stats_of(c);
+    assert_true(before.bytes_idle >= 8 * mib);   /* r at least, kept mapped */
+    assert_int_equal(mb_trim(c, 0), 0);
+    after = stats_of(c);
+    assert_true(before.bytes_idle - after.bytes_idle >= 8 * mib);   /* unmapped by the trim */
+    assert_true(before.bytes_mapped - after.bytes_mapped >= 8 * mib);
+    assert_int_equal(after.grow_mapped_ahead, 0);
+    mb_close(c);
 }
 
 /* Poll c's stats until ok(st) holds, 30 s at most on a loaded machine. */
