@@ -1024,6 +1024,35 @@ static void test_grow_uses_cached_frames(void **state)
     mb_close(c);
 }
 
+/* A reused range mapped far short of a new allocation maps the rest in a
+ * few exact frames, not in one-unit frames: 502 MiB (251 units, whose
+ * frame plan would round up past the range's limit of 512 MiB) comes as
+ * 6 frames of 128, 64, 32, 16, 8 and 2 units' worth, not 251 one-unit
+ * frames. */
+static void test_grow_exact_frames(void **state)
+{
+    (void)state;
+    const size_t mib = 1 << 20;
+    mb_client *c = open_patient_spares("grow-exact", "0", false);
+    void *a, *b;
+    assert_int_equal(mb_malloc_growable(c, 10 * mib, 10 * mib, &a), 0);   /* no tail: max reached */
+    memset(a, 0x44, 10 * mib);
+    assert_int_equal(mb_free(c, a), 0);
+    mb_client_stats st0 = stats_of(c);
+    assert_int_equal(st0.bytes_idle, 10 * mib);
+    assert_int_equal(mb_malloc_growable(c, 512 * mib, 512 * mib, &b), 0);
+    mb_client_stats st1 = stats_of(c);
+    assert_ptr_equal(b, a);                        /* the freed range, 502 MiB short */
+    assert_int_equal(st1.grow_waits, st0.grow_waits + 1);
+    assert_true(st1.frames_imported - st0.frames_imported <= 8);
+    assert_true(st1.frames_imported - st0.frames_imported >= 1);
+    assert_int_equal(mb_usable_size(c, b), 512 * mib);
+    memset(b, 0x55, 512 * mib);
+    assert_int_equal(((unsigned char *)b)[512 * mib - 1], 0x55);
+    assert_int_equal(mb_free(c, b), 0);
+    mb_close(c);
+}
+
 int main(void)
 {
     if (mbt_daemon_start(&g_d, NULL) != 0) {
@@ -1049,6 +1078,7 @@ int main(void)
         cmocka_unit_test(test_grow_excess_and_spares),
         cmocka_unit_test(test_grow_cache_drains),
         cmocka_unit_test(test_grow_uses_cached_frames),
+        cmocka_unit_test(test_grow_exact_frames),
         cmocka_unit_test(test_reclaim),
         cmocka_unit_test(test_threads_stress),
         cmocka_unit_test(test_idle_and_close),
