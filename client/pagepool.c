@@ -22,7 +22,7 @@
 #define EXTENT_MIN_ORDER 5
 /* The free-page cap: the watermark and the extents are at most the pages in
  * use / LOW_SHARE (about 1.6 %), or LOW_FLOOR_BYTES of pages while the pool
- * is small (so the first minutes of a growing load, whose single requests
+ * is small (so the early part of a growing load, whose single requests
  * may take hundreds of pages, do not wait on the driver; at a peak of more
  * than 32 GiB of pages the share decides). */
 #define LOW_SHARE 64
