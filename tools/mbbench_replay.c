@@ -1046,13 +1046,14 @@ int bench_replay(int argc, char **argv)
                trace, n, format, p.steps, step_ms, comp, step_s, bench_fmt_size(bpt, a, sizeof(a)), block,
                backend);
         printf("%llu allocations on arrival, %llu block-boundary resizes; vspace pages of %s; latency in us;\n"
-               "FRAMES: most frames (handles) granted at a step end; WAITS: allocations and resizes that\n"
-               "waited on the driver (see --json for each strategy's definition)\n",
+               "FRAMES: most frames (handles) granted at a step end; max>1st: the slowest allocation\n"
+               "after the first (cold) one; WAITS: allocations and resizes that waited on the driver\n"
+               "(see --json for each strategy's definition)\n",
                (unsigned long long)p.allocs, (unsigned long long)p.resizes,
                bench_fmt_size(g_vpage, a, sizeof(a)));
-        printf("%-16s %11s %13s %6s %13s %6s %7s %9s %8s %8s %9s %8s %8s %8s\n", "STRATEGY", "PEAK LIVE",
+        printf("%-16s %11s %13s %6s %13s %6s %7s %9s %8s %8s %9s %9s %8s %8s %8s\n", "STRATEGY", "PEAK LIVE",
                "PEAK RESERVED", "RATIO", "DAEMON PEAK", "RATIO", "FRAMES", "ALLOC avg", "p50", "p99", "max",
-               "WAITS", "FREE avg", "TOTAL s");
+               "max>1st", "WAITS", "FREE avg", "TOTAL s");
         for (int i = 0; i < nres; i++) {
             const struct strat_result *r = &res[i];
             if (!r->ran) {
@@ -1068,13 +1069,14 @@ int bench_replay(int argc, char **argv)
                 snprintf(fr, sizeof(fr), "%u", r->peak_daemon_frames);
             if (r->waits_known)
                 snprintf(wt, sizeof(wt), "%llu", (unsigned long long)r->driver_waits);
-            printf("%-16s %11s %13s %6.3f %13s %6s %7s %9.2f %8.2f %8.2f %9.1f %8s %8.2f %8.2f%s%s\n",
+            printf("%-16s %11s %13s %6.3f %13s %6s %7s %9.2f %8.2f %8.2f %9.1f %9.1f %8s %8.2f %8.2f%s%s\n",
                    strat_name[r->kind], bench_fmt_size(r->peak_live, a, sizeof(a)),
                    bench_fmt_size(r->peak_reserved, b, sizeof(b)),
                    r->peak_live ? (double)r->peak_reserved / r->peak_live : 0,
                    mb ? bench_fmt_size(r->peak_daemon, e, sizeof(e)) : "-", dr, fr, r->alloc.mean / 1e3,
-                   r->alloc.p50 / 1e3, r->alloc.p99 / 1e3, r->alloc.max / 1e3, wt, r->free.mean / 1e3,
-                   r->wall_s, r->err ? "  " : "", r->err ? r->note : "");
+                   r->alloc.p50 / 1e3, r->alloc.p99 / 1e3, r->alloc.max / 1e3,
+                   r->alloc_max_rest_ns / 1e3, wt, r->free.mean / 1e3, r->wall_s,
+                   r->err ? "  " : "", r->err ? r->note : "");
         }
         printf("note: PyTorch rows come from tools/bench_torch.py replay (GPU host)\n");
     }
