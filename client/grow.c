@@ -172,31 +172,19 @@ static int fl_grant(mb_client *c, size_t need, size_t want, size_t room, struct 
  * other at unit boundaries, whatever their sizes), with no round trip when
  * they hold need; the daemon's (fl_grant) for the rest. */
 #define TAKE_CACHED_MAX 64
-
-/* The cached part of fl_take: up to TAKE_CACHED_MAX frames into cached[],
- * *got their bytes (under need when the cache holds too little). fl_lock
- * held. */
-static size_t fl_take_cached(mb_client *c, size_t need, size_t want, size_t room,
-                             struct cframe **cached, size_t *got)
-{
-    *got = 0;
-    size_t k = fcache_take_within(c, want < room ? want : room, cached, TAKE_CACHED_MAX, got);
-    if (*got < need) {
-        /* Cached frames larger than wanted still beat a grant: the process
-         * holds them already. */
-        size_t more = 0;
-        k += fcache_take_cover(c, need - *got, room - *got, cached + k, TAKE_CACHED_MAX - k, &more);
-        *got += more;
-    }
-    return k;
-}
-
 static int fl_take(mb_client *c, size_t need, size_t want, size_t room, struct stitched **out)
 {
     struct cframe *cached[TAKE_CACHED_MAX];
-    size_t got;
+    size_t got = 0;
     fl_lock(c);
-    size_t k = fl_take_cached(c, need, want, room, cached, &got);
+    size_t k = fcache_take_within(c, want < room ? want : room, cached, TAKE_CACHED_MAX, &got);
+    if (got < need) {
+        /* Cached frames larger than wanted still beat a grant: the process
+         * holds them already. */
+        size_t more = 0;
+        k += fcache_take_cover(c, need - got, room - got, cached + k, TAKE_CACHED_MAX - k, &more);
+        got += more;
+    }
     struct stitched *t = NULL;
     int rc = 0;
     if (got < need)
@@ -537,10 +525,6 @@ int grow_alloc(mb_client *c, size_t size, size_t max, void **ptr)
         return rc;
     }
     x->s = s;
-    if (first < s->bytes)
-        first = s->bytes;   /* a reused range mapped past it already */
-    if (first > x->limit)
-        first = x->limit > s->bytes ? x->limit : s->bytes;
     bool waited = s->bytes < size;   /* mapped on this call */
     if (waited) {
         x->busy = true;   /* no other thread knows x yet */

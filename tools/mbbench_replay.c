@@ -340,7 +340,7 @@ struct strat_result {
     double background_busy_s;   /* the client's background thread at work (mb_stats) */
     double daemon_wait_s, import_s;   /* waiting for the daemon's replies, importing (all threads) */
     uint64_t first_alloc_ns;     /* the strategy's first allocation (cold caches) */
-    uint64_t alloc_max_rest_ns;  /* the slowest of all the others */
+    uint64_t alloc_max_after_first_ns;  /* the slowest of all the others */
     double alloc_total_s, free_total_s, wall_s;
     struct series s;
 };
@@ -674,8 +674,8 @@ static int run_strategy(struct replay_ctx *x, const struct replay_cfg *cfg, stru
     r->free_total_s = sf / 1e9;
     r->first_alloc_ns = va.n ? va.v[0] : 0;   /* (call order, before the sort) */
     for (size_t i = 1; i < va.n; i++)
-        if (va.v[i] > r->alloc_max_rest_ns)
-            r->alloc_max_rest_ns = va.v[i];
+        if (va.v[i] > r->alloc_max_after_first_ns)
+            r->alloc_max_after_first_ns = va.v[i];
     bench_summarize(va.v, va.n, &r->alloc);
     bench_summarize(vf.v, vf.n, &r->free);
     bench_vec_free(&va);
@@ -870,7 +870,7 @@ static void print_json(const char *trace, const char *format, size_t nreq, doubl
             jw_u64(&w, "vspace_page_bytes", g_vpage);
         jw_summary(&w, "alloc_ns", &r->alloc);
         jw_u64(&w, "first_alloc_ns", r->first_alloc_ns);
-        jw_u64(&w, "alloc_max_after_first_ns", r->alloc_max_rest_ns);
+        jw_u64(&w, "alloc_max_after_first_ns", r->alloc_max_after_first_ns);
         jw_summary(&w, "free_ns", &r->free);
         jw_dbl(&w, "alloc_total_s", r->alloc_total_s);
         jw_dbl(&w, "free_total_s", r->free_total_s);
@@ -1075,7 +1075,7 @@ int bench_replay(int argc, char **argv)
                    r->peak_live ? (double)r->peak_reserved / r->peak_live : 0,
                    mb ? bench_fmt_size(r->peak_daemon, e, sizeof(e)) : "-", dr, fr, r->alloc.mean / 1e3,
                    r->alloc.p50 / 1e3, r->alloc.p99 / 1e3, r->alloc.max / 1e3,
-                   r->alloc_max_rest_ns / 1e3, wt, r->free.mean / 1e3, r->wall_s,
+                   r->alloc_max_after_first_ns / 1e3, wt, r->free.mean / 1e3, r->wall_s,
                    r->err ? "  " : "", r->err ? r->note : "");
         }
         printf("note: PyTorch rows come from tools/bench_torch.py replay (GPU host)\n");
