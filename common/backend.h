@@ -80,6 +80,13 @@ struct mb_backend_ops {
 
     void (*close)(mb_backend *b);
 
+    /* Keep one exported handle open for the backend's life, so that exports
+     * stay in the driver's fast regime after this process has let go of
+     * every other frame (an export in a process that holds no exported
+     * handle costs about 30x more). NULL where exports cost the same either
+     * way (host). */
+    int (*keep_exports_warm)(mb_backend *b);
+
     /* Stream memory operations, for gating a stream on a host-side event
      * (client/async_map.c). NULL in a backend without them (host: its
      * streams are trivially ordered, so nothing needs gating). */

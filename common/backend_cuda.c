@@ -67,6 +67,7 @@ struct cuda_priv {
     struct scrub_map **buckets;
     size_t nbuckets;        /* a power of two */
     size_t nmaps;           /* entries in the table; grows it at 2 * nbuckets */
+    struct mb_mem anchor;   /* keep_exports_warm's frame (h 0: none) */
 };
 
 static struct cuda_priv *P(mb_backend *b) { return b->priv; }
@@ -662,9 +663,26 @@ static int cuda_stream_write_value32(mb_backend *b, void *stream, uint64_t dev, 
 
 /* ---- open and close ---- */
 
+/* One frame of the granularity, exported, its fd held until close. */
+static int cuda_keep_exports_warm(mb_backend *b)
+{
+    struct cuda_priv *p = P(b);
+    if (p->anchor.h)
+        return 0;
+    struct mb_mem m = MB_MEM_INIT;
+    int rc = cuda_create(b, b->granularity, &m);
+    if (rc == 0 && (rc = cuda_export_fd(b, &m)) != 0)
+        cuda_release(b, &m);
+    if (rc == 0)
+        p->anchor = m;
+    return rc;
+}
+
 static void cuda_close(mb_backend *b)
 {
     struct cuda_priv *p = P(b);
+    if (p->anchor.h)
+        cuda_release(b, &p->anchor);
     int pushed;
     if (ctx_enter(b, &pushed) == 0) {
         for (size_t i = 0; i < p->nbuckets; i++) {
@@ -718,6 +736,7 @@ static const struct mb_backend_ops cuda_ops = {
     .stream_query = cuda_stream_query,
     .device_sync = cuda_device_sync,
     .close = cuda_close,
+    .keep_exports_warm = cuda_keep_exports_warm,
     .host_mapped_alloc = cuda_host_mapped_alloc,
     .host_mapped_free = cuda_host_mapped_free,
     .stream_wait_value32 = cuda_stream_wait_value32,

@@ -16,7 +16,8 @@
 /* A grant moves at most this many frames, so its descriptors fit the handle
  * channel's buffer while the client waits for the reply. */
 #define MAX_GRANT_FRAMES MB_GRANT_MAX_FRAMES
-#define SLOW_GRANT_NS 2000000ull   /* grants slower than this are logged (info) with their path */
+#define SLOW_GRANT_NS 2000000ull   /* grants slower than this are logged (info) with their path,
+                                     * or MOONBRIGHTD_SLOW_GRANT_US */
 /* Largest page of the frame table (each entry up to ~160 bytes packed). */
 #define MAX_FRAMES_PAGE MB_FRAMES_PAGE_MAX
 
@@ -204,7 +205,12 @@ void grant_now(struct daemon *d, struct session *s, uint64_t bytes, unsigned max
     s->tenant->bytes += covered;
     err = send_frame_fds(d, s, ids, n);
     uint64_t t2 = mb_now_ns();
-    if (t2 - (t0_ns && t0_ns < t0 ? t0_ns : t0) >= SLOW_GRANT_NS) {
+    static uint64_t slow_ns;
+    if (!slow_ns) {
+        const char *v = getenv("MOONBRIGHTD_SLOW_GRANT_US");
+        slow_ns = v && atoll(v) > 0 ? (uint64_t)atoll(v) * 1000 : SLOW_GRANT_NS;
+    }
+    if (t2 - (t0_ns && t0_ns < t0 ? t0_ns : t0) >= slow_ns) {
         /* Where a slow grant's time went: frames made on its path (and the
          * frames released to make room for them), scrubbing, passing the
          * descriptors. */

@@ -1,6 +1,7 @@
 /* test_backend_cuda.c: the "cuda" backend on a real GPU: frames exported here
  * and written by a separate process (gpu_importer), read back here across frame
- * boundaries; scrub, memset, events, errors, calls from other threads.
+ * boundaries; scrub, memset, events, errors, calls from other threads, an
+ * exported frame kept open.
  *
  * usage: test_backend_cuda PATH_TO_gpu_importer. Exits 77 (skipped) when no
  * GPU is usable. */
@@ -217,6 +218,40 @@ static void test_scrub(void **state)
     g_b->ops->release(g_b, &mem);
 }
 
+static int count_fds(void)
+{
+    int n = 0;
+    for (int fd = 0; fd < 4096; fd++)
+        if (fcntl(fd, F_GETFD) != -1)
+            n++;
+    return n;
+}
+
+/* keep_exports_warm holds exactly one exported fd however often it is
+ * called; frames exported after it still export and release. */
+static void test_keep_exports_warm(void **state)
+{
+    (void)state;
+    if (!g_b)
+        skip();
+    assert_non_null(g_b->ops->keep_exports_warm);
+    int before = count_fds();
+    assert_int_equal(g_b->ops->keep_exports_warm(g_b), 0);
+    assert_int_equal(count_fds(), before + 1);
+    assert_int_equal(g_b->ops->keep_exports_warm(g_b), 0);
+    assert_int_equal(count_fds(), before + 1);
+    for (int round = 0; round < 3; round++) {
+        struct mb_mem mem = MB_MEM_INIT;
+        assert_int_equal(g_b->ops->create(g_b, g_b->granularity, &mem), 0);
+        double t0 = now_s();
+        assert_int_equal(g_b->ops->export_fd(g_b, &mem), 0);
+        printf("  export %d with an exported frame held: %.3f ms\n", round, (now_s() - t0) * 1e3);
+        assert_true(mem.fd >= 0);
+        g_b->ops->release(g_b, &mem);
+        assert_int_equal(count_fds(), before + 1);
+    }
+}
+
 /* memset ordered on a stream, an event recorded behind it completes, and
  * the memory holds the value. */
 static void test_memset_events(void **state)
@@ -371,6 +406,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_memset_events),
         cmocka_unit_test(test_errors),
         cmocka_unit_test(test_other_threads),
+        cmocka_unit_test(test_keep_exports_warm),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
     int importer_rc = stop_importer();
