@@ -390,6 +390,16 @@ void lclock_destroy(struct lclock *k, mb_backend *be);
 uint64_t lclock_tag(struct lclock *k);
 bool lclock_ready(struct lclock *k, uint64_t gen);
 /* The done epoch: tags at or below it are complete (it only grows). */
+/* A pause inside a spin loop. */
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
+
 static inline uint64_t lclock_done(struct lclock *k) { return __atomic_load_n(&k->done, __ATOMIC_ACQUIRE); }
 /* Move done forward to gen or beyond if the driver says the work is done
  * (a query, never a wait). */

@@ -78,15 +78,6 @@ static void advance_once(struct lclock *k, mb_backend *be, uint64_t gen)
     }
 }
 
-static inline void cpu_relax(void)
-{
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#elif defined(__aarch64__)
-    __asm__ __volatile__("yield");
-#endif
-}
-
 void lclock_advance(struct lclock *k, mb_backend *be, uint64_t gen)
 {
     /* A thread that finds another advancing spins until it is done (one

@@ -34,6 +34,7 @@
  * thread moves to another stream, exits, or the client trims or closes,
  * its pending objects go to the shared slab under a device-sync fence. */
 #include <pthread.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -54,7 +55,8 @@ struct tc_bin {
 };
 
 struct tcache {
-    pthread_mutex_t m;           /* taken by the owner on every call; by others to flush */
+    int m;                       /* owned (1) by the owner on every call, by others to flush:
+                                  * tc_lock; an exchange and a plain store per call */
     mb_client *c;                /* NULL once the client closed */
     uint64_t cid;
     void *tag;
@@ -84,6 +86,30 @@ struct tc_reg {
     struct tc_leaf **l1;         /* atomic pointers */
     struct tc_chunk *retired;
 };
+
+/* A cache's lock: its owner takes it on every call and others only to
+ * flush it, so it is almost never contended; a pthread mutex's unlock
+ * costs an atomic read-modify-write (it looks for waiters), this one a
+ * store. A flusher holds it for one flush (which may query the driver or
+ * wait for c->lock): waiters spin briefly, then yield. */
+static inline bool tc_trylock(int *m)
+{
+    return __atomic_exchange_n(m, 1, __ATOMIC_ACQUIRE) == 0;
+}
+
+static inline void tc_lock(int *m)
+{
+    for (int spin = 0; !tc_trylock(m); spin++) {
+        while (__atomic_load_n(m, __ATOMIC_RELAXED)) {
+            if (spin++ < 100)
+                cpu_relax();
+            else
+                sched_yield();
+        }
+    }
+}
+
+static inline void tc_unlock(int *m) { __atomic_store_n(m, 0, __ATOMIC_RELEASE); }
 
 static pthread_mutex_t g_tc_lock = PTHREAD_MUTEX_INITIALIZER;   /* lists, attach, detach */
 static pthread_key_t g_key;
@@ -239,12 +265,11 @@ static void thread_exit(void *unused)
         if (!t)
             continue;
         if (t->c) {
-            pthread_mutex_lock(&t->m);
+            tc_lock(&t->m);
             flush_all(t);
-            pthread_mutex_unlock(&t->m);
+            tc_unlock(&t->m);
             detach(t);
         }
-        pthread_mutex_destroy(&t->m);
         free(t);
         tl_slots[i] = NULL;
     }
@@ -260,7 +285,6 @@ static struct tcache *attach(mb_client *c)
     struct tcache *t = calloc(1, sizeof(*t) + nclasses * sizeof(struct tc_bin));
     if (!t)
         return NULL;
-    pthread_mutex_init(&t->m, NULL);
     t->c = c;
     t->cid = c->cid;
     t->host = c->be->ops->event_record == NULL;
@@ -273,14 +297,13 @@ static struct tcache *attach(mb_client *c)
     if (slot < 0) {
         slot = 0;   /* every slot serves a live client: hand the first back */
         struct tcache *old = tl_slots[0];
-        pthread_mutex_lock(&old->m);
+        tc_lock(&old->m);
         flush_all(old);
-        pthread_mutex_unlock(&old->m);
+        tc_unlock(&old->m);
         detach(old);
         old->c = NULL;
     }
     if (tl_slots[slot]) {
-        pthread_mutex_destroy(&tl_slots[slot]->m);
         free(tl_slots[slot]);
     }
     tl_slots[slot] = t;
@@ -297,16 +320,16 @@ static struct tcache *tc_get(mb_client *c)
     for (int i = 0; i < TC_SLOTS; i++) {
         struct tcache *t = tl_slots[i];
         if (t && t->cid == c->cid) {
-            pthread_mutex_lock(&t->m);
+            tc_lock(&t->m);
             if (t->c == c)
                 return t;
-            pthread_mutex_unlock(&t->m);
+            tc_unlock(&t->m);
             return NULL;
         }
     }
     struct tcache *t = attach(c);
     if (t)
-        pthread_mutex_lock(&t->m);
+        tc_lock(&t->m);
     return t;
 }
 
@@ -398,8 +421,21 @@ int tc_alloc(mb_client *c, size_t size, void *stream, bool sync, void **ptr)
         rc = refill(t, k, csize, &p);
     if (rc == 0)
         *ptr = p;
-    pthread_mutex_unlock(&t->m);
+    tc_unlock(&t->m);
     return rc;
+}
+
+/* Whether p is cached in b: the ring's two runs, no index arithmetic. */
+static bool bin_has(const struct tc_bin *b, const void *p)
+{
+    uint32_t first = TC_CAP - b->head < b->n ? TC_CAP - b->head : b->n;
+    for (uint32_t i = 0; i < first; i++)
+        if (b->e[b->head + i].p == p)
+            return true;
+    for (uint32_t i = 0; i < b->n - first; i++)
+        if (b->e[i].p == p)
+            return true;
+    return false;
 }
 
 int tc_free(mb_client *c, void *ptr, void *stream)
@@ -412,11 +448,10 @@ int tc_free(mb_client *c, void *ptr, void *stream)
     if (!t)
         return 1;
     struct tc_bin *b = &t->bins[ck->cls];
-    for (uint32_t i = 0; i < b->n; i++)
-        if (bin_at(b, i)->p == ptr) {
-            pthread_mutex_unlock(&t->m);
-            return MB_ENOENT;                  /* freed already: a double free */
-        }
+    if (bin_has(b, ptr)) {
+        tc_unlock(&t->m);
+        return MB_ENOENT;                      /* freed already: a double free */
+    }
     if (!t->host && stream != t->tag) {
         flush_all(t);                          /* the old tag may be gone */
         t->tag = stream;
@@ -441,7 +476,7 @@ int tc_free(mb_client *c, void *ptr, void *stream)
     uint64_t gen = t->host ? 0 : t->tag == NULL ? lclock_tag(&c->lclk) : t->open_gen;
     *bin_at(b, b->n++) = (struct tc_ent){ ptr, gen };
     __atomic_store_n(&t->bytes, t->bytes + ck->size, __ATOMIC_RELAXED);
-    pthread_mutex_unlock(&t->m);
+    tc_unlock(&t->m);
     return 0;
 }
 
@@ -486,7 +521,7 @@ void tc_flush_every_thread(mb_client *c, bool detach)
     pthread_mutex_lock(&g_tc_lock);
     for (struct tcache **pp = &c->tcaches; *pp;) {
         struct tcache *t = *pp;
-        pthread_mutex_lock(&t->m);
+        tc_lock(&t->m);
         if (t->c)
             flush_all(t);
         if (detach) {
@@ -495,7 +530,7 @@ void tc_flush_every_thread(mb_client *c, bool detach)
         } else {
             pp = &t->next;
         }
-        pthread_mutex_unlock(&t->m);
+        tc_unlock(&t->m);
     }
     pthread_mutex_unlock(&g_tc_lock);
 }
@@ -505,7 +540,7 @@ void tc_flush_idle(mb_client *c, int64_t idle_ms)
     int64_t now = tiers_now_ms();
     pthread_mutex_lock(&g_tc_lock);
     for (struct tcache *t = c->tcaches; t; t = t->next) {
-        if (pthread_mutex_trylock(&t->m) != 0)
+        if (!tc_trylock(&t->m))
             continue;   /* in use right now: not idle */
         if (t->ops != t->seen_ops || !t->seen_ms) {
             t->seen_ops = t->ops;
@@ -513,7 +548,7 @@ void tc_flush_idle(mb_client *c, int64_t idle_ms)
         } else if (now - t->seen_ms >= idle_ms && t->c) {
             flush_all(t);
         }
-        pthread_mutex_unlock(&t->m);
+        tc_unlock(&t->m);
     }
     pthread_mutex_unlock(&g_tc_lock);
 }
