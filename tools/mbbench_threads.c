@@ -5,7 +5,10 @@
  * cuMemAllocAsync/cuMemFreeAsync (same run). Every thread frees on its
  * stream, synchronizes and destroys it when done; the stream-destruction
  * scenario repeats that for rounds of new threads with new streams and then
- * checks that no freed block stayed out of the client's caches. */
+ * checks that no freed block stayed out of the client's caches. Each row is
+ * the median of --repeat timed runs (one run lasts tens of milliseconds, and
+ * single runs on a virtual machine vary by 2x); --json also gives the
+ * fastest and slowest. */
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +19,7 @@
 
 #define LIVE 8
 #define MAX_THREADS 64
+#define MAX_REPEAT 99
 static const size_t g_sizes[4] = { 256, 4096, 64 << 10, 1 << 20 };
 
 enum kind { K_SYNC, K_STREAM, K_CU, K_COUNT };
@@ -101,6 +105,12 @@ static void *worker(void *arg)
     return NULL;
 }
 
+static int cmp_dbl(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
 /* T threads, pairs each; returns total pairs per second (0 on failure). */
 static double run(struct shared *x, int threads)
 {
@@ -124,14 +134,14 @@ static double run(struct shared *x, int threads)
 
 int bench_threads(int argc, char **argv)
 {
-    enum { OPT_THREADS = OPT_FIRST_OWN, OPT_PAIRS, OPT_ROUNDS, OPT_NO_CUDA };
+    enum { OPT_THREADS = OPT_FIRST_OWN, OPT_PAIRS, OPT_ROUNDS, OPT_NO_CUDA, OPT_REPEAT };
     static const struct option lo[] = {
         BENCH_COMMON_LONGOPTS,
         { "threads", required_argument, 0, OPT_THREADS }, { "pairs", required_argument, 0, OPT_PAIRS },
         { "rounds", required_argument, 0, OPT_ROUNDS }, { "no-cuda", no_argument, 0, OPT_NO_CUDA },
-        { "help", no_argument, 0, 'h' }, { 0, 0, 0, 0 },
+        { "repeat", required_argument, 0, OPT_REPEAT }, { "help", no_argument, 0, 'h' }, { 0, 0, 0, 0 },
     };
-    int counts[16] = { 1, 2, 4, 8, 16 }, ncounts = 5, rounds = 10;
+    int counts[16] = { 1, 2, 4, 8, 16 }, ncounts = 5, rounds = 10, repeat = 5;
     long pairs = 200000;
     bool no_cuda = false;
     optind = 1;
@@ -168,11 +178,22 @@ int bench_threads(int argc, char **argv)
             }
             break;
         case OPT_NO_CUDA: no_cuda = true; break;
+        case OPT_REPEAT: {
+            char *e;
+            long v = strtol(optarg, &e, 10);
+            if (e == optarg || *e || v < 1 || v > MAX_REPEAT) {
+                fprintf(stderr, "mbbench threads: bad --repeat '%s' (1..%d)\n", optarg, MAX_REPEAT);
+                return 2;
+            }
+            repeat = (int)v;
+            break;
+        }
         case 'h':
             printf("usage: mbbench threads [options]\n"
                    "  --threads LIST      thread counts (default 1,2,4,8,16)\n"
                    "  --pairs N           alloc+free pairs per thread (default 200000)\n"
                    "  --rounds R          stream-destruction rounds of the largest count (default 10)\n"
+                   "  --repeat N          timed runs per row, the median reported (default 5)\n"
                    "  --no-cuda           skip the cuMemAllocAsync rows\n" BENCH_COMMON_HELP);
             return 0;
         default: return 2;
@@ -181,6 +202,7 @@ int bench_threads(int argc, char **argv)
     if (bench_opt.quick) {
         pairs = pairs > 2000 ? 2000 : pairs;
         rounds = rounds > 2 ? 2 : rounds;
+        repeat = repeat > 2 ? 2 : repeat;
     }
     bench_raise_nofile();
     struct shared x = { .pairs = pairs };
@@ -218,15 +240,18 @@ int bench_threads(int argc, char **argv)
     if (bench_opt.json) {
         jw_header(&w, "threads");
         jw_u64(&w, "pairs_per_thread", (uint64_t)pairs);
+        jw_u64(&w, "repeat", (uint64_t)repeat);
         jw_arr(&w, "rows");
     } else {
-        printf("# mbbench threads: %ld pairs per thread, sizes 256 B/4 KiB/64 KiB/1 MiB, %d live\n"
+        printf("# mbbench threads: %ld pairs per thread, sizes 256 B/4 KiB/64 KiB/1 MiB, %d live; "
+               "the median of %d timed runs\n"
                "| threads | %s M/s | %s M/s | %s M/s |\n|---|---|---|---|\n",
-               pairs, LIVE, kind_name[0], kind_name[1], kind_name[2]);
+               pairs, LIVE, repeat, kind_name[0], kind_name[1], kind_name[2]);
     }
+    double first[K_COUNT] = { 0 }, last[K_COUNT] = { 0 };
     int fails = 0;
     for (int i = 0; i < ncounts; i++) {
-        double r[K_COUNT] = { 0 };
+        double r[K_COUNT] = { 0 }, rmin[K_COUNT] = { 0 }, rmax[K_COUNT] = { 0 };
         int err[K_COUNT] = { 0 };
         for (int k = 0; k < K_COUNT; k++) {
             if (k == K_CU && !cuda)
@@ -239,9 +264,21 @@ int bench_threads(int argc, char **argv)
             x.pairs = full / 10 > 0 ? full / 10 : 1;
             run(&x, counts[i]);
             x.pairs = full;
-            r[k] = x.err ? 0 : run(&x, counts[i]);
+            double v[MAX_REPEAT];
+            int n = 0;
+            for (; n < repeat && !x.err; n++)
+                v[n] = run(&x, counts[i]);
             err[k] = x.err;
             fails += x.err != 0;
+            if (!x.err) {
+                qsort(v, (size_t)n, sizeof(v[0]), cmp_dbl);
+                rmin[k] = v[0];
+                rmax[k] = v[n - 1];
+                r[k] = n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+            }
+            if (i == 0)
+                first[k] = r[k];
+            last[k] = r[k];
             bench_progress(false, "threads %d %s: %.2f M pairs/s", counts[i], kind_name[k], r[k] / 1e6);
         }
         if (bench_opt.json) {
@@ -252,6 +289,8 @@ int bench_threads(int argc, char **argv)
                 jw_u64(&w, "threads", (uint64_t)counts[i]);
                 jw_str(&w, "calls", kind_name[k]);
                 jw_dbl(&w, "pairs_per_s", r[k]);
+                jw_dbl(&w, "pairs_per_s_min", rmin[k]);
+                jw_dbl(&w, "pairs_per_s_max", rmax[k]);
                 jw_ok(&w, err[k]);
                 jw_end(&w, '}');
             }
@@ -262,6 +301,10 @@ int bench_threads(int argc, char **argv)
             printf("| %d | %.2f | %.2f | %s |\n", counts[i], r[K_SYNC] / 1e6, r[K_STREAM] / 1e6, cu);
         }
     }
+    if (!bench_opt.json && ncounts > 1 && first[K_SYNC] > 0 && first[K_STREAM] > 0)
+        printf("%d threads against %d (medians): mb_malloc/mb_free %.1fx, mb_malloc_async/mb_free_async %.1fx\n",
+               counts[ncounts - 1], counts[0], last[K_SYNC] / first[K_SYNC],
+               last[K_STREAM] / first[K_STREAM]);
     /* Streams destroyed under the client: rounds of new threads, new streams. */
     int tmax = counts[ncounts - 1];
     x.kind = K_STREAM;
