@@ -214,6 +214,10 @@ size_t mb_slab_max_size(const struct mb_slab *s) { return s->max_size; }
 unsigned mb_slab_class_of(const struct mb_slab *s, size_t size) { (void)s; return size_class(size); }
 unsigned mb_slab_class_count(const struct mb_slab *s) { return s->nclasses; }
 size_t mb_slab_class_size(const struct mb_slab *s, unsigned i) { return i < s->nclasses ? s->cls[i].size : 0; }
+bool mb_slab_has_free(const struct mb_slab *s, size_t size)
+{
+    return size && size <= s->max_size && s->cls[size_class(size)].head != NULL;
+}
 
 /* A new run of class ci on a fresh chunk, listed at the head. */
 static int run_create(struct mb_slab *s, unsigned ci, struct run **out)

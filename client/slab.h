@@ -52,6 +52,8 @@ size_t mb_slab_max_size(const struct mb_slab *s);
 /* Number of size classes and the size of class i (for tests and stats). */
 unsigned mb_slab_class_count(const struct mb_slab *s);
 size_t mb_slab_class_size(const struct mb_slab *s, unsigned i);
+/* Whether an object of size can be had without a new chunk. */
+bool mb_slab_has_free(const struct mb_slab *s, size_t size);
 
 /* The class index of size (1 <= size <= max). */
 unsigned mb_slab_class_of(const struct mb_slab *s, size_t size);

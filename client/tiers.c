@@ -434,13 +434,21 @@ static void sd_reap(mb_client *c)
     }
 }
 
+/* Up to n objects of size; at most one new chunk is made for them (a
+ * thread cache's refill of large objects would otherwise ask the daemon
+ * twice on one allocation). */
 size_t tiers_slab_take(mb_client *c, size_t size, size_t n, void **out)
 {
     if (c->n_deferred)
         sd_reap(c);
     size_t k = 0;
     c->slab_err = 0;
-    for (; k < n; k++) {
+    for (bool made = false; k < n; k++) {
+        if (!mb_slab_has_free(c->slab, size)) {
+            if (made)
+                break;
+            made = true;
+        }
         int rc = mb_slab_alloc(c->slab, size, &out[k]);
         if (rc == 0) {
             uintptr_t base = (uintptr_t)out[k] & ~(uintptr_t)(c->frame_bytes - 1);

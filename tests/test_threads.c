@@ -201,9 +201,40 @@ static void double_free_and_hook(void **state)
     assert_int_equal(mbt_daemon_stop(&d), 0);
 }
 
+/* A thread cache's first refill of a large slab class makes one chunk:
+ * the first 256 KiB object (8 to a 2 MiB chunk; a refill wants 9) maps
+ * 2 MiB from one frame, not two chunks from two grants. */
+static void first_refill_makes_one_chunk(void **state)
+{
+    (void)state;
+    struct mbt_daemon d;
+    assert_int_equal(mbt_daemon_start(&d, NULL), 0);
+    setenv("MOONBRIGHT_RUNTIME_DIR", d.dir, 1);
+    mb_client *c;
+    assert_int_equal(mb_open(&c, "refill"), 0);
+    mb_client_stats st;
+    assert_int_equal(mb_stats(c, &st), 0);
+    assert_int_equal(st.slab_mapped, 0);
+    void *p[9];
+    assert_int_equal(mb_malloc(c, 256u << 10, &p[0]), 0);
+    assert_int_equal(mb_stats(c, &st), 0);
+    assert_int_equal(st.slab_mapped, st.frame_bytes);
+    assert_int_equal(st.frames_imported, 1);
+    for (int i = 1; i < 9; i++)   /* the ninth needs a second chunk */
+        assert_int_equal(mb_malloc(c, 256u << 10, &p[i]), 0);
+    assert_int_equal(mb_stats(c, &st), 0);
+    assert_int_equal(st.slab_mapped, 2 * st.frame_bytes);
+    for (int i = 0; i < 9; i++)
+        assert_int_equal(mb_free(c, p[i]), 0);
+    mb_close(c);
+    assert_int_equal(mbt_status_num(&d, "frames_granted"), 0);
+    assert_int_equal(mbt_daemon_stop(&d), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = { cmocka_unit_test(shared_client),
-                                        cmocka_unit_test(double_free_and_hook) };
+                                        cmocka_unit_test(double_free_and_hook),
+                                        cmocka_unit_test(first_refill_makes_one_chunk) };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
