@@ -233,8 +233,10 @@ static void first_refill_makes_one_chunk(void **state)
 
 int main(void)
 {
+    /* double_free_and_hook last: the hook's client lives on, and its
+     * background thread reads the environment the other tests set. */
     const struct CMUnitTest tests[] = { cmocka_unit_test(shared_client),
-                                        cmocka_unit_test(double_free_and_hook),
-                                        cmocka_unit_test(first_refill_makes_one_chunk) };
+                                        cmocka_unit_test(first_refill_makes_one_chunk),
+                                        cmocka_unit_test(double_free_and_hook) };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
