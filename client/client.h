@@ -12,6 +12,7 @@
 #define MB_CLIENT_INTERNAL_H
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -398,6 +399,19 @@ static inline void cpu_relax(void)
 #elif defined(__aarch64__)
     __asm__ __volatile__("yield");
 #endif
+}
+
+/* Wait while *flag is set by a holder that keeps it briefly: pause for
+ * `spins` looks, then yield the processor (the holder may have been
+ * preempted). Acquire: the holder's writes are seen once it is clear. */
+static inline void spin_while_set(const int *flag, int spins)
+{
+    for (int i = 0; __atomic_load_n(flag, __ATOMIC_ACQUIRE); i++) {
+        if (i < spins)
+            cpu_relax();
+        else
+            sched_yield();
+    }
 }
 
 static inline uint64_t lclock_done(struct lclock *k) { return __atomic_load_n(&k->done, __ATOMIC_ACQUIRE); }

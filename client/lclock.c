@@ -19,7 +19,6 @@
  * Invariants: done < open; done only grows; with an event in flight,
  * done < ev_gen < open; busy is 1 only while one thread advances. */
 #include <assert.h>
-#include <sched.h>
 
 #include "client.h"
 
@@ -93,12 +92,7 @@ void lclock_advance(struct lclock *k, mb_backend *be, uint64_t gen)
         }
         /* The holder makes one non-blocking driver call: wait for it,
          * yielding the processor should it have been preempted. */
-        for (int spin = 0; __atomic_load_n(&k->busy, __ATOMIC_ACQUIRE); spin++) {
-            if (spin < 1000)
-                cpu_relax();
-            else
-                sched_yield();
-        }
+        spin_while_set(&k->busy, 1000);
     }
 }
 

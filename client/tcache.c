@@ -34,7 +34,6 @@
  * thread moves to another stream, exits, or the client trims or closes,
  * its pending objects go to the shared slab under a device-sync fence. */
 #include <pthread.h>
-#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -99,14 +98,8 @@ static inline bool tc_trylock(int *m)
 
 static inline void tc_lock(int *m)
 {
-    for (int spin = 0; !tc_trylock(m); spin++) {
-        while (__atomic_load_n(m, __ATOMIC_RELAXED)) {
-            if (spin++ < 100)
-                cpu_relax();
-            else
-                sched_yield();
-        }
-    }
+    while (!tc_trylock(m))
+        spin_while_set(m, 100);
 }
 
 static inline void tc_unlock(int *m) { __atomic_store_n(m, 0, __ATOMIC_RELEASE); }
