@@ -6,9 +6,9 @@
  * stream, synchronizes and destroys it when done; the stream-destruction
  * scenario repeats that for rounds of new threads with new streams and then
  * checks that no freed block stayed out of the client's caches. Each row is
- * the median of --repeat timed runs (one run lasts tens of milliseconds, and
- * single runs on a virtual machine vary by 2x); --json also gives the
- * fastest and slowest. */
+ * the median (nearest rank) of --repeat timed runs (one run lasts tens of
+ * milliseconds, and single runs on a virtual machine vary by 2x); --json
+ * also gives the fastest and slowest. */
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -103,12 +103,6 @@ static void *worker(void *arg)
     if (rc)
         __atomic_compare_exchange_n(&x->err, &(int){ 0 }, rc, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED);
     return NULL;
-}
-
-static int cmp_dbl(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
 }
 
 /* T threads, pairs each; returns total pairs per second (0 on failure). */
@@ -264,17 +258,18 @@ int bench_threads(int argc, char **argv)
             x.pairs = full / 10 > 0 ? full / 10 : 1;
             run(&x, counts[i]);
             x.pairs = full;
-            double v[MAX_REPEAT];
+            uint64_t v[MAX_REPEAT];   /* pairs per second */
             int n = 0;
             for (; n < repeat && !x.err; n++)
-                v[n] = run(&x, counts[i]);
+                v[n] = (uint64_t)run(&x, counts[i]);
             err[k] = x.err;
             fails += x.err != 0;
             if (!x.err) {
-                qsort(v, (size_t)n, sizeof(v[0]), cmp_dbl);
-                rmin[k] = v[0];
-                rmax[k] = v[n - 1];
-                r[k] = n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+                struct bench_summary sm;
+                bench_summarize(v, (size_t)n, &sm);
+                rmin[k] = (double)sm.min;
+                rmax[k] = (double)sm.max;
+                r[k] = (double)sm.p50;
             }
             if (i == 0)
                 first[k] = r[k];
