@@ -55,19 +55,20 @@ rpc)
   "$check" "$dir/rpc_status.json" rows.0.round_trip_ns.p50 rows.0.requests_per_s
   ;;
 threads)
-  # Rows for both thread counts and both call forms (cuMemAllocAsync skipped
-  # on the host backend), each the median of --repeat runs with the range;
+  # Rows for both thread counts and the three call forms (MoonBright's two
+  # and glibc's; cuMemAllocAsync skipped on the host backend), each the
+  # median of --repeat runs with the range;
   # the stream-destruction rounds leave nothing live (mbbench exits 1 else).
   run threads threads --threads 1,2 --repeat 3
   "$check" "$dir/threads.json" bench pairs_per_thread repeat rows.0.threads rows.0.calls \
-    rows.0.pairs_per_s rows.0.pairs_per_s_min rows.0.pairs_per_s_max rows.0.ok rows.3.threads \
+    rows.0.pairs_per_s rows.0.pairs_per_s_min rows.0.pairs_per_s_max rows.0.ok rows.3.threads rows.5.calls \
     stream_destruction.ok stream_destruction.bytes_live_after notes
   grep -q '"repeat":2,' "$dir/threads.json" || {
     echo "bench_smoke: --quick did not cap --repeat at 2"; exit 1; }
   "$bench" threads --quick --quiet --repeat 100 >/dev/null 2>&1 && {
     echo "bench_smoke: --repeat 100 was accepted"; exit 1; }
   # the table form ends with the scaling line
-  "$bench" threads --quick --quiet --threads 1,2 | grep -q "2 threads against 1 (medians)" || {
+  "$bench" threads --quick --quiet --threads 1,2 | grep -q "2 threads against 1 (medians):.*glibc malloc/free" || {
     echo "bench_smoke: no scaling line"; exit 1; }
   ;;
 replay)

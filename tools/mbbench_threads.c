@@ -2,7 +2,10 @@
  * sharing one client, each on a stream of its own, sizes cycling over
  * 256 B, 4 KiB, 64 KiB and 1 MiB with 8 blocks live per thread: total pairs
  * per second through mb_malloc/mb_free, mb_malloc_async/mb_free_async and
- * cuMemAllocAsync/cuMemFreeAsync (same run). Every thread frees on its
+ * cuMemAllocAsync/cuMemFreeAsync (same run), and glibc's malloc/free of
+ * host memory as the machine's own reference: its threads share nothing
+ * (an arena and a cache each), so how it scales is about what the cores
+ * allow. Every thread frees on its
  * stream, synchronizes and destroys it when done; the stream-destruction
  * scenario repeats that for rounds of new threads with new streams and then
  * checks that no freed block stayed out of the client's caches. Each row is
@@ -22,9 +25,10 @@
 #define MAX_REPEAT 99
 static const size_t g_sizes[4] = { 256, 4096, 64 << 10, 1 << 20 };
 
-enum kind { K_SYNC, K_STREAM, K_CU, K_COUNT };
+enum kind { K_SYNC, K_STREAM, K_CU, K_HOST, K_COUNT };
 static const char *const kind_name[K_COUNT] = {
     "mb_malloc/mb_free", "mb_malloc_async/mb_free_async", "cuMemAllocAsync/cuMemFreeAsync",
+    "malloc/free (glibc, host memory)",
 };
 
 struct shared {
@@ -58,6 +62,9 @@ static int one_alloc(struct shared *x, void *s, size_t size, void **p)
     switch (x->kind) {
     case K_SYNC: return mb_malloc(x->c, size, p);
     case K_STREAM: return mb_malloc_async(x->c, size, s, p);
+    case K_HOST:
+        *p = malloc(size);
+        return *p ? 0 : MB_ENOMEM;
     default:
         if (x->cu->cuMemAllocAsync(&d, size, s) != 0)
             return MB_EBACKEND;
@@ -71,6 +78,7 @@ static int one_free(struct shared *x, void *s, void *p)
     switch (x->kind) {
     case K_SYNC: return mb_free(x->c, p);
     case K_STREAM: return mb_free_async(x->c, p, s);
+    case K_HOST: free(p); return 0;
     default: return x->cu->cuMemFreeAsync((bench_cuptr)(uintptr_t)p, s) ? MB_EBACKEND : 0;
     }
 }
@@ -239,8 +247,8 @@ int bench_threads(int argc, char **argv)
     } else {
         printf("# mbbench threads: %ld pairs per thread, sizes 256 B/4 KiB/64 KiB/1 MiB, %d live; "
                "the median of %d timed runs\n"
-               "| threads | %s M/s | %s M/s | %s M/s |\n|---|---|---|---|\n",
-               pairs, LIVE, repeat, kind_name[0], kind_name[1], kind_name[2]);
+               "| threads | %s M/s | %s M/s | %s M/s | %s M/s |\n|---|---|---|---|---|\n",
+               pairs, LIVE, repeat, kind_name[0], kind_name[1], kind_name[2], kind_name[3]);
     }
     double first[K_COUNT] = { 0 }, last[K_COUNT] = { 0 };
     int fails = 0;
@@ -293,13 +301,15 @@ int bench_threads(int argc, char **argv)
             char cu[32] = "skipped";
             if (cuda)
                 snprintf(cu, sizeof(cu), "%.2f", r[K_CU] / 1e6);
-            printf("| %d | %.2f | %.2f | %s |\n", counts[i], r[K_SYNC] / 1e6, r[K_STREAM] / 1e6, cu);
+            printf("| %d | %.2f | %.2f | %s | %.2f |\n", counts[i], r[K_SYNC] / 1e6, r[K_STREAM] / 1e6, cu,
+                   r[K_HOST] / 1e6);
         }
     }
-    if (!bench_opt.json && ncounts > 1 && first[K_SYNC] > 0 && first[K_STREAM] > 0)
-        printf("%d threads against %d (medians): mb_malloc/mb_free %.1fx, mb_malloc_async/mb_free_async %.1fx\n",
+    if (!bench_opt.json && ncounts > 1 && first[K_SYNC] > 0 && first[K_STREAM] > 0 && first[K_HOST] > 0)
+        printf("%d threads against %d (medians): mb_malloc/mb_free %.1fx, mb_malloc_async/mb_free_async %.1fx, "
+               "glibc malloc/free %.1fx\n",
                counts[ncounts - 1], counts[0], last[K_SYNC] / first[K_SYNC],
-               last[K_STREAM] / first[K_STREAM]);
+               last[K_STREAM] / first[K_STREAM], last[K_HOST] / first[K_HOST]);
     /* Streams destroyed under the client: rounds of new threads, new streams. */
     int tmax = counts[ncounts - 1];
     x.kind = K_STREAM;
