@@ -401,6 +401,17 @@ int pagepool_take(struct pagepool *p, size_t n, uint64_t *out)
     return 0;
 }
 
+int pagepool_prepare(struct pagepool *p, size_t n)
+{
+    int rc = 0;
+    pthread_mutex_lock(&p->lock);
+    while (rc == 0 && p->n_free < n)
+        rc = grow_locked(p, n - p->n_free, 0);
+    PP_CHECK(p);
+    pthread_mutex_unlock(&p->lock);
+    return rc;
+}
+
 void pagepool_give(struct pagepool *p, const uint64_t *pages, size_t n)
 {
     if (n == 0)

@@ -86,6 +86,9 @@ int pagepool_get(mb_client *c, size_t page_bytes, struct pagepool **out);
 /* n free pages into out[] (lowest address first among those popped);
  * maps an extent first when too few are free (a wait). No lock held. */
 int pagepool_take(struct pagepool *p, size_t n, uint64_t *out);
+/* Map extents until at least n pages are free (mb_vspace_prepare); not a
+ * wait, and no demand is noted. */
+int pagepool_prepare(struct pagepool *p, size_t n);
 /* Pages whose last use completed go back. */
 void pagepool_give(struct pagepool *p, const uint64_t *pages, size_t n);
 /* Pages unmapped on stream: free once the work enqueued so far completed. */

@@ -174,6 +174,20 @@ int vsnodes_take_clean(struct vsnodes *n, uint64_t *out)
     return 0;
 }
 
+int vsnodes_prepare(struct vsnodes *n)
+{
+    pthread_mutex_lock(&n->lock);
+    bool enough = n->n_clean >= VSN_LOW;
+    pthread_mutex_unlock(&n->lock);
+    if (enough)
+        return 0;
+    uint64_t fresh[VSN_CHUNK_NODES];
+    int rc = new_chunk(n, true, fresh);
+    if (rc == 0)
+        push(n, true, fresh, VSN_CHUNK_NODES);
+    return rc;
+}
+
 int vsnodes_take(struct vsnodes *n, size_t count, uint64_t *out)
 {
     size_t k = 0;

@@ -35,6 +35,9 @@ struct pagepool;
 struct vsnodes *vsnodes_new(mb_client *c);
 /* One clean node (a root), cleared now when none is free (a wait). */
 int vsnodes_take_clean(struct vsnodes *n, uint64_t *out);
+/* At least one chunk of clean nodes free (mb_vspace_prepare): a chunk is
+ * made and cleared now when fewer than VSN_LOW are free. */
+int vsnodes_prepare(struct vsnodes *n);
 /* count nodes whose content does not matter (the caller writes them whole
  * before any entry points at them): raw ones first, then clean ones, then
  * a new chunk. */

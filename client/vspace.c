@@ -586,19 +586,18 @@ void mb_vspace_destroy(mb_vspace *v)
     free(v);
 }
 
-int mb_vspace_create(mb_client *c, size_t max_bytes, size_t page_bytes, mb_vspace **out)
+/* The table engine of c's backend for pages of page_bytes, its kernels
+ * launched once; what (create, prepare) names the call in errors. */
+static int engine_for(mb_client *c, size_t page_bytes, const char *what, const struct vs_engine **out)
 {
-    if (!c || !out || max_bytes == 0 || page_bytes < MB_VSPACE_MIN_PAGE ||
-        page_bytes > MB_VSPACE_MAX_PAGE || (page_bytes & (page_bytes - 1)) ||
-        max_bytes > ((size_t)1 << 62)) {
-        mb_log(MB_LOG_ERR, "failed to create a vspace of %zu bytes in %zu-byte pages: invalid "
-                           "argument (pages are a power of two from 64 KiB to 2 MiB)",
-               max_bytes, page_bytes);
+    if (page_bytes < MB_VSPACE_MIN_PAGE || page_bytes > MB_VSPACE_MAX_PAGE || (page_bytes & (page_bytes - 1))) {
+        mb_log(MB_LOG_ERR, "failed to %s vspaces of %zu-byte pages: invalid argument (pages are "
+                           "a power of two from 64 KiB to 2 MiB)", what, page_bytes);
         return MB_EINVAL;
     }
     if (c->frame_bytes % page_bytes) {
-        mb_log(MB_LOG_ERR, "failed to create a vspace: %zu-byte pages do not divide %zu-byte "
-                           "frames", page_bytes, c->frame_bytes);
+        mb_log(MB_LOG_ERR, "failed to %s vspaces: %zu-byte pages do not divide %zu-byte frames",
+               what, page_bytes, c->frame_bytes);
         return MB_EINVAL;
     }
     const struct vs_engine *eng = NULL;
@@ -609,11 +608,44 @@ int mb_vspace_create(mb_client *c, size_t max_bytes, size_t page_bytes, mb_vspac
         eng = &cuda_engine;
 #endif
     if (!eng) {
-        mb_log(MB_LOG_ERR, "failed to create a vspace: no page-table kernels for the '%s' "
-                           "backend in this build", c->be->name);
+        mb_log(MB_LOG_ERR, "failed to %s vspaces: no page-table kernels for the '%s' backend in "
+                           "this build", what, c->be->name);
         return MB_EBACKEND;
     }
-    int rc = eng->warm();
+    *out = eng;
+    return eng->warm();
+}
+
+int mb_vspace_prepare(mb_client *c, size_t page_bytes, size_t npages)
+{
+    const struct vs_engine *eng = NULL;   /* set once the arguments are valid */
+    if (!c)
+        return MB_EINVAL;
+    int rc = engine_for(c, page_bytes, "prepare", &eng);
+    struct refill *r = NULL;
+    struct pagepool *p = NULL;
+    if (rc == 0)
+        rc = refill_get(c, &r);
+    if (rc == 0)
+        rc = vsnodes_prepare(r->nodes);
+    if (rc == 0)
+        rc = pagepool_get(c, page_bytes, &p);
+    if (rc == 0)
+        rc = pagepool_prepare(p, npages);
+    if (rc && eng)
+        mb_log(MB_LOG_ERR, "failed to prepare %zu vspace pages of %zu KiB: %s", npages,
+               page_bytes >> 10, mb_strerror(rc));
+    return rc;
+}
+
+int mb_vspace_create(mb_client *c, size_t max_bytes, size_t page_bytes, mb_vspace **out)
+{
+    if (!c || !out || max_bytes == 0 || max_bytes > ((size_t)1 << 62)) {
+        mb_log(MB_LOG_ERR, "failed to create a vspace of %zu bytes: invalid argument", max_bytes);
+        return MB_EINVAL;
+    }
+    const struct vs_engine *eng;
+    int rc = engine_for(c, page_bytes, "create", &eng);
     if (rc)
         return rc;
     mb_vspace *v = calloc(1, sizeof(*v));

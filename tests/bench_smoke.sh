@@ -80,7 +80,10 @@ replay)
     $s.series.daemon_bytes strategies.1.strategy strategies.2.strategy $s.alloc_ns.max \
     $s.driver_waits $s.driver_waits_what $s.daemon_requests $s.peak_daemon_frames \
     strategies.2.vspace_page_bytes $s.at_peak.live $s.at_peak.cached $s.at_peak.idle \
-    strategies.1.at_peak.grow_ahead strategies.2.at_peak.vspace_free
+    strategies.1.at_peak.grow_ahead strategies.2.at_peak.vspace_free strategies.2.prepare_ns
+  # vspace readies the first request's pages before the replay; --cold does not
+  grep -q '"prepared_pages":[1-9]' "$dir/replay.json" || {
+    echo "bench_smoke: vspace prepared no pages"; exit 1; }
   # Mooncake-style JSON lines (timestamps in ms)
   printf '{"timestamp": %d, "input_length": %d, "output_length": %d, "hash_ids": [1, 2]}\n' \
     0 700 40  100 1500 20  250 90 64  400 3000 10  900 33 100 >"$dir/trace.jsonl"
@@ -103,6 +106,9 @@ replay)
   run replay_long_2m replay "$dir/long.jsonl" --token-bytes 32K --vspace-page 2M \
     --strategies vspace
   "$check" "$dir/replay_long_2m.json" $s.ok $s.driver_waits
+  run replay_cold replay "$dir/long.jsonl" --token-bytes 32K --strategies vspace --cold
+  grep -q '"prepared_pages":0,' "$dir/replay_cold.json" || {
+    echo "bench_smoke: --cold prepared pages"; exit 1; }
   ;;
 tenants)
   run tenants tenants

@@ -1055,6 +1055,58 @@ static void test_grow_exact_frames(void **state)
     mb_close(c);
 }
 
+/* mb_vspace_prepare: bad arguments change nothing; afterwards the first
+ * vspace's create and map wait for nothing (the refill thread may then map
+ * ahead for the demand the map showed, off the call); prepared pages are
+ * ordinary free pages (trim returns them). */
+static void test_prepare(void **state)
+{
+    (void)state;
+    assert_int_equal(mb_trim(g_c, 0), 0);
+    mb_client_stats before = stats_of(g_c), st;
+    assert_int_equal(before.vspace_pool_bytes, 0);
+    assert_int_equal(mb_vspace_prepare(NULL, 64 << 10, 1), MB_EINVAL);
+    assert_int_equal(mb_vspace_prepare(g_c, 96 << 10, 1), MB_EINVAL);   /* not a power of two */
+    assert_int_equal(mb_vspace_prepare(g_c, 32 << 10, 1), MB_EINVAL);   /* below 64 KiB */
+    assert_int_equal(mb_vspace_prepare(g_c, 4 << 20, 1), MB_EINVAL);    /* above 2 MiB */
+    st = stats_of(g_c);
+    assert_int_equal(st.vspace_pool_bytes, 0);
+    assert_int_equal(st.daemon_requests, before.daemon_requests);
+    /* 0 pages: the kernels and nodes only, no page mapped. */
+    assert_int_equal(mb_vspace_prepare(g_c, 64 << 10, 0), 0);
+    assert_int_equal(stats_of(g_c).vspace_pool_bytes, 0);
+    assert_int_equal(mb_vspace_prepare(g_c, 64 << 10, 1000), 0);
+    st = stats_of(g_c);
+    assert_true(st.vspace_free_bytes >= (size_t)1000 * (64 << 10));
+    assert_int_equal(st.vspace_free_bytes, st.vspace_pool_bytes);
+    assert_int_equal(st.vspace_refill_waits, before.vspace_refill_waits);   /* not a wait */
+    assert_true(st.daemon_requests > before.daemon_requests);
+    /* Already prepared: nothing more. */
+    mb_client_stats prepared = st;
+    assert_int_equal(mb_vspace_prepare(g_c, 64 << 10, 1000), 0);
+    st = stats_of(g_c);
+    assert_int_equal(st.vspace_pool_bytes, prepared.vspace_pool_bytes);
+    assert_int_equal(st.daemon_requests, prepared.daemon_requests);
+    /* The first vspace: no wait, no round trip; its pages hold data. */
+    mb_vspace *v;
+    assert_int_equal(mb_vspace_create(g_c, (size_t)1 << 30, 64 << 10, &v), 0);
+    assert_int_equal(mb_vspace_map_async(v, 0, 1000, NULL), 0);
+    st = stats_of(g_c);
+    assert_int_equal(st.vspace_refill_waits, prepared.vspace_refill_waits);
+    const struct mb_vspace_dev *t = mb_vspace_device(v);
+    for (size_t i = 0; i < 1000; i++)
+        *(uint64_t *)(uintptr_t)walk(t, i) = i * 7 + 1;
+    for (size_t i = 0; i < 1000; i++)
+        assert_true(*(uint64_t *)(uintptr_t)walk(t, i) == i * 7 + 1);
+    mb_vspace_destroy(v);
+    for (int i = 0; i < 400 && growers(g_c, 64 << 10); i++)
+        mbt_sleep_ms(10);   /* the refill thread's map ahead, if any, ends */
+    assert_int_equal(mb_trim(g_c, 0), 0);
+    st = stats_of(g_c);
+    assert_int_equal(st.vspace_pool_bytes, 0);
+    assert_int_equal(st.vspace_free_bytes, 0);
+}
+
 int main(void)
 {
     if (mbt_daemon_start(&g_d, NULL) != 0) {
@@ -1085,6 +1137,7 @@ int main(void)
         cmocka_unit_test(test_threads_stress),
         cmocka_unit_test(test_idle_and_close),
         cmocka_unit_test(test_amap_host),
+        cmocka_unit_test(test_prepare),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
     mb_close(g_c);

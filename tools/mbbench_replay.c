@@ -340,6 +340,8 @@ struct strat_result {
     double background_busy_s;   /* the client's background thread at work (mb_stats) */
     double daemon_wait_s, import_s;   /* waiting for the daemon's replies, importing (all threads) */
     uint64_t first_alloc_ns;     /* the strategy's first allocation (cold caches) */
+    uint64_t prepare_ns;         /* vspace: mb_vspace_prepare before the replay (not timed with it) */
+    size_t prepared_pages;       /* vspace: the pages it readied (0: --cold) */
     uint64_t alloc_max_after_first_ns;  /* the slowest of all the others */
     double alloc_total_s, free_total_s, wall_s;
     struct series s;
@@ -461,6 +463,7 @@ struct replay_cfg {
     uint32_t bucket;            /* steps per series point */
     uint32_t daemon_every;      /* steps between daemon samples */
     uint64_t slow_ns;           /* report operations slower than this on stderr (0: none) */
+    bool cold;                  /* vspace: no mb_vspace_prepare first */
 };
 
 /* --slow-us: one line on stderr for an operation slower than the limit,
@@ -712,6 +715,19 @@ static int run_one(enum strat_kind k, const struct replay_cfg *cfg, struct strat
         } else if (bench_daemon_open(&x.d) != 0) {
             x.d = NULL;
         }
+        /* A KV-cache server readies its page pool at start: as many pages
+         * as the first request takes, before the replay's clock runs. */
+        for (size_t i = 0; rc == 0 && k == S_VSPACE && !cfg->cold && i < cfg->p->n_ops; i++) {
+            if (cfg->p->ops[i].type != OP_ALLOC)
+                continue;
+            r->prepared_pages = vpages(cfg->p->ops[i].bytes);
+            uint64_t t0 = bench_now_ns();
+            if ((rc = mb_vspace_prepare(x.c, g_vpage, r->prepared_pages)) != 0)
+                snprintf(r->note, sizeof(r->note), "failed to prepare %zu pages: %s", r->prepared_pages,
+                         mb_strerror(rc));
+            r->prepare_ns = bench_now_ns() - t0;
+            break;
+        }
     } else if (k == S_CUDA) {
         char why[160];
         if (bench_cuda_open(bench_opt.device, &x.cu, why, sizeof(why)) != 0) {
@@ -764,6 +780,9 @@ static void usage(FILE *f)
                "                      largest that is at most one block and divides the frame unit)\n"
                "  --slow-us N         MoonBright strategies: report each allocation or resize slower\n"
                "                      than N us on stderr, with the waits and round trips it made\n"
+               "  --cold              vspace: no mb_vspace_prepare of the first request's pages\n"
+               "                      before the replay (by default it runs, untimed, as a server\n"
+               "                      would at start; its time is in the JSON's prepare_ns)\n"
                BENCH_COMMON_HELP);
 }
 
@@ -866,8 +885,11 @@ static void print_json(const char *trace, const char *format, size_t nreq, doubl
             jw_u64(&w, "unmaps", k->unmaps);
             jw_end(&w, '}');
         }
-        if (r->kind == S_VSPACE)
+        if (r->kind == S_VSPACE) {
             jw_u64(&w, "vspace_page_bytes", g_vpage);
+            jw_u64(&w, "prepared_pages", r->prepared_pages);
+            jw_u64(&w, "prepare_ns", r->prepare_ns);
+        }
         jw_summary(&w, "alloc_ns", &r->alloc);
         jw_u64(&w, "first_alloc_ns", r->first_alloc_ns);
         jw_u64(&w, "alloc_max_after_first_ns", r->alloc_max_after_first_ns);
@@ -912,7 +934,7 @@ static void print_json(const char *trace, const char *format, size_t nreq, doubl
 int bench_replay(int argc, char **argv)
 {
     enum { OPT_REQ = OPT_FIRST_OWN, OPT_COMP, OPT_STEP, OPT_TOK, OPT_BLOCK, OPT_STRAT, OPT_TSU,
-           OPT_DEVERY, OPT_POINTS, OPT_VPAGE, OPT_SLOW };
+           OPT_DEVERY, OPT_POINTS, OPT_VPAGE, OPT_SLOW, OPT_COLD };
     static const struct option lo[] = {
         BENCH_COMMON_LONGOPTS,
         { "requests", required_argument, 0, OPT_REQ },
@@ -926,10 +948,12 @@ int bench_replay(int argc, char **argv)
         { "points", required_argument, 0, OPT_POINTS },
         { "vspace-page", required_argument, 0, OPT_VPAGE },
         { "slow-us", required_argument, 0, OPT_SLOW },
+        { "cold", no_argument, 0, OPT_COLD },
         { "help", no_argument, 0, 'h' },
         { 0, 0, 0, 0 },
     };
     long nreq = -1, block = 16, devery = 1, points = 2000, slow_us = 0;
+    bool cold = false;
     double comp = 8, step_ms = 20, ts_scale = 1e-3;
     uint64_t bpt = 128 * 1024, vpage = 0;
     bool on[S_COUNT], explicit_strat = false;
@@ -956,6 +980,7 @@ int bench_replay(int argc, char **argv)
         case OPT_DEVERY: devery = strtol(optarg, &end, 10); if (*end || devery < 1) goto bad; break;
         case OPT_POINTS: points = strtol(optarg, &end, 10); if (*end || points < 1) goto bad; break;
         case OPT_SLOW: slow_us = strtol(optarg, &end, 10); if (*end || slow_us < 1) goto bad; break;
+        case OPT_COLD: cold = true; break;
         case OPT_VPAGE:
             if (mb_parse_size(optarg, &vpage) != 0 || vpage < MB_VSPACE_MIN_PAGE ||
                 vpage > MB_VSPACE_MAX_PAGE || (vpage & (vpage - 1)))
@@ -1010,7 +1035,7 @@ int bench_replay(int argc, char **argv)
         on[S_MALLOC] = strcmp(backend, "host") == 0;
         on[S_CUDA] = strcmp(backend, "host") != 0;
     }
-    struct replay_cfg cfg = { .p = &p, .daemon_every = (uint32_t)devery,
+    struct replay_cfg cfg = { .p = &p, .daemon_every = (uint32_t)devery, .cold = cold,
                               .slow_ns = (uint64_t)slow_us * 1000 };
     cfg.bucket = (uint32_t)((p.steps + points - 1) / points);
     if (cfg.bucket == 0)
@@ -1078,6 +1103,11 @@ int bench_replay(int argc, char **argv)
                    r->alloc_max_after_first_ns / 1e3, wt, r->free.mean / 1e3, r->wall_s,
                    r->err ? "  " : "", r->err ? r->note : "");
         }
+        for (int i = 0; i < nres; i++)
+            if (res[i].ran && res[i].kind == S_VSPACE && res[i].prepared_pages)
+                printf("note: vspace readied %zu pages with mb_vspace_prepare before the replay "
+                       "(%.2f ms, not in its times; --cold skips it)\n",
+                       res[i].prepared_pages, res[i].prepare_ns / 1e6);
         printf("note: PyTorch rows come from tools/bench_torch.py replay (GPU host)\n");
     }
     for (int i = 0; i < nres; i++)

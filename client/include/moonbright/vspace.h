@@ -75,6 +75,18 @@ typedef struct mb_vspace mb_vspace;
  * while a stream is gated). */
 MB_API int mb_vspace_create(mb_client *c, size_t max_bytes, size_t page_bytes, mb_vspace **out);
 
+/* Ready this client for vspaces of page_bytes pages ahead of the first,
+ * for a server at start: the table kernels are launched once, a chunk of
+ * page-table nodes is cleared, and the page pool of that size maps extents
+ * until at least npages pages are free (0: none). The first
+ * mb_vspace_create and mb_vspace_map_async then wait for nothing the
+ * process has not done already. Prepared pages are ordinary free pages:
+ * mb_trim, the daemon's reclaim notice and the idle policy
+ * ($MOONBRIGHT_IDLE_MS) return them like any other. Quota and
+ * out-of-memory errors come back as such; pages mapped before the failure
+ * stay free in the pool. */
+MB_API int mb_vspace_prepare(mb_client *c, size_t page_bytes, size_t npages);
+
 /* Back pages [first_page, first_page + npages) with physical pages (this
  * client's free pages first, then frames from its cache or the daemon),
  * create missing directory nodes, and enqueue on stream the kernel that
