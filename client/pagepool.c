@@ -206,16 +206,21 @@ static size_t remove_free_extents(struct pagepool *p, int64_t idle_before, size_
 
 static void push_pages(struct pagepool *p, const uint64_t *pages, size_t n, int64_t now)
 {
-    /* Last first: pops then return them in the order given. */
+    /* Last first: pops then return them in the order given. Pages come in
+     * runs of one extent: the last one found is tried first. */
+    struct pp_extent *x = NULL;
+    size_t idx = 0;
+    unsigned shift = (unsigned)__builtin_ctzll(p->page_bytes);
     for (size_t j = n; j-- > 0;) {
-        size_t idx;
-        struct pp_extent *x = extent_of(p, pages[j], &idx);
+        if (!x || pages[j] < x->base || pages[j] >= x->base + ((uint64_t)x->npages << shift) ||
+            (pages[j] - x->base) & (p->page_bytes - 1))
+            x = extent_of(p, pages[j], &idx);
         if (!x || x->n_free == x->npages) {
             mb_log(MB_LOG_ERR, "failed to return page %#llx to its pool: not a used page of it",
                    (unsigned long long)pages[j]);
             continue;
         }
-        x->free[x->n_free++] = (uint32_t)((pages[j] - x->base) / p->page_bytes);
+        x->free[x->n_free++] = (uint32_t)((pages[j] - x->base) >> shift);
         p->n_free++;
         if (x->n_free == x->npages)
             x->idle_since_ms = now ? now : 1;

@@ -258,6 +258,13 @@ static struct vs_node *leaf_of(mb_vspace *v, size_t p, bool create)
     return n;
 }
 
+/* The pages from p on that share p's leaf, up to end. */
+static size_t leaf_stretch(size_t p, size_t end)
+{
+    size_t len = FANOUT - (p & (FANOUT - 1));
+    return len < end - p ? len : end - p;
+}
+
 /* Nodes that mapping [first, first + n) would add. */
 static size_t nodes_missing(mb_vspace *v, size_t first, size_t n)
 {
@@ -390,11 +397,17 @@ int mb_vspace_map_async(mb_vspace *v, size_t first, size_t n, void *stream)
     if (rc || n == 0)
         return rc;
     pthread_mutex_lock(&v->lock);
-    /* Pages of the range not mapped yet. */
-    size_t want = 0;
-    for (size_t p = first; p < first + n; p++) {
-        struct vs_node *l = leaf_of(v, p, false);
-        want += !l || l->e[p & (FANOUT - 1)] == MB_VSPACE_INVALID;
+    /* Pages of the range not mapped yet (one leaf at a time). */
+    size_t want = 0, end = first + n;
+    for (size_t p = first, len; p < end; p += len) {
+        len = leaf_stretch(p, end);
+        const struct vs_node *l = leaf_of(v, p, false);
+        if (!l) {
+            want += len;
+            continue;
+        }
+        for (size_t i = p & (FANOUT - 1), e = i + len; i < e; i++)
+            want += l->e[i] == MB_VSPACE_INVALID;
     }
     uint64_t *pages = want ? malloc(want * sizeof(*pages)) : NULL;
     size_t *where = want ? malloc(want * sizeof(*where)) : NULL;
@@ -408,19 +421,27 @@ int mb_vspace_map_async(mb_vspace *v, size_t first, size_t n, void *stream)
         taken = rc == 0;
     }
     size_t k = 0;   /* pages[0..k) entered at where[0..k) */
-    for (size_t p = first; rc == 0 && k < want && p < first + n; p++) {
+    for (size_t p = first, len; rc == 0 && k < want && p < end; p += len) {
+        len = leaf_stretch(p, end);
         struct vs_node *l = leaf_of(v, p, true);
         if (!l) {
             rc = MB_ENOMEM;
             break;
         }
-        size_t i = p & (FANOUT - 1);
-        if (l->e[i] != MB_VSPACE_INVALID)
-            continue;
-        l->e[i] = pages[k];
-        where[k++] = p;
-        l->used++;
-        mark_dirty(v, l, (uint32_t)i, (uint32_t)i + 1);
+        /* The entries set here are sent as one stretch [lo, hi) of the
+         * leaf (valid ones inside it again, unchanged). */
+        uint32_t i0 = (uint32_t)(p & (FANOUT - 1)), lo = FANOUT, hi = 0;
+        for (uint32_t i = i0; i < i0 + len && k < want; i++) {
+            if (l->e[i] != MB_VSPACE_INVALID)
+                continue;
+            l->e[i] = pages[k];
+            where[k++] = p + (i - i0);
+            l->used++;
+            lo = i < lo ? i : lo;
+            hi = i + 1;
+        }
+        if (lo < hi)
+            mark_dirty(v, l, lo, hi);
     }
     if (rc == 0 && want)
         rc = flush(v, stream);
@@ -455,20 +476,24 @@ int mb_vspace_unmap_async(mb_vspace *v, size_t first, size_t n, void *stream)
     size_t *where = cap ? malloc(cap * sizeof(*where)) : NULL;
     if (cap && (!pages || !where))
         rc = MB_ENOMEM;
-    for (size_t p = first; rc == 0 && k < cap && p < first + n; p++) {
+    for (size_t p = first, len, end = first + n; rc == 0 && k < cap && p < end; p += len) {
+        len = leaf_stretch(p, end);
         struct vs_node *l = leaf_of(v, p, false);
-        if (!l) {   /* skip the rest of this absent leaf */
-            p |= FANOUT - 1;
-            continue;
+        if (!l)
+            continue;   /* an absent leaf: nothing mapped there */
+        uint32_t i0 = (uint32_t)(p & (FANOUT - 1)), lo = FANOUT, hi = 0;
+        for (uint32_t i = i0; i < i0 + len && k < cap; i++) {
+            if (l->e[i] == MB_VSPACE_INVALID)
+                continue;
+            pages[k] = l->e[i];
+            where[k++] = p + (i - i0);
+            l->e[i] = MB_VSPACE_INVALID;
+            l->used--;
+            lo = i < lo ? i : lo;
+            hi = i + 1;
         }
-        size_t i = p & (FANOUT - 1);
-        if (l->e[i] == MB_VSPACE_INVALID)
-            continue;
-        pages[k] = l->e[i];
-        where[k++] = p;
-        l->e[i] = MB_VSPACE_INVALID;
-        l->used--;
-        mark_dirty(v, l, (uint32_t)i, (uint32_t)i + 1);
+        if (lo < hi)
+            mark_dirty(v, l, lo, hi);
     }
     if (rc == 0 && k)
         rc = flush(v, stream);
