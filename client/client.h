@@ -308,11 +308,6 @@ int stitch_take_units(mb_client *c, size_t n, struct stitched **out);
  * exceed bytes. */
 int stitch_alloc_any(mb_client *c, size_t bytes, unsigned max_order, struct stitched **out);
 int stitch_free(mb_client *c, struct stitched *s, void *stream);
-/* stitch_free in two steps: the driver's unmap and the address range's
- * release (no lock: s is the caller's alone; on failure s is as it was),
- * then its frames into the cache and s freed (fl_lock held). */
-int stitch_unmap(mb_client *c, struct stitched *s);
-int stitch_drop(mb_client *c, struct stitched *s);
 /* Punching (a heap arena gives back the frames under a free block):
  * frames[from..to) leave s for out[] and hole placeholders take their
  * slots (MB_ENOMEM when none can be made); stitch_unpunch puts them back. */

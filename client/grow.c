@@ -32,7 +32,6 @@ struct gidle {
     struct stitched *s;
     void *fence;
     int64_t since_ms;
-    bool unmapped;               /* detached, and the driver's unmap done (grow_work) */
     struct gidle *next;
 };
 
@@ -262,7 +261,6 @@ static int map_tail(mb_client *c, struct growset *g, struct growable *x, size_t 
 struct tail_cut {
     struct growable *x;
     size_t k, n, off, gone;
-    bool unmapped;               /* the driver's unmap done (grow_work) */
 };
 
 /* Cut the frames lying wholly past keep (>= x->used) off x's range for
@@ -280,7 +278,7 @@ static bool tail_cut_held(struct growset *g, struct growable *x, size_t keep, st
     for (size_t i = k; i < s->n; i++)
         if (s->frames[i]->exported)
             return false;
-    *cut = (struct tail_cut){ x, k, s->n, off, s->bytes - off, false };
+    *cut = (struct tail_cut){ x, k, s->n, off, s->bytes - off };
     x->busy = true;
     s->n = k;
     s->bytes = off;
@@ -288,20 +286,14 @@ static bool tail_cut_held(struct growset *g, struct growable *x, size_t keep, st
     return true;
 }
 
-/* The driver's unmap of a cut (x is busy: no lock needed). */
-static bool tail_cut_unmap(mb_client *c, const struct tail_cut *cut)
-{
-    struct stitched *s = cut->x->s;
-    return c->be->ops->unmap(c->be, (char *)s->va + cut->off, cut->gone) == 0;
-}
-
-/* After the unmap (ok) the cut's frames go to the frame cache (fl_lock
- * held), else back to the range; then x is no longer busy. g->lock taken
- * to publish unless `held`. */
-static void tail_cut_end(mb_client *c, struct growset *g, const struct tail_cut *cut, bool ok, bool held)
+/* Unmap a cut's frames into the frame cache, or hand them back to the
+ * range when the unmap fails; then x is no longer busy. fl_lock held;
+ * g->lock taken to publish unless `held`. */
+static void tail_unmap(mb_client *c, struct growset *g, const struct tail_cut *cut, bool held)
 {
     struct growable *x = cut->x;
     struct stitched *s = x->s;
+    bool ok = c->be->ops->unmap(c->be, (char *)s->va + cut->off, cut->gone) == 0;
     if (ok) {
         for (size_t i = cut->k; i < cut->n; i++)
             fcache_put(c, s->frames[i]);
@@ -319,12 +311,6 @@ static void tail_cut_end(mb_client *c, struct growset *g, const struct tail_cut 
     GROW_CHECK(c, x);
     if (!held)
         pthread_mutex_unlock(&g->lock);
-}
-
-/* Unmap a cut's frames into the frame cache (both steps); fl_lock held. */
-static void tail_unmap(mb_client *c, struct growset *g, const struct tail_cut *cut, bool held)
-{
-    tail_cut_end(c, g, cut, tail_cut_unmap(c, cut), held);
 }
 
 /* ---- the set ---- */
@@ -445,23 +431,21 @@ static struct gidle *idle_detach_held(mb_client *c, struct growset *g, int64_t n
     return gone;
 }
 
-/* The ranges idle_detach_held took, unmapped (i->unmapped: by the driver
- * already), go: their frames into the cache. fl_lock held. */
-static void idle_drop(mb_client *c, struct gidle *gone)
+/* Unmap the ranges idle_detach_held took; fl_lock held. */
+static void idle_unmap(mb_client *c, struct gidle *gone)
 {
     while (gone) {
         struct gidle *i = gone;
         gone = i->next;
-        void *va = i->s->va;
-        if ((i->unmapped ? stitch_drop(c, i->s) : stitch_free(c, i->s, NULL)) != 0)
-            mb_log(MB_LOG_ERR, "failed to unmap an idle growable range at %p", va);
+        if (stitch_free(c, i->s, NULL) != 0)
+            mb_log(MB_LOG_ERR, "failed to unmap an idle growable range at %p", i->s->va);
         free(i);
     }
 }
 
 static void idle_release_held(mb_client *c, struct growset *g, int64_t now, int64_t idle_ms)
 {
-    idle_drop(c, idle_detach_held(c, g, now, idle_ms));
+    idle_unmap(c, idle_detach_held(c, g, now, idle_ms));
 }
 
 static size_t pow2_at_least(size_t x)
@@ -830,10 +814,8 @@ void grow_work(mb_client *c, struct growset *g, int64_t now, int idle_ms)
     if (!tails)
         return;
     /* Tails and freed ranges idle for idle_ms go back: taken under g->lock,
-     * unmapped by the driver with no lock held, so that grows within their
-     * tails go on and a grow past its tail (which takes cached frames under
-     * fl_lock) never waits behind this pass's unmaps; their frames then go
-     * to the frame cache under fl_lock, all at once. */
+     * unmapped without it, so that grows within their tails go on. */
+    fl_lock(c);
     pthread_mutex_lock(&g->lock);
     struct gidle *gone = idle_detach_held(c, g, now, idle_ms);
     struct tail_cut *cuts = g->n ? malloc(g->n * sizeof(*cuts)) : NULL;
@@ -849,14 +831,9 @@ void grow_work(mb_client *c, struct growset *g, int64_t now, int idle_ms)
             ncut += tail_cut_held(g, x, x->used + target_of(c, x), &cuts[ncut]);
     }
     pthread_mutex_unlock(&g->lock);
-    for (struct gidle *i = gone; i; i = i->next)
-        i->unmapped = stitch_unmap(c, i->s) == 0;
+    idle_unmap(c, gone);
     for (size_t i = 0; i < ncut; i++)
-        cuts[i].unmapped = tail_cut_unmap(c, &cuts[i]);
-    fl_lock(c);
-    idle_drop(c, gone);
-    for (size_t i = 0; i < ncut; i++)
-        tail_cut_end(c, g, &cuts[i], cuts[i].unmapped, false);
+        tail_unmap(c, g, &cuts[i], false);
     free(cuts);
     /* Their frames went to the frame cache, where new ranges and tails
      * take them whatever their size. Past the cache's usual bytes, frames

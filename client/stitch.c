@@ -209,26 +209,15 @@ static int unmap_runs(mb_client *c, struct stitched *s)
     return rc;
 }
 
-int stitch_unmap(mb_client *c, struct stitched *s)
-{
-    int rc = unmap_runs(c, s);
-    if (rc == 0)
-        c->be->ops->free_va(c->be, s->va, s->reserved);
-    return rc;   /* else still mapped: everything as it was */
-}
-
 int stitch_free(mb_client *c, struct stitched *s, void *stream)
 {
     (void)stream;   /* the caller knows no work uses the range any more */
-    int rc = stitch_unmap(c, s);
-    return rc ? rc : stitch_drop(c, s);
-}
-
-int stitch_drop(mb_client *c, struct stitched *s)
-{
+    int rc = unmap_runs(c, s);
+    if (rc != 0)
+        return rc;   /* still mapped: keep everything as it is */
+    c->be->ops->free_va(c->be, s->va, s->reserved);
     /* Frames shared with another process go back to the daemon (which
      * keeps them for the importers), the rest into the cache. */
-    int rc = 0;
     uint32_t *ids = NULL;
     size_t n_shared = 0;
     for (size_t i = 0; i < s->n; i++) {
