@@ -307,6 +307,9 @@ int stitch_take_units(mb_client *c, size_t n, struct stitched **out);
  * first), the rest by the frame plan (none above max_order); s->bytes may
  * exceed bytes. */
 int stitch_alloc_any(mb_client *c, size_t bytes, unsigned max_order, struct stitched **out);
+/* Unmap s, put its frames into the cache (shared ones back to the daemon)
+ * and free it: nonzero only when the unmap failed, and s is then as it was
+ * (callers log it and keep it). fl_lock held. */
 int stitch_free(mb_client *c, struct stitched *s, void *stream);
 /* Punching (a heap arena gives back the frames under a free block):
  * frames[from..to) leave s for out[] and hole placeholders take their

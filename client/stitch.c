@@ -237,10 +237,13 @@ int stitch_free(mb_client *c, struct stitched *s, void *stream)
     }
     if (n_shared)
         rc = fcache_return_ids(c, ids, n_shared);
+    if (rc != 0)   /* the session's end gives them back */
+        mb_log(MB_LOG_WARN, "failed to return %zu shared frames of an unmapped range: %s", n_shared,
+               mb_strerror(rc));
     free(ids);
     c->fst.bytes_mapped -= s->bytes - s->holes;
     free(s);
-    return rc;
+    return 0;   /* unmapped and gone, whatever the return did */
 }
 
 int stitch_punch(struct stitched *s, size_t from, size_t to, struct cframe **out)
