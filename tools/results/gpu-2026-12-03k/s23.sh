@@ -1,0 +1,11 @@
+#!/bin/sh
+. tools/gpu/use-deps.sh .gpudeps >/dev/null 2>&1
+B=$PWD/build-gpu
+cmake -S . -B $B -DCMAKE_BUILD_TYPE=Release -DCMAKE_C_FLAGS= >/dev/null && cmake --build $B -j16 --target moonbrightd mbbench 2>&1 | grep -E "error|warning: "
+RT=$(mktemp -d)
+$B/daemon/moonbrightd --foreground --backend cuda --runtime-dir $RT --budget 100G >/dev/null 2>&1 & DP=$!; i=0; while [ ! -S $RT/gpu0.fds ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done
+for a in "--threads 1 --pairs 2000 --repeat 1 --rounds 0 --no-cuda" "--threads 1,16 --pairs 20000 --repeat 2 --rounds 2"; do
+echo "=== $a"
+MOONBRIGHT_LOG=info MOONBRIGHT_RUNTIME_DIR=$RT timeout 60 stdbuf -o0 -e0 $B/tools/mbbench threads $a 2>&1
+done
+kill $DP; wait $DP
