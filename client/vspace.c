@@ -647,6 +647,10 @@ int mb_vspace_prepare(mb_client *c, size_t page_bytes, size_t npages)
     if (!c)
         return MB_EINVAL;
     int rc = engine_for(c, page_bytes, "prepare", &eng);
+    if (rc == 0 && npages > ((size_t)1 << 62) / page_bytes) {
+        mb_log(MB_LOG_ERR, "failed to prepare %zu vspace pages: more than any vspace holds", npages);
+        return MB_EINVAL;
+    }
     struct refill *r = NULL;
     struct pagepool *p = NULL;
     if (rc == 0)

@@ -1069,6 +1069,7 @@ static void test_prepare(void **state)
     assert_int_equal(mb_vspace_prepare(g_c, 96 << 10, 1), MB_EINVAL);   /* not a power of two */
     assert_int_equal(mb_vspace_prepare(g_c, 32 << 10, 1), MB_EINVAL);   /* below 64 KiB */
     assert_int_equal(mb_vspace_prepare(g_c, 4 << 20, 1), MB_EINVAL);    /* above 2 MiB */
+    assert_int_equal(mb_vspace_prepare(g_c, 64 << 10, SIZE_MAX), MB_EINVAL);   /* no such vspace */
     st = stats_of(g_c);
     assert_int_equal(st.vspace_pool_bytes, 0);
     assert_int_equal(st.daemon_requests, before.daemon_requests);
