@@ -118,7 +118,7 @@ void mb_close(mb_client *c)
     if (c->be->ops->device_sync)
         c->be->ops->device_sync(c->be);
     refill_close(c);   /* may free table nodes: before the thread caches go */
-    if (c->tc_reg)
+    if (c->chunks)
         tc_flush_every_thread(c, true);
     maint_reap_retiring(c, true);
     pthread_mutex_lock(&c->lock);
@@ -140,7 +140,8 @@ void mb_close(mb_client *c)
     }
     ptrmap_destroy(&c->live);
     ptrmap_destroy(&c->backing);
-    tc_client_free(c);
+    chunkreg_free(c->chunks);   /* after the slab: its chunks left it */
+    c->chunks = NULL;
     lclock_destroy(&c->lclk, c->be);
     /* Handles go first; closing the channel then ends the session and the
      * daemon takes every frame back. */
@@ -325,8 +326,10 @@ size_t mb_usable_size(mb_client *c, const void *ptr)
 {
     if (!c || !ptr)
         return 0;
-    if (tc_is_object(c, ptr))
-        return tc_usable(c, ptr);
+    size_t slot;
+    const struct chunkreg_chunk *k = chunkreg_object(c->chunks, ptr, &slot);
+    if (k)
+        return k->size;
     size_t gsz = grow_usable(c, ptr);
     if (gsz)
         return gsz;
@@ -344,7 +347,7 @@ int mb_trim(mb_client *c, size_t keep_bytes)
 {
     if (!c)
         return MB_EINVAL;
-    if (c->tc_reg)
+    if (c->chunks)
         tc_flush_every_thread(c, false);   /* thread caches hold slab objects */
     return maint_release(c, -1, keep_bytes);
 }
@@ -353,7 +356,7 @@ int mb_stats(mb_client *c, mb_client_stats *out)
 {
     if (!c || !out)
         return MB_EINVAL;
-    size_t cached = c->tc_reg ? tc_cached_bytes(c) : 0;
+    size_t cached = c->chunks ? tc_cached_bytes(c) : 0;
     pthread_mutex_lock(&c->lock);
     *out = c->st;
     tiers_stats(c, out);

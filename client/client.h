@@ -129,15 +129,15 @@ struct ptrmap {
  *   tcache.c                     per-thread caches of slab objects
  *   maint.c                      the background thread: notices, idle
  *                                policy, device-sync fences, retiring ranges
- *   tiers.c (slab.c, pool.c)     allocator tiers over mapped ranges
+ *   tiers.c (slab.c, pool.c,     allocator tiers over mapped ranges
+ *     chunkreg.c)
  *   refill.c (pagepool.c,        the memory helper thread: vspace page
  *     vsnodes.c, grow.c)         pools, table nodes, growable ranges
  *   lclock.c                     which legacy-stream frees are complete
  *   async_map.c, stitch.c        mapping: address ranges, map/unmap
  *   frames.c                     the frames this process holds
  *   rpc.c                        the daemon's control plane
- * Three calls go up, each a hand-over rather than a callback into policy:
- * tiers.c registers slab chunks in tcache.c's registry (tc_chunk_add/del),
+ * Two calls go up, each a hand-over rather than a callback into policy:
  * grow.c hands a freed range it cannot keep to maint_retire's queue, and
  * vsnodes.c takes its chunks of table nodes with mb_malloc.
  *
@@ -207,7 +207,7 @@ struct mb_client {
     struct retiring *retiring;   /* ranges of their own waiting for their stream */
     /* per-thread caches of slab objects (tcache.c) */
     uint64_t cid;                /* unique per client, never reused */
-    struct tc_reg *tc_reg;       /* chunk registry */
+    struct chunkreg *chunks;     /* the slab's chunk registry (NULL without a slab: no thread caches) */
     struct tcache *tcaches;      /* every thread's cache for this client */
     struct lclock lclk;          /* frees on the legacy stream (lclock.c) */
     int slab_err;                /* why the last refill got nothing */
@@ -367,15 +367,12 @@ void tiers_slab_put(mb_client *c, void **ptrs, size_t n, void *ev, bool pending)
 
 /* tcache.c: per-thread caches in front of the slab (no lock held). */
 int tc_client_init(mb_client *c);
-void tc_client_free(mb_client *c);
 /* 0 and *ptr, MB_ENOENT when this thread has no cache (take the shared
  * path), or an error. size <= c->slab_max. */
 int tc_alloc(mb_client *c, size_t size, void *stream, bool sync, void **ptr);
 /* 0, MB_ENOENT for a slab object that is not live (a double free), 1 when
  * ptr is no slab object. */
 int tc_free(mb_client *c, void *ptr, void *stream);
-size_t tc_usable(mb_client *c, const void *ptr);
-bool tc_is_object(mb_client *c, const void *ptr);
 /* Flush every thread's cache into the shared slab (detach: the client is
  * closing). c->lock not held. */
 void tc_flush_every_thread(mb_client *c, bool detach);
@@ -383,9 +380,24 @@ size_t tc_cached_bytes(mb_client *c);
 /* Flush the caches of threads that made no call for idle_ms (the idle
  * policy). c->lock not held. */
 void tc_flush_idle(mb_client *c, int64_t idle_ms);
-/* The chunk registry (c->lock held). */
-int tc_chunk_add(mb_client *c, void *base, unsigned cls, size_t size, size_t chunk_bytes);
-void tc_chunk_del(mb_client *c, void *base);
+
+/* chunkreg.c: the slab's chunks by address. Added and removed by the
+ * tiers under c->lock; looked up with no lock. */
+struct chunkreg;
+struct chunkreg_chunk {
+    uintptr_t base;
+    size_t size;                 /* class size */
+    unsigned cls;
+    uint32_t nslots;
+    struct chunkreg_chunk *next_retired;
+};
+int chunkreg_new(size_t chunk_bytes, struct chunkreg **out);
+void chunkreg_free(struct chunkreg *r);
+int chunkreg_add(struct chunkreg *r, void *base, unsigned cls, size_t size, size_t chunk_bytes);
+void chunkreg_del(struct chunkreg *r, void *base);
+/* The chunk holding p and p's slot in it, or NULL when p is not the start
+ * of a slab object (r may be NULL). */
+const struct chunkreg_chunk *chunkreg_object(const struct chunkreg *r, const void *p, size_t *slot);
 
 /* lclock.c: which legacy-stream frees are complete (no lock held). */
 void lclock_init(struct lclock *k);

@@ -119,7 +119,7 @@ static void settle(mb_client *c)
 
 int maint_release(mb_client *c, int64_t idle_ms, size_t keep_bytes)
 {
-    if (idle_ms >= 0 && c->tc_reg)
+    if (idle_ms >= 0 && c->chunks)
         tc_flush_idle(c, idle_ms);   /* caches of threads gone quiet */
     /* An explicit trim or a reclaim settles every free, the legacy
      * stream's included, so that memory freed before it goes back. */
@@ -167,7 +167,7 @@ static void answer_reclaim(mb_client *c, uint64_t want)
     size_t cached = c->fc.bytes_cached;
     pthread_mutex_unlock(&c->flock);
     size_t keep = want == 0 || want >= cached ? 0 : cached - want;
-    if (c->tc_reg)
+    if (c->chunks)
         tc_flush_every_thread(c, false);   /* thread caches hold slab objects */
     maint_release(c, -1, keep);
     pthread_mutex_lock(&c->flock);

@@ -2,8 +2,8 @@
  * shared slab (in the manner of jemalloc's tcache and mimalloc's thread-
  * local heaps): the hits of mb_malloc/mb_free and their stream forms touch
  * only the calling thread's cache; refills and flushes reach the shared slab
- * in batches under c->lock. Also the chunk registry that lets a free find
- * its object's class and live bit without any lock.
+ * in batches under c->lock. A free finds its object's class in the slab's
+ * chunk registry (chunkreg.c) without any lock.
  *
  * Glossary
  *   bin      a thread's cached objects of one class: a ring, oldest first.
@@ -15,9 +15,7 @@
  *            ready are usable at once only by allocations on the tag.
  *   tag      the stream of the cache's pending objects (NULL: the legacy
  *            default stream, which synchronous frees use).
- *   chunk    a slab chunk and its class, found by a two-level radix table
- *            on the address (readers take no lock; entries change under
- *            c->lock; retired entries live until the client closes).
+ *   chunk    a slab chunk and its class (chunkreg.c).
  *
  * Invariants: every bin's gens are non-decreasing from its oldest entry;
  * bytes == the sum of the class sizes of the cached objects. The fast
@@ -44,7 +42,6 @@
 #define TC_BIN_BYTES ((size_t)16 << 20)  /* ... and at most this many bytes */
 #define TC_REFILL 8          /* objects taken from the slab per refill */
 #define TC_SLOTS 4           /* clients a thread caches for at once */
-#define LEAF_BITS 13
 
 struct tc_ent { void *p; uint64_t gen; };
 
@@ -70,22 +67,6 @@ struct tcache {
     struct tc_bin bins[];
 };
 
-struct tc_chunk {
-    uintptr_t base;
-    size_t size;                 /* class size */
-    unsigned cls;
-    uint32_t nslots;
-    struct tc_chunk *next_retired;
-};
-
-struct tc_leaf { struct tc_chunk *e[1u << LEAF_BITS]; };
-
-struct tc_reg {
-    unsigned lg_chunk, l1_bits;
-    struct tc_leaf **l1;         /* atomic pointers */
-    struct tc_chunk *retired;
-};
-
 /* A cache's lock: its owner takes it on every call and others only to
  * flush it, so it is almost never contended; a pthread mutex's unlock
  * costs an atomic read-modify-write (it looks for waiters), this one a
@@ -109,69 +90,6 @@ static pthread_key_t g_key;
 static pthread_once_t g_key_once = PTHREAD_ONCE_INIT;
 static uint64_t g_next_cid = 1;
 static __thread struct tcache *tl_slots[TC_SLOTS];
-
-/* ---- the chunk registry ---- */
-
-static size_t chunk_index(const struct tc_reg *r, uintptr_t a) { return (size_t)(a >> r->lg_chunk); }
-
-static struct tc_chunk *chunk_find(const struct tc_reg *r, uintptr_t a)
-{
-    size_t i = chunk_index(r, a), hi = i >> LEAF_BITS;
-    if (hi >> r->l1_bits)
-        return NULL;
-    struct tc_leaf *leaf = __atomic_load_n(&r->l1[hi], __ATOMIC_ACQUIRE);
-    return leaf ? __atomic_load_n(&leaf->e[i & ((1u << LEAF_BITS) - 1)], __ATOMIC_ACQUIRE) : NULL;
-}
-
-int tc_chunk_add(mb_client *c, void *base, unsigned cls, size_t size, size_t chunk_bytes)
-{
-    struct tc_reg *r = c->tc_reg;
-    uintptr_t a = (uintptr_t)base;
-    if (chunk_find(r, a))
-        return 0;
-    size_t i = chunk_index(r, a), hi = i >> LEAF_BITS;
-    if (hi >> r->l1_bits)
-        return MB_EINVAL;
-    struct tc_leaf *leaf = r->l1[hi];
-    if (!leaf) {
-        if (!(leaf = calloc(1, sizeof(*leaf))))
-            return MB_ENOMEM;
-        __atomic_store_n(&r->l1[hi], leaf, __ATOMIC_RELEASE);
-    }
-    uint32_t nslots = (uint32_t)(chunk_bytes / size);
-    struct tc_chunk *k = calloc(1, sizeof(*k));
-    if (!k)
-        return MB_ENOMEM;
-    k->base = a;
-    k->size = size;
-    k->cls = cls;
-    k->nslots = nslots;
-    __atomic_store_n(&leaf->e[i & ((1u << LEAF_BITS) - 1)], k, __ATOMIC_RELEASE);
-    return 0;
-}
-
-void tc_chunk_del(mb_client *c, void *base)
-{
-    struct tc_reg *r = c->tc_reg;
-    struct tc_chunk *k = chunk_find(r, (uintptr_t)base);
-    if (!k)
-        return;
-    size_t i = chunk_index(r, (uintptr_t)base);
-    __atomic_store_n(&r->l1[i >> LEAF_BITS]->e[i & ((1u << LEAF_BITS) - 1)], NULL, __ATOMIC_RELEASE);
-    k->next_retired = r->retired;   /* a racing reader may still look at it */
-    r->retired = k;
-}
-
-/* The chunk and slot of p, or NULL when p is not an object's start. */
-static struct tc_chunk *object_of(mb_client *c, const void *p, size_t *slot)
-{
-    uintptr_t a = (uintptr_t)p;
-    struct tc_chunk *k = c->tc_reg ? chunk_find(c->tc_reg, a) : NULL;
-    if (!k || (a - k->base) % k->size)
-        return NULL;
-    *slot = (a - k->base) / k->size;
-    return *slot < k->nslots ? k : NULL;
-}
 
 /* ---- bins ---- */
 
@@ -434,7 +352,7 @@ static bool bin_has(const struct tc_bin *b, const void *p)
 int tc_free(mb_client *c, void *ptr, void *stream)
 {
     size_t slot;
-    struct tc_chunk *ck = object_of(c, ptr, &slot);
+    const struct chunkreg_chunk *ck = chunkreg_object(c->chunks, ptr, &slot);
     if (!ck)
         return 1;                              /* not a slab object */
     struct tcache *t = tc_get(c);
@@ -473,39 +391,13 @@ int tc_free(mb_client *c, void *ptr, void *stream)
     return 0;
 }
 
-size_t tc_usable(mb_client *c, const void *ptr)
-{
-    size_t slot;
-    struct tc_chunk *ck = object_of(c, ptr, &slot);
-    return ck ? ck->size : 0;
-}
-
-bool tc_is_object(mb_client *c, const void *ptr)
-{
-    size_t slot;
-    return object_of(c, ptr, &slot) != NULL;
-}
-
 /* ---- the client's side ---- */
 
 int tc_client_init(mb_client *c)
 {
-    if (!c->slab)
-        return 0;
-    struct tc_reg *r = calloc(1, sizeof(*r));
-    if (!r)
-        return MB_ENOMEM;
-    r->lg_chunk = (unsigned)__builtin_ctzll(c->frame_bytes);
-    unsigned bits = 47 > r->lg_chunk + LEAF_BITS ? 47 - r->lg_chunk - LEAF_BITS : 1;
-    r->l1_bits = bits;
-    if (!(r->l1 = calloc((size_t)1 << bits, sizeof(*r->l1)))) {
-        free(r);
-        return MB_ENOMEM;
-    }
     pthread_mutex_lock(&g_tc_lock);
     c->cid = g_next_cid++;
     pthread_mutex_unlock(&g_tc_lock);
-    c->tc_reg = r;
     return 0;
 }
 
@@ -556,25 +448,3 @@ size_t tc_cached_bytes(mb_client *c)
     return n;
 }
 
-void tc_client_free(mb_client *c)
-{
-    struct tc_reg *r = c->tc_reg;
-    if (!r)
-        return;
-    for (size_t i = 0; i < ((size_t)1 << r->l1_bits); i++) {
-        struct tc_leaf *leaf = r->l1[i];
-        if (!leaf)
-            continue;
-        for (size_t j = 0; j < (1u << LEAF_BITS); j++)
-            free(leaf->e[j]);
-        free(leaf);
-    }
-    while (r->retired) {
-        struct tc_chunk *k = r->retired;
-        r->retired = k->next_retired;
-        free(k);
-    }
-    free(r->l1);
-    free(r);
-    c->tc_reg = NULL;
-}

@@ -207,7 +207,7 @@ static size_t backing_bytes(const mb_client *c, size_t bytes)
 static void slab_chunk_put(void *ctx, void *base, size_t bytes)
 {
     mb_client *c = ctx;
-    tc_chunk_del(c, base);
+    chunkreg_del(c->chunks, base);
     backing_put(ctx, base, bytes);
 }
 
@@ -388,6 +388,8 @@ int tiers_init(mb_client *c)
     size_t fb = c->frame_bytes;
     if ((fb & (fb - 1)) == 0 && fb >= MB_SLAB_MIN_CHUNK && fb <= MB_SLAB_MAX_CHUNK) {
         int rc = mb_slab_new(&c->slab, fb, backing_get, slab_chunk_put, c);
+        if (rc == 0)
+            rc = chunkreg_new(fb, &c->chunks);
         if (rc != 0)
             return rc;
         c->slab_max = mb_slab_max_size(c->slab);
@@ -452,7 +454,7 @@ size_t tiers_slab_take(mb_client *c, size_t size, size_t n, void **out)
         int rc = mb_slab_alloc(c->slab, size, &out[k]);
         if (rc == 0) {
             uintptr_t base = (uintptr_t)out[k] & ~(uintptr_t)(c->frame_bytes - 1);
-            rc = tc_chunk_add(c, (void *)base, mb_slab_class_of(c->slab, size), size, c->frame_bytes);
+            rc = chunkreg_add(c->chunks, (void *)base, mb_slab_class_of(c->slab, size), size, c->frame_bytes);
             if (rc != 0)
                 mb_slab_release(c->slab, out[k]);
         }
