@@ -38,6 +38,12 @@ static long env_long(const char *name, long dflt, long lo, long hi)
     return x;
 }
 
+/* grow.c's hand-over: a freed range it cannot keep retires like any other. */
+static int retire_range(mb_client *c, struct stitched *s, void *stream)
+{
+    return maint_retire(c, s, stream, false);
+}
+
 int mb_open(mb_client **out, const char *tenant_name)
 {
     if (!out)
@@ -51,6 +57,9 @@ int mb_open(mb_client **out, const char *tenant_name)
         return MB_ENOMEM;
     mb_raise_fd_limit(false);   /* host frames are descriptors in this process too */
     pthread_mutex_init(&c->lock, NULL);
+    c->node_alloc = mb_malloc;
+    c->node_free = mb_free;
+    c->retire = retire_range;
     lclock_init(&c->lclk);
     pthread_mutex_init(&c->flock, NULL);
     c->sd_fenced_tail = &c->sd_fenced;
@@ -356,27 +365,7 @@ int mb_stats(mb_client *c, mb_client_stats *out)
 {
     if (!c || !out)
         return MB_EINVAL;
-    size_t cached = c->chunks ? tc_cached_bytes(c) : 0;
-    pthread_mutex_lock(&c->lock);
-    *out = c->st;
-    tiers_stats(c, out);
-    pthread_mutex_unlock(&c->lock);
-    /* objects in thread caches are free, though the slab counts them live */
-    cached = cached < out->slab_live ? cached : out->slab_live;
-    out->slab_live -= cached;
-    out->bytes_idle += cached;
-    pthread_mutex_lock(&c->flock);
-    out->bytes_mapped = c->fst.bytes_mapped;
-    out->daemon_requests = c->fst.daemon_requests;
-    out->daemon_wait_us = c->fst.daemon_ns / 1000;
-    out->import_us = c->fst.import_ns / 1000;
-    out->frames_imported = c->fst.frames_imported;
-    out->unmaps = c->fst.unmaps;
-    refill_stats(c, out);
-    out->bytes_cached = c->fc.bytes_cached;
-    out->bytes_granted = c->fc.bytes_held;
-    pthread_mutex_unlock(&c->flock);
-    out->bytes_live = out->slab_live + out->pool_live + out->stitch_live;
+    maint_stats(c, out);
     return 0;
 }
 

@@ -123,12 +123,14 @@ struct ptrmap {
 };
 
 /* Layers, top to bottom; a layer calls only the ones below it:
- *   client.c, share.c, torch.c   public API (a refused grant: maint_release,
+ *   client.c, torch.c            public API (a refused grant: maint_release,
  *                                then once more)
- *   vspace.c                     vspaces: page tables over page pools
- *   tcache.c                     per-thread caches of slab objects
  *   maint.c                      the background thread: notices, idle
- *                                policy, device-sync fences, retiring ranges
+ *                                policy, device-sync fences, retiring
+ *                                ranges; the figures of mb_stats
+ *   vspace.c                     vspaces: page tables over page pools
+ *   share.c                      ranges shared between processes
+ *   tcache.c                     per-thread caches of slab objects
  *   tiers.c (slab.c, pool.c,     allocator tiers over mapped ranges
  *     chunkreg.c)
  *   refill.c (pagepool.c,        the memory helper thread: vspace page
@@ -137,9 +139,11 @@ struct ptrmap {
  *   async_map.c, stitch.c        mapping: address ranges, map/unmap
  *   frames.c                     the frames this process holds
  *   rpc.c                        the daemon's control plane
- * Two calls go up, each a hand-over rather than a callback into policy:
- * grow.c hands a freed range it cannot keep to maint_retire's queue, and
- * vsnodes.c takes its chunks of table nodes with mb_malloc.
+ * Nothing below calls a layer above it by name. Two hand-overs go up
+ * through callbacks that mb_open sets (struct mb_client): grow.c gives a
+ * freed range it cannot keep to the background thread's retiring queue
+ * (c->retire), and vsnodes.c takes its chunks of table nodes from the
+ * public allocator (c->node_alloc, c->node_free).
  *
  * Locks: c->lock guards the tiers (slab, heap, live and backing maps, idle
  * ranges, deferred frees, stats); c->flock guards the frame layer and the
@@ -150,6 +154,12 @@ struct ptrmap {
 struct mb_client {
     pthread_mutex_t lock;
     pthread_mutex_t flock;
+    /* Hand-overs up, set by mb_open (client.c): the layers below call these
+     * rather than name a function of a layer above them. */
+    int (*node_alloc)(mb_client *c, size_t bytes, void **out);   /* vsnodes.c: chunks of table nodes */
+    int (*node_free)(mb_client *c, void *p);
+    int (*retire)(mb_client *c, struct stitched *s, void *stream);   /* grow.c: a freed range it
+                                                                        * cannot keep (c->lock held) */
     mb_backend *be;
     int device;
     size_t frame_bytes;
@@ -451,6 +461,8 @@ void maint_stop(mb_client *c);
 /* Free a range of its own once work queued on stream has completed (an
  * event recorded now); never waits. */
 int maint_retire(mb_client *c, struct stitched *s, void *stream, bool unmapped);
+/* The figures mb_stats reports, from every layer (no lock held). */
+void maint_stats(mb_client *c, mb_client_stats *out);
 /* Give back idle memory: settle frees on streams (device sync), trim the
  * tiers, unmap idle ranges (idle_ms >= 0: idle that long), return cached
  * frames above keep_bytes. Takes the locks itself; leaves thread caches

@@ -296,7 +296,7 @@ static struct cframe *unlink_cached(struct frame_cache *fc, struct cframe **pp)
     fc->n_cached--;
     fc->n_in_use++;
     fc->bytes_cached -= f->mem.bytes;
-    fc->last_use_ms = tiers_now_ms();
+    fc->last_use_ms = mb_now_ms();
     return f;
 }
 
@@ -539,7 +539,7 @@ void fcache_put(mb_client *c, struct cframe *f)
     fc->n_in_use--;
     fc->n_cached++;
     fc->bytes_cached += f->mem.bytes;
-    fc->last_use_ms = f->cached_ms = tiers_now_ms();
+    fc->last_use_ms = f->cached_ms = mb_now_ms();
 }
 
 /* Release the cached frames of a list past the first ones that fit in
@@ -577,7 +577,7 @@ int fcache_trim(mb_client *c, size_t keep_bytes)
 
 int fcache_trim_stale(mb_client *c, size_t keep_bytes, int64_t age_ms)
 {
-    return trim_before(c, keep_bytes, tiers_now_ms() - age_ms);
+    return trim_before(c, keep_bytes, mb_now_ms() - age_ms);
 }
 
 static int trim_before(mb_client *c, size_t keep_bytes, int64_t cached_before)

@@ -681,7 +681,7 @@ int grow_free(mb_client *c, void *ptr, void *stream)
     }
     /* Unmapped by the background thread once the stream's work is done. */
     pthread_mutex_lock(&c->lock);
-    rc = maint_retire(c, s, stream, false);
+    rc = c->retire(c, s, stream);
     pthread_mutex_unlock(&c->lock);
     if (rc)
         mb_log(MB_LOG_ERR, "failed to free a growable range: %s; its frames stay mapped",

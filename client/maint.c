@@ -157,6 +157,34 @@ int maint_release(mb_client *c, int64_t idle_ms, size_t keep_bytes)
     return rc;
 }
 
+/* ---- the client's figures ---- */
+
+/* What mb_stats reports, gathered from every layer (no lock held on entry). */
+void maint_stats(mb_client *c, mb_client_stats *out)
+{
+    size_t cached = c->chunks ? tc_cached_bytes(c) : 0;
+    pthread_mutex_lock(&c->lock);
+    *out = c->st;
+    tiers_stats(c, out);
+    pthread_mutex_unlock(&c->lock);
+    /* objects in thread caches are free, though the slab counts them live */
+    cached = cached < out->slab_live ? cached : out->slab_live;
+    out->slab_live -= cached;
+    out->bytes_idle += cached;
+    pthread_mutex_lock(&c->flock);
+    out->bytes_mapped = c->fst.bytes_mapped;
+    out->daemon_requests = c->fst.daemon_requests;
+    out->daemon_wait_us = c->fst.daemon_ns / 1000;
+    out->import_us = c->fst.import_ns / 1000;
+    out->frames_imported = c->fst.frames_imported;
+    out->unmaps = c->fst.unmaps;
+    refill_stats(c, out);
+    out->bytes_cached = c->fc.bytes_cached;
+    out->bytes_granted = c->fc.bytes_held;
+    pthread_mutex_unlock(&c->flock);
+    out->bytes_live = out->slab_live + out->pool_live + out->stitch_live;
+}
+
 /* ---- the thread ---- */
 
 static void answer_reclaim(mb_client *c, uint64_t want)
@@ -231,13 +259,10 @@ static void *maint_main(void *arg)
         /* What could be given back, and the allocator's counters, for the
          * daemon's books and mbctl tenants. */
         mb_client_stats st;
-        if (mb_stats(c, &st) == 0) {
-            pthread_mutex_lock(&c->flock);
-            c->tier_idle = refill_reclaimable(&st);
-            fcache_report_counters(c, c->tier_idle, &st);
-            pthread_mutex_unlock(&c->flock);
-        }
+        maint_stats(c, &st);
         pthread_mutex_lock(&c->flock);
+        c->tier_idle = refill_reclaimable(&st);
+        fcache_report_counters(c, c->tier_idle, &st);
     }
     pthread_mutex_unlock(&c->flock);
     return NULL;

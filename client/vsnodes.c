@@ -1,5 +1,5 @@
 /* vsnodes.c: device memory for vspace table nodes (vsnodes.h): chunks from
- * mb_malloc carved into 4 KiB nodes, a stack of clean nodes (roots) kept
+ * the public allocator (c->node_alloc, set by mb_open) carved into 4 KiB nodes, a stack of clean nodes (roots) kept
  * above a watermark by the background thread, and a stack of raw ones.
  *
  * Invariants (vsnodes_is_valid, debug builds): every node on either stack
@@ -108,7 +108,7 @@ static int clear_nodes(struct vsnodes *n, uint64_t *nodes, size_t count)
 static int new_chunk(struct vsnodes *n, bool clear, uint64_t *out)
 {
     void *mem;
-    int rc = mb_malloc(n->c, VSN_CHUNK_NODES * VSN_NODE_BYTES, &mem);
+    int rc = n->c->node_alloc(n->c, VSN_CHUNK_NODES * VSN_NODE_BYTES, &mem);
     if (rc) {
         mb_log(MB_LOG_ERR, "failed to allocate %d page-table nodes: %s", VSN_CHUNK_NODES,
                mb_strerror(rc));
@@ -117,7 +117,7 @@ static int new_chunk(struct vsnodes *n, bool clear, uint64_t *out)
     for (size_t i = 0; i < VSN_CHUNK_NODES; i++)
         out[i] = (uint64_t)(uintptr_t)mem + i * VSN_NODE_BYTES;
     if (clear && (rc = clear_nodes(n, out, VSN_CHUNK_NODES)) != 0) {
-        mb_free(n->c, mem);
+        n->c->node_free(n->c, mem);
         return rc;
     }
     pthread_mutex_lock(&n->lock);
@@ -126,7 +126,7 @@ static int new_chunk(struct vsnodes *n, bool clear, uint64_t *out)
         void **nv = realloc(n->chunks, nc * sizeof(*nv));
         if (!nv) {
             pthread_mutex_unlock(&n->lock);
-            mb_free(n->c, mem);
+            n->c->node_free(n->c, mem);
             return MB_ENOMEM;
         }
         n->chunks = nv;
@@ -262,7 +262,7 @@ void vsnodes_free(struct vsnodes *n)
     if (!n)
         return;
     for (size_t i = 0; i < n->n_chunks; i++)
-        mb_free(n->c, n->chunks[i]);
+        n->c->node_free(n->c, n->chunks[i]);
     free(n->chunks);
     free(n->clean);
     free(n->raw);

@@ -16,8 +16,9 @@
  *   wait     a root that had to be cleared on the request path (no clean
  *            node was free): counted in mb_stats' vspace_refill_waits.
  *
- * Chunks of nodes come from mb_malloc and stay until mb_close. Locks:
- * vsnodes->lock is a leaf; mb_malloc and the pools' calls are made
+ * Chunks of nodes come from the public allocator (c->node_alloc: mb_malloc)
+ * and stay until mb_close. Locks: vsnodes->lock is a leaf; that allocator
+ * and the pools' calls are made
  * without it. */
 #ifndef MB_CLIENT_VSNODES_H
 #define MB_CLIENT_VSNODES_H
