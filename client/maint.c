@@ -12,6 +12,7 @@
 #include "client.h"
 #include "log.h"
 #include "refill.h"
+#include "wire.h"
 
 #define TICK_MS 100
 
@@ -148,7 +149,7 @@ int maint_release(mb_client *c, int64_t idle_ms, size_t keep_bytes)
             mb_log(MB_LOG_ERR, "failed to unmap an idle range at %p: it stays mapped", v[i]->va);
     free(v);
     int rc = 0;
-    if (idle_ms < 0 || tiers_now_ms() - c->fc.last_use_ms >= idle_ms)
+    if (idle_ms < 0 || mb_now_ms() - c->fc.last_use_ms >= idle_ms)   /* the frame cache's clock */
         rc = fcache_trim(c, keep_bytes);
     refill_stats(c, &st);
     c->tier_idle = refill_reclaimable(&st);
