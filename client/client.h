@@ -409,13 +409,6 @@ void chunkreg_del(struct chunkreg *r, void *base);
  * of a slab object (r may be NULL). */
 const struct chunkreg_chunk *chunkreg_object(const struct chunkreg *r, const void *p, size_t *slot);
 
-/* lclock.c: which legacy-stream frees are complete (no lock held). */
-void lclock_init(struct lclock *k);
-void lclock_destroy(struct lclock *k, mb_backend *be);
-/* The tag of a free on the legacy stream made now. */
-uint64_t lclock_tag(struct lclock *k);
-bool lclock_ready(struct lclock *k, uint64_t gen);
-/* The done epoch: tags at or below it are complete (it only grows). */
 /* A pause inside a spin loop. */
 static inline void cpu_relax(void)
 {
@@ -439,6 +432,13 @@ static inline void spin_while_set(const int *flag, int spins)
     }
 }
 
+/* lclock.c: which legacy-stream frees are complete (no lock held). */
+void lclock_init(struct lclock *k);
+void lclock_destroy(struct lclock *k, mb_backend *be);
+/* The tag of a free on the legacy stream made now. */
+uint64_t lclock_tag(struct lclock *k);
+bool lclock_ready(struct lclock *k, uint64_t gen);
+/* The done epoch: tags at or below it are complete (it only grows). */
 static inline uint64_t lclock_done(struct lclock *k) { return __atomic_load_n(&k->done, __ATOMIC_ACQUIRE); }
 /* Move done forward to gen or beyond if the driver says the work is done
  * (a query, never a wait). */

@@ -388,8 +388,10 @@ int tiers_init(mb_client *c)
     size_t fb = c->frame_bytes;
     if ((fb & (fb - 1)) == 0 && fb >= MB_SLAB_MIN_CHUNK && fb <= MB_SLAB_MAX_CHUNK) {
         int rc = mb_slab_new(&c->slab, fb, backing_get, slab_chunk_put, c);
-        if (rc == 0)
-            rc = chunkreg_new(fb, &c->chunks);
+        if (rc == 0 && (rc = chunkreg_new(fb, &c->chunks)) != 0) {
+            mb_slab_free(c->slab);   /* empty: no chunk was made yet */
+            c->slab = NULL;
+        }
         if (rc != 0)
             return rc;
         c->slab_max = mb_slab_max_size(c->slab);

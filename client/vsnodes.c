@@ -1,6 +1,7 @@
 /* vsnodes.c: device memory for vspace table nodes (vsnodes.h): chunks from
- * the public allocator (c->node_alloc, set by mb_open) carved into 4 KiB nodes, a stack of clean nodes (roots) kept
- * above a watermark by the background thread, and a stack of raw ones.
+ * the public allocator (c->node_alloc, set by mb_open) carved into 4 KiB
+ * nodes, a stack of clean nodes (roots) kept above a watermark by the
+ * background thread, and a stack of raw ones.
  *
  * Invariants (vsnodes_is_valid, debug builds): every node on either stack
  * lies in a chunk at a multiple of VSN_NODE_BYTES; n_clean <= cap_clean,
