@@ -412,6 +412,8 @@ struct daemon {
     int64_t drain_deadline_ms;   /* while stopping */
     int64_t drain_timeout_ms;    /* --drain-timeout */
     int64_t reclaim_timeout_ms;  /* --reclaim-timeout; 0 disables deferred grants */
+    uint64_t slow_grant_ns;      /* grants this slow are logged ($MOONBRIGHTD_SLOW_GRANT_US;
+                                  * 0: the default) */
     struct withdrawn *withdrawn;
     uint32_t n_withdrawn;
     struct share *shares;        /* unredeemed share tokens */

@@ -17,7 +17,7 @@
  * channel's buffer while the client waits for the reply. */
 #define MAX_GRANT_FRAMES MB_GRANT_MAX_FRAMES
 #define SLOW_GRANT_NS 2000000ull   /* grants slower than this are logged (info) with their path,
-                                     * or MOONBRIGHTD_SLOW_GRANT_US */
+                                     * unless d->slow_grant_ns says otherwise */
 /* Largest page of the frame table (each entry up to ~160 bytes packed). */
 #define MAX_FRAMES_PAGE MB_FRAMES_PAGE_MAX
 
@@ -205,11 +205,7 @@ void grant_now(struct daemon *d, struct session *s, uint64_t bytes, unsigned max
     s->tenant->bytes += covered;
     err = send_frame_fds(d, s, ids, n);
     uint64_t t2 = mb_now_ns();
-    static uint64_t slow_ns;
-    if (!slow_ns) {
-        const char *v = getenv("MOONBRIGHTD_SLOW_GRANT_US");
-        slow_ns = v && atoll(v) > 0 ? (uint64_t)atoll(v) * 1000 : SLOW_GRANT_NS;
-    }
+    uint64_t slow_ns = d->slow_grant_ns ? d->slow_grant_ns : SLOW_GRANT_NS;
     if (t2 - (t0_ns && t0_ns < t0 ? t0_ns : t0) >= slow_ns) {
         /* Where a slow grant's time went: frames made on its path (and the
          * frames released to make room for them), scrubbing, passing the
