@@ -69,6 +69,7 @@ int mb_open(mb_client **out, const char *tenant_name)
     c->idle_ms = env_long("MOONBRIGHT_IDLE_MS", DEFAULT_IDLE_MS, 1, 86400000);
     c->fc.keep_bytes = DEFAULT_CACHE_BYTES;
     c->large_frames = env_long("MOONBRIGHT_LARGE_FRAMES", 1, 0, 1) != 0;
+    c->warm_per_frame = (unsigned)env_long("MOONBRIGHT_WARM_GRANTS", 2, 0, 8);
     c->async_map = env_long("MOONBRIGHT_ASYNC_MAP", 0, 0, 1) != 0;
     c->close_fit = env_long("MOONBRIGHT_HEAP_CLOSE_FIT", 0, 0, 1) != 0;
     c->repair = env_long("MOONBRIGHT_HEAP_REPAIR", 1, 0, 1) != 0;

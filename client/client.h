@@ -176,6 +176,10 @@ struct mb_client {
     bool grow_spares;            /* growable ranges get spare ranges (grow.c) */
     bool large_frames;           /* plain allocations ask for large frames
                                   * (MOONBRIGHT_LARGE_FRAMES=0 turns it off) */
+    unsigned warm_per_frame;     /* $MOONBRIGHT_WARM_GRANTS (default 2, 0: off): a large
+                                  * grant takes up to this many of the daemon's free
+                                  * frames of other orders per planned frame rather
+                                  * than wait for new ones to be made */
     bool async_map;              /* $MOONBRIGHT_ASYNC_MAP: heap misses on a stream map behind a gate */
     bool repair;                 /* $MOONBRIGHT_HEAP_REPAIR (default on): a large heap miss
                                   * stitches whole free arenas' frames before growing */

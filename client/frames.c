@@ -215,10 +215,30 @@ void fcache_forget(mb_client *c, struct cframe *f)
     free(f);
 }
 
+/* Did a warm grant of `bytes` (the bytes of a plan's frames) get frames
+ * of orders up to max_order holding exactly that, at most max_n of them? */
+static bool warm_reply_ok(const mb_client *c, const Mb__GrantReply *g, uint64_t bytes, unsigned max_order,
+                          size_t max_n)
+{
+    uint64_t sum = 0;
+    if (g->n_frames == 0 || g->n_frames > max_n)
+        return false;
+    for (size_t i = 0; i < g->n_frames; i++) {
+        int k = mb_frame_order(g->frames[i]->bytes, c->frame_bytes);
+        if (k < 0 || (unsigned)k > max_order)
+            return false;
+        sum += g->frames[i]->bytes;
+    }
+    return sum == bytes;
+}
+
 /* Ask the daemon for `n` frames (of `want` orders when large, else order 0)
- * covering `bytes`; import their handles; they arrive in use. */
+ * covering `bytes`; import their handles; they arrive in use. With
+ * warm_max (large only), the daemon may grant up to warm_max free frames
+ * of other orders holding the same bytes instead (no frame made on its
+ * path): out has room for max(n, warm_max), *got says how many came. */
 static int grant(mb_client *c, uint64_t bytes, bool large, unsigned max_order, size_t n,
-                 const uint8_t *want, struct cframe **out)
+                 const uint8_t *want, uint32_t warm_max, struct cframe **out, size_t *got)
 {
     Mb__Request req = MB__REQUEST__INIT;
     Mb__Grant g = MB__GRANT__INIT;
@@ -227,21 +247,28 @@ static int grant(mb_client *c, uint64_t bytes, bool large, unsigned max_order, s
      * on the wire means no cap). */
     g.large = large && max_order > 0;
     g.max_order = g.large && max_order < MB_MAX_ORDER ? max_order : 0;
+    g.warm_max_frames = g.large ? warm_max : 0;
     req.body_case = MB__REQUEST__BODY_GRANT;
     req.grant = &g;
     Mb__Reply *rep;
     int rc = rpc_call(c, &req, &rep);
     if (rc != 0)
         return rc;
-    if (rep->body_case != MB__REPLY__BODY_GRANT || rep->grant->n_frames != n)
+    bool warm = g.warm_max_frames && rep->body_case == MB__REPLY__BODY_GRANT &&
+                warm_reply_ok(c, rep->grant, bytes, max_order, n > warm_max ? n : warm_max);
+    if (warm)
+        n = rep->grant->n_frames;
+    else if (rep->body_case != MB__REPLY__BODY_GRANT || rep->grant->n_frames != n)
         rc = MB_EPROTO;
-    for (size_t i = 0; rc == 0 && i < n; i++)
+    for (size_t i = 0; rc == 0 && !warm && i < n; i++)
         if (rep->grant->frames[i]->bytes != (uint64_t)c->frame_bytes << (want ? want[i] : 0))
             rc = MB_EPROTO;   /* not the frames asked for */
     uint64_t t0 = mb_now_ns();
     if (rc == 0) {
         rc = receive_frames(c, (const Mb__Frame *const *)rep->grant->frames, n, out);
         c->fst.import_ns += mb_now_ns() - t0;
+        if (got)
+            *got = n;
     } else if (rep->body_case == MB__REPLY__BODY_GRANT) {
         /* Not what was asked for, but granted: hand it back. */
         size_t k = rep->grant->n_frames;
@@ -318,7 +345,7 @@ int fcache_take(mb_client *c, size_t n, struct cframe **out)
     int rc = 0;
     while (rc == 0 && i < n) {
         size_t chunk = n - i < MB_GRANT_MAX_FRAMES ? n - i : MB_GRANT_MAX_FRAMES;
-        rc = grant(c, (uint64_t)chunk * c->frame_bytes, false, 0, chunk, NULL, out + i);
+        rc = grant(c, (uint64_t)chunk * c->frame_bytes, false, 0, chunk, NULL, 0, out + i, NULL);
         if (rc == 0)
             i += chunk;
     }
@@ -341,7 +368,7 @@ static int grant_plan_again(mb_client *c, size_t bytes, unsigned max_order, cons
     struct cframe **fr = calloc(n > n0 ? n : n0, sizeof(*fr));
     if (!fr)
         return MB_ENOMEM;
-    int rc = grant(c, bytes, true, max_order, n, orders, fr);
+    int rc = grant(c, bytes, true, max_order, n, orders, 0, fr, NULL);
     if (rc == MB_ENOMEM || rc == MB_EQUOTA) {
         n = n0;
         rc = fcache_take(c, n0, fr);
@@ -479,8 +506,13 @@ int fcache_take_plan(mb_client *c, size_t bytes, unsigned max_order, struct cfra
     struct frame_cache *fc = &c->fc;
     uint64_t covered;
     size_t n = mb_frame_plan(bytes, c->frame_bytes, max_order, NULL, 0, &covered);
+    /* A warm grant may take up to c->warm_per_frame free frames for each
+     * planned one (see grant): room for them. */
+    size_t per = c->warm_per_frame;
+    uint32_t warm_max = (uint32_t)(n * per < MB_GRANT_MAX_FRAMES ? n * per : MB_GRANT_MAX_FRAMES);
+    size_t cap = n > warm_max ? n : warm_max;
     uint8_t *orders = malloc(n ? n : 1), *missing = malloc(n ? n : 1);
-    struct cframe **fr = calloc(n ? n : 1, sizeof(*fr));
+    struct cframe **fr = calloc(cap ? cap : 1, sizeof(*fr));
     if (!orders || !missing || !fr) {
         free(orders);
         free(missing);
@@ -501,8 +533,14 @@ int fcache_take_plan(mb_client *c, size_t bytes, unsigned max_order, struct cfra
             missing_bytes += (uint64_t)c->frame_bytes << orders[i];
         }
     }
-    int rc = n_missing ? grant(c, missing_bytes, true, max_order, n_missing, missing, fr + have) : 0;
+    size_t granted = 0;
+    if (warm_max)   /* for the planned frames still missing */
+        warm_max = (uint32_t)(n_missing * per < cap - have ? n_missing * per : cap - have);
+    int rc = n_missing ? grant(c, missing_bytes, true, max_order, n_missing, missing, warm_max, fr + have,
+                               &granted) : 0;
     free(missing);
+    if (rc == 0)
+        n = have + granted;
     if (rc != 0)
         while (have > 0)
             fcache_put(c, fr[--have]);

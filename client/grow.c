@@ -119,7 +119,7 @@ static size_t plan_bytes(size_t bytes, size_t unit)
 static int fl_grant_exact(mb_client *c, size_t n, struct stitched **out)
 {
     size_t unit = c->frame_bytes, top = (size_t)1 << MB_MAX_ORDER;
-    struct stitched *all = stitch_new(n / top + MB_ORDERS);
+    struct stitched *all = stitch_new(n);   /* a warm grant may take smaller frames */
     if (!all)
         return MB_ENOMEM;
     int rc = 0;

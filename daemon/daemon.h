@@ -117,6 +117,7 @@ struct frame_pool {
     uint32_t n_by_uid, cap_by_uid;
     uint32_t n_free_order[MB_ORDERS];
     uint64_t recreated;          /* free frames released to make room for another order */
+    uint64_t path_created;       /* frames grants created on their own path */
     struct grant_path last;      /* the last grant's (main thread only) */
     uint64_t released_isolation; /* free frames of one uid released so that another
                                   * uid got fresh ones (or tainted by a share) */
@@ -171,6 +172,12 @@ void frame_pool_adopt(struct frame_pool *p);
  * uid held last, or fresh ones, are granted; free frames of other uids are
  * released to make room when the budget is full. A frame last held by
  * another tenant (of the same uid) is scrubbed first. */
+/* Orders of frames this uid could be granted now with no frame created:
+ * free frames of this uid or fresh ones, of any order up to max_order,
+ * largest first, at most max_n of them, holding at least `bytes` and at
+ * most `room` bytes. Returns how many (0: the free frames cannot). */
+uint32_t frame_pool_warm_plan(struct frame_pool *p, uid_t uid, uint64_t bytes, uint64_t room,
+                              unsigned max_order, uint32_t max_n, uint8_t *orders);
 int frame_pool_grant_orders(struct frame_pool *p, const uint8_t *orders, uint32_t n,
                             uint64_t session, uid_t uid, uint32_t tenant, uint32_t *ids);
 /* The same for n order-0 frames. */
@@ -541,9 +548,11 @@ struct request_ctx {
 void handle_request(struct request_ctx *rc, const Mb__Request *req, Mb__Reply *rep);
 /* Grant frames covering `bytes` to s (by the frame plan with no frame above
  * max_order; 0: order-0 frames) and pass their descriptors: fills rep
- * (reply body or error). Used by grant and by pending grants. */
-void grant_now(struct daemon *d, struct session *s, uint64_t bytes, unsigned max_order, uint64_t t0_ns,
-               Mb__Reply *rep);
+ * (reply body or error). With warm_max, free frames of any orders (at most
+ * warm_max of them, holding no more than the plan) when they cover it.
+ * Used by grant and by pending grants. */
+void grant_now(struct daemon *d, struct session *s, uint64_t bytes, unsigned max_order, uint32_t warm_max,
+               uint64_t t0_ns, Mb__Reply *rep);
 /* The bytes a grant of `bytes` charges: the plan's. */
 uint64_t grant_bytes(const struct daemon *d, uint64_t bytes, unsigned max_order);
 /* The largest order a Grant asks for (Grant.large, Grant.max_order). */

@@ -652,6 +652,42 @@ void frame_pool_adopt(struct frame_pool *p)
     POOL_CHECK(p);
 }
 
+uint32_t frame_pool_warm_plan(struct frame_pool *p, uid_t uid, uint64_t bytes, uint64_t room,
+                              unsigned max_order, uint32_t max_n, uint8_t *orders)
+{
+    uint64_t fb = p->frame_bytes;
+    if (bytes == 0 || max_order > MB_MAX_ORDER || room < bytes)
+        return 0;
+    if (p->n_workers)
+        frame_pool_adopt(p);
+    const struct free_list *own = uid_list(p, uid, false);
+    uint32_t avail[MB_ORDERS];
+    for (unsigned k = 0; k <= max_order; k++)
+        avail[k] = usable(p, own, k);
+    uint64_t left = bytes / fb + (bytes % fb != 0), most = room / fb, taken = 0;
+    uint32_t n = 0;
+    /* One frame that holds it all within room, the smallest; else ... */
+    for (unsigned k = 0; k <= max_order && max_n; k++)
+        if (avail[k] && ((uint64_t)1 << k) >= left && ((uint64_t)1 << k) <= most) {
+            orders[0] = (uint8_t)k;
+            return 1;
+        }
+    /* ... the largest free frames that fit in what is left, ... */
+    for (int k = (int)max_order; k >= 0 && left; k--)
+        for (; avail[k] && ((uint64_t)1 << k) <= left && n < max_n; avail[k]--) {
+            orders[n++] = (uint8_t)k;
+            left -= (uint64_t)1 << k;
+            taken += (uint64_t)1 << k;
+        }
+    /* ... then the smallest one that covers the rest within room. */
+    for (unsigned k = 0; k <= max_order && left && n < max_n; k++)
+        if (avail[k] && ((uint64_t)1 << k) >= left && taken + ((uint64_t)1 << k) <= most) {
+            orders[n++] = (uint8_t)k;
+            left = 0;
+        }
+    return left ? 0 : n;
+}
+
 int frame_pool_grant_orders(struct frame_pool *p, const uint8_t *orders, uint32_t n,
                             uint64_t session, uid_t uid, uint32_t tenant, uint32_t *ids)
 {
@@ -682,6 +718,7 @@ int frame_pool_grant_orders(struct frame_pool *p, const uint8_t *orders, uint32_
             int rc = create_frame(p, (unsigned)k, need, uid);
             p->last.create_ns += mb_now_ns() - t0;
             p->last.created += rc == 0;
+            p->path_created += rc == 0;
             p->last.released = (uint32_t)(p->recreated + p->released_isolation - released0);
             if ((rc == MB_ENOMEM || rc == MB_ELIMIT) && wait_for_workers(p)) {
                 p->last.wait_ns += mb_now_ns() - t0;

@@ -174,8 +174,8 @@ unsigned grant_max_order(const Mb__Grant *g)
     return g->max_order && g->max_order < MB_MAX_ORDER ? g->max_order : MB_MAX_ORDER;
 }
 
-void grant_now(struct daemon *d, struct session *s, uint64_t bytes, unsigned max_order, uint64_t t0_ns,
-               Mb__Reply *rep)
+void grant_now(struct daemon *d, struct session *s, uint64_t bytes, unsigned max_order, uint32_t warm_max,
+               uint64_t t0_ns, Mb__Reply *rep)
 {
     static Mb__GrantReply gr;
     static Mb__Frame frames[MAX_GRANT_FRAMES];
@@ -188,6 +188,19 @@ void grant_now(struct daemon *d, struct session *s, uint64_t bytes, unsigned max
         mb_reply_error(rep, MB_EINVAL, "cannot grant %llu bytes in at most %u frames",
                        (unsigned long long)bytes, MAX_GRANT_FRAMES);
         return;
+    }
+    if (warm_max) {
+        /* Free frames of any orders, when they hold it within the plan's
+         * bytes: no frame made on this path. */
+        uint8_t warm[MAX_GRANT_FRAMES];
+        uint32_t w = frame_pool_warm_plan(&d->pool, s->uid, bytes, covered, max_order,
+                                          warm_max < MAX_GRANT_FRAMES ? warm_max : MAX_GRANT_FRAMES, warm);
+        if (w) {
+            n = w;
+            covered = 0;
+            for (uint32_t i = 0; i < n; i++)
+                covered += d->pool.frame_bytes << (orders[i] = warm[i]);
+        }
     }
     uint64_t t0 = mb_now_ns();
     int err = frame_pool_grant_orders(&d->pool, orders, n, s->id, s->uid, s->tenant->id, ids);
@@ -307,7 +320,7 @@ static void h_grant(struct request_ctx *rc, const Mb__Request *req, Mb__Reply *r
                        mb_format_size(short_bytes, c, sizeof(c)));
         return;
     }
-    grant_now(d, s, bytes, max_order, rc->t0_ns, rep);
+    grant_now(d, s, bytes, max_order, req->grant->warm_max_frames, rc->t0_ns, rep);
 }
 
 static void h_ret(struct request_ctx *rc, const Mb__Request *req, Mb__Reply *rep)
@@ -490,6 +503,7 @@ static int fill_status(struct daemon *d, Mb__StatusReply *sr)
     sr->slow_readers = d->count.slow_readers;
     sr->released_isolation = d->pool.released_isolation;
     sr->released_idle = d->pool.released_idle;
+    sr->grant_creates = d->pool.path_created;
     pthread_mutex_lock(&d->pool.lock);
     sr->reserve_target = d->pool.reserve_bytes;
     pthread_mutex_unlock(&d->pool.lock);

@@ -308,6 +308,58 @@ static void frame_plan_policy(void **state)
  * a grant succeeds exactly when granted + planned bytes fit the budget
  * (free frames of other orders are re-created to make room), gets the
  * planned orders, and the books balance in frames and bytes throughout. */
+/* A warm plan takes only free frames this uid may have, largest first,
+ * holds at least the bytes asked and at most the room, at most max_n
+ * frames; granting it creates nothing. When the free frames cannot, it
+ * says 0 and changes nothing. */
+static void warm_plan_takes_free_frames_only(void **state)
+{
+    mb_backend *b;
+    assert_int_equal(mb_backend_host_open(0, &b), 0);
+    struct frame_pool p;
+    assert_int_equal(frame_pool_init(&p, b, FB, 256 * FB), 0);
+    /* uid 7 holds then returns frames of orders 3, 2, 2, 0 (17 units). */
+    const uint8_t give[4] = { 3, 2, 2, 0 };
+    uint32_t ids[8];
+    assert_int_equal(frame_pool_grant_orders(&p, give, 4, 1, 7, 1, ids), 0);
+    assert_int_equal(frame_pool_return(&p, ids, 4, 1), 0);
+    uint64_t created = p.path_created;
+    uint8_t o[8];
+    /* 16 units (one order-4 frame planned): 8 + 4 + 4. */
+    uint32_t n = frame_pool_warm_plan(&p, 7, 16 * FB, 16 * FB, MB_MAX_ORDER, 8, o);
+    assert_int_equal(n, 3);
+    assert_int_equal(o[0], 3);
+    assert_int_equal(o[1], 2);
+    assert_int_equal(o[2], 2);
+    /* Another uid may not have them (nothing fresh is free). */
+    assert_int_equal(frame_pool_warm_plan(&p, 8, 16 * FB, 16 * FB, MB_MAX_ORDER, 8, o), 0);
+    /* More than the free frames hold, or in fewer frames than it takes, or
+     * above max_order: 0. */
+    assert_int_equal(frame_pool_warm_plan(&p, 7, 17 * FB + 1, 32 * FB, MB_MAX_ORDER, 8, o), 0);
+    assert_int_equal(frame_pool_warm_plan(&p, 7, 16 * FB, 16 * FB, MB_MAX_ORDER, 2, o), 0);
+    assert_int_equal(frame_pool_warm_plan(&p, 7, 8 * FB, 8 * FB, 2, 8, o), 2);   /* 4 + 4 */
+    /* 3 units within a room of 4: one order-2 frame holds them. */
+    n = frame_pool_warm_plan(&p, 7, 3 * FB, 4 * FB, MB_MAX_ORDER, 8, o);
+    assert_int_equal(n, 1);
+    assert_int_equal(o[0], 2);
+    /* 13 units within 13: 8 + 4 + 1. */
+    n = frame_pool_warm_plan(&p, 7, 13 * FB, 13 * FB, MB_MAX_ORDER, 8, o);
+    assert_int_equal(n, 3);
+    uint64_t sum = 0;
+    for (uint32_t i = 0; i < n; i++)
+        sum += FB << o[i];
+    assert_int_equal(sum, 13 * FB);
+    /* Granting a warm plan creates no frame. */
+    assert_int_equal(frame_pool_warm_plan(&p, 7, 15 * FB, 15 * FB, MB_MAX_ORDER, 8, o), 0);  /* 8+4+1, 2 short */
+    n = frame_pool_warm_plan(&p, 7, 17 * FB, 17 * FB, MB_MAX_ORDER, 8, o);
+    assert_int_equal(n, 4);
+    assert_int_equal(frame_pool_grant_orders(&p, o, n, 2, 7, 1, ids), 0);
+    assert_int_equal(p.path_created, created);
+    assert_true(frame_pool_is_valid(&p));
+    frame_pool_destroy(&p);
+    b->ops->close(b);
+}
+
 static void mixed_orders_recreate_within_budget(void **state)
 {
     mb_backend *b;
@@ -416,6 +468,7 @@ int main(void)
         cmocka_unit_test(warm_reserve_fills_in_background),
         cmocka_unit_test(frame_plan_policy),
         cmocka_unit_test(mixed_orders_recreate_within_budget),
+        cmocka_unit_test(warm_plan_takes_free_frames_only),
         cmocka_unit_test(adopted_large_frame_keeps_its_size),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1030,7 +1030,8 @@ static void test_grow_uses_cached_frames(void **state)
  * few exact frames, not in one-unit frames: 502 MiB (251 units, whose
  * frame plan would round up past the range's limit of 512 MiB) comes as
  * 6 frames of 128, 64, 32, 16, 8 and 2 units' worth, not 251 one-unit
- * frames. */
+ * frames (the daemon may grant two free frames of half the size for any
+ * of them: 12 at most). */
 static void test_grow_exact_frames(void **state)
 {
     (void)state;
@@ -1046,7 +1047,7 @@ static void test_grow_exact_frames(void **state)
     mb_client_stats st1 = stats_of(c);
     assert_ptr_equal(b, a);                        /* the freed range, 502 MiB short */
     assert_int_equal(st1.grow_waits, st0.grow_waits + 1);
-    assert_true(st1.frames_imported - st0.frames_imported <= 8);
+    assert_true(st1.frames_imported - st0.frames_imported <= 12);
     assert_true(st1.frames_imported - st0.frames_imported >= 1);
     assert_int_equal(mb_usable_size(c, b), 512 * mib);
     memset(b, 0x55, 512 * mib);

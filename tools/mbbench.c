@@ -332,6 +332,7 @@ int bench_daemon_status(struct bench_daemon *d, struct bench_dstatus *out)
     out->bytes_granted = s->bytes_granted;
     out->bytes_free = s->bytes_free;
     out->requests = s->requests;
+    out->grant_creates = s->grant_creates;
     out->frames_total = s->frames_total;
     out->frames_free = s->frames_free;
     out->frames_granted = s->frames_granted;

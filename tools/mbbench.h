@@ -94,6 +94,7 @@ void jw_header(struct jw *w, const char *bench);
 struct bench_dstatus {
     char backend[16];
     uint64_t frame_bytes, budget_bytes, bytes_granted, bytes_free, requests;
+    uint64_t grant_creates;      /* frames grants created on their own path, so far */
     uint32_t frames_total, frames_free, frames_granted, sessions;
 };
 struct bench_daemon;

@@ -334,6 +334,8 @@ struct strat_result {
     bool waits_known;           /* driver_waits means something for this strategy */
     uint64_t driver_waits;      /* allocations and resizes that waited on the driver */
     uint64_t daemon_requests;   /* MoonBright: round trips to the daemon */
+    bool creates_known;
+    uint64_t grant_creates;     /* MoonBright: frames the daemon created on grant paths meanwhile */
     mb_client_stats at_peak;    /* MoonBright: the client's figures when reserved peaked */
     mb_client_stats delta;      /* MoonBright: the heap's counters over the run */
     struct bench_summary alloc, free;
@@ -496,6 +498,10 @@ static int run_strategy(struct replay_ctx *x, const struct replay_cfg *cfg, stru
     struct bench_dstatus ds;
     mb_client_stats st0 = { 0 }, st1 = { 0 };
     bool mb = x->kind == S_REALLOC || x->kind == S_GROW || x->kind == S_VSPACE;
+    uint64_t creates0 = 0;
+    bool creates_known = mb && x->d && bench_daemon_status(x->d, &ds) == 0;
+    if (creates_known)
+        creates0 = ds.grant_creates;
     if (mb)
         mb_stats(x->c, &st0);
     /* Realloc, malloc, cudaMallocAsync: an allocation during which the
@@ -651,6 +657,10 @@ static int run_strategy(struct replay_ctx *x, const struct replay_cfg *cfg, stru
     r->wall_s = (bench_now_ns() - t_start) / 1e9;
     r->err = rc;
     r->waits_known = true;
+    if (creates_known && bench_daemon_status(x->d, &ds) == 0) {
+        r->creates_known = true;
+        r->grant_creates = ds.grant_creates - creates0;
+    }
     if (mb && mb_stats(x->c, &st1) == 0) {
         r->daemon_requests = st1.daemon_requests - st0.daemon_requests;
         r->delta.heap_hits = st1.heap_hits - st0.heap_hits;
@@ -862,6 +872,10 @@ static void print_json(const char *trace, const char *format, size_t nreq, doubl
             jw_u64(&w, "daemon_requests", r->daemon_requests);
         else
             jw_null(&w, "daemon_requests");
+        if (r->creates_known)
+            jw_u64(&w, "daemon_grant_creates", r->grant_creates);
+        else
+            jw_null(&w, "daemon_grant_creates");
         if (mb) {
             /* Where the reserved bytes were when they peaked. */
             const mb_client_stats *k = &r->at_peak;

@@ -317,8 +317,9 @@ static void print_status_head(const Mb__StatusReply *s)
     printf("reclaim  %llu notices sent, %u grants waiting; %llu scrubs\n",
            (unsigned long long)s->reclaim_notices, s->grants_waiting, (unsigned long long)s->scrubs);
     printf("reserve  target %s; released %llu idle frames, %llu frames of one uid so another "
-           "got fresh ones\n", mb_format_size(s->reserve_target, a, sizeof(a)),
-           (unsigned long long)s->released_idle, (unsigned long long)s->released_isolation);
+           "got fresh ones; %llu frames created on grant paths\n",
+           mb_format_size(s->reserve_target, a, sizeof(a)), (unsigned long long)s->released_idle,
+           (unsigned long long)s->released_isolation, (unsigned long long)s->grant_creates);
 }
 
 /* Processes holding more device memory than MoonBright granted them, by
@@ -366,7 +367,7 @@ static int cli_status(struct ctl *ctl, int argc, char **argv)
                "\"refused\":%llu,\"refused_quota\":%llu,\"errors\":%llu,\"draining\":%s,"
                "\"scrubs\":%llu,\"reclaim_notices\":%llu,\"grants_waiting\":%u,"
                "\"released_isolation\":%llu,\"released_idle\":%llu,\"reserve_target\":%llu,"
-               "\"tenants\":[",
+               "\"grant_creates\":%llu,\"tenants\":[",
                s->device, s->pid, (unsigned long long)s->uptime_ms,
                (unsigned long long)s->frame_bytes, (unsigned long long)s->budget_bytes,
                s->frames_total, s->frames_free, s->frames_granted,
@@ -376,7 +377,8 @@ static int cli_status(struct ctl *ctl, int argc, char **argv)
                (unsigned long long)s->errors, s->draining ? "true" : "false",
                (unsigned long long)s->scrubs, (unsigned long long)s->reclaim_notices,
                s->grants_waiting, (unsigned long long)s->released_isolation,
-               (unsigned long long)s->released_idle, (unsigned long long)s->reserve_target);
+               (unsigned long long)s->released_idle, (unsigned long long)s->reserve_target,
+               (unsigned long long)s->grant_creates);
         /* "tenants" lists sessions (each with its tenant's name), as before. */
         for (size_t i = 0; i < s->n_sessions; i++) {
             const Mb__SessionInfo *si = s->sessions[i];
@@ -731,6 +733,10 @@ static void prom_metrics(const Mb__MetricsReply *m, const Mb__TenantsReply *t)
            (unsigned long long)s->released_isolation);
     printf("moonbright_released_frames_total{device=\"%u\",reason=\"idle\"} %llu\n", dev,
            (unsigned long long)s->released_idle);
+    prom_head("moonbright_grant_path_creates_total", "counter",
+              "Frames grants created on their own path (no free frame of the order asked for).");
+    printf("moonbright_grant_path_creates_total{device=\"%u\"} %llu\n", dev,
+           (unsigned long long)s->grant_creates);
     prom_head("moonbright_reserve_target_bytes", "gauge", "Bytes the warm reserve keeps ready now.");
     printf("moonbright_reserve_target_bytes{device=\"%u\"} %llu\n", dev,
            (unsigned long long)s->reserve_target);
