@@ -115,19 +115,25 @@ void refill_kick(struct refill *r)
     pthread_mutex_unlock(&r->lock);
 }
 
+void refill_stop(mb_client *c)
+{
+    struct refill *r = c->refill;
+    if (!r || !r->thread_on)
+        return;
+    pthread_mutex_lock(&r->lock);
+    r->stop = true;
+    pthread_cond_signal(&r->wake);
+    pthread_mutex_unlock(&r->lock);
+    pthread_join(r->thread, NULL);
+    r->thread_on = false;
+}
+
 void refill_close(mb_client *c)
 {
     struct refill *r = c->refill;
     if (!r)
         return;
-    if (r->thread_on) {
-        pthread_mutex_lock(&r->lock);
-        r->stop = true;
-        pthread_cond_signal(&r->wake);
-        pthread_mutex_unlock(&r->lock);
-        pthread_join(r->thread, NULL);
-        r->thread_on = false;
-    }
+    refill_stop(c);
     for (int k = 0; k < REFILL_PAGE_SIZES; k++)
         pagepool_free(r->pools[k]);   /* destroyed vspaces' nodes come back */
     vsnodes_free(r->nodes);

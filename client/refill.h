@@ -56,6 +56,9 @@ struct refill {
 int refill_get(mb_client *c, struct refill **out);
 /* Wake the thread (work is due now). */
 void refill_kick(struct refill *r);
+/* Stop the thread for good, keeping the pools and ranges (requests still
+ * work, with no background step). No lock held. */
+void refill_stop(mb_client *c);
 /* Stop the thread, return every pool's memory and free every growable
  * range still live. mb_close, before it takes c->lock. */
 void refill_close(mb_client *c);

@@ -8,10 +8,26 @@
 
 #include "client.h"
 #include "log.h"
+#include "refill.h"
 
 static pthread_mutex_t hook_lock = PTHREAD_MUTEX_INITIALIZER;
 static mb_client *hook_client;
 static int hook_error;
+
+/* The hook's client is never closed: the framework may free into it until
+ * the very end. But the CUDA runtime destroys the device's context at exit
+ * (its handler was registered before this one, so it runs after), and the
+ * client's background threads must not call the driver after that: they
+ * stop here. Requests still work, with no background step; the daemon
+ * takes the frames back when the process is gone. */
+static void hook_at_exit(void)
+{
+    mb_client *c = __atomic_load_n(&hook_client, __ATOMIC_ACQUIRE);
+    if (c) {
+        maint_stop(c);
+        refill_stop(c);
+    }
+}
 
 static mb_client *hook(void)
 {
@@ -25,8 +41,11 @@ static mb_client *hook(void)
         if (hook_error)
             mb_log(MB_LOG_ERR, "failed to connect the framework allocator to moonbrightd: %s",
                    mb_strerror(hook_error));
-        else
+        else {
             __atomic_store_n(&hook_client, c, __ATOMIC_RELEASE);
+            if (atexit(hook_at_exit) != 0)
+                mb_log(MB_LOG_WARN, "failed to register the framework allocator's exit handler");
+        }
     }
     pthread_mutex_unlock(&hook_lock);
     return hook_client;
