@@ -29,7 +29,7 @@
     X(cuCtxPopCurrent) X(cuMemGetAllocationGranularity) X(cuMemCreate) X(cuMemRelease)             \
     X(cuMemExportToShareableHandle) X(cuMemImportFromShareableHandle) X(cuMemAddressReserve)       \
     X(cuMemAddressFree) X(cuMemMap) X(cuMemUnmap) X(cuMemSetAccess) X(cuMemsetD8Async)             \
-    X(cuStreamCreate) X(cuStreamDestroy) X(cuStreamSynchronize) X(cuCtxSynchronize) X(cuEventCreate)                   \
+    X(cuStreamCreate) X(cuStreamDestroy) X(cuStreamSynchronize) X(cuEventCreate)                                     \
     X(cuEventDestroy) X(cuEventRecord) X(cuEventQuery) X(cuStreamQuery) X(cuMemHostAlloc) X(cuMemFreeHost)         \
     X(cuMemHostGetDevicePointer) X(cuStreamWaitValue32) X(cuStreamWriteValue32)                 \
     X(cuDeviceTotalMem)
@@ -41,6 +41,21 @@ static struct {
 } cu;
 
 #define CU(name) (cu.p_##name)
+
+/* cuCtxSynchronize is the one entry point whose newest version has another
+ * signature than <cuda.h>'s plain declaration: for CUDA 13, cuGetProcAddress
+ * returns the version that takes the context to synchronize
+ * (PFN_cuCtxSynchronize_v13000). Called as the old one, it read a stray
+ * register as the context and failed now and then with "context is
+ * destroyed". */
+#if CUDA_VERSION >= 13000
+typedef CUresult(CUDAAPI *ctx_sync_fn)(CUcontext ctx);
+#define CTX_SYNC(ctx) (g_ctx_sync(ctx))
+#else
+typedef CUresult(CUDAAPI *ctx_sync_fn)(void);
+#define CTX_SYNC(ctx) ((void)(ctx), g_ctx_sync())
+#endif
+static ctx_sync_fn g_ctx_sync;
 
 /* Result of loading the driver once: 0 or MB_EDEVICE, and why. */
 static pthread_once_t g_load_once = PTHREAD_ONCE_INIT;
@@ -156,6 +171,8 @@ static void load_driver(void)
         return;
     MB_CUDA_FUNCS(X)
 #undef X
+    if (resolve(get_proc, "cuCtxSynchronize", (void **)&g_ctx_sync) != 0)
+        return;
     CUresult r = CU(cuInit)(0);
     if (r != CUDA_SUCCESS) {
         snprintf(g_load_why, sizeof(g_load_why), "cuInit failed: %s", cu_errstr(r));
@@ -605,7 +622,7 @@ static int cuda_stream_query(mb_backend *b, void *stream)
 static int cuda_device_sync(mb_backend *b)
 {
     ENTER(b);
-    CUresult r = CU(cuCtxSynchronize)();
+    CUresult r = CTX_SYNC(P(b)->ctx);
     LEAVE();
     return r == CUDA_SUCCESS ? 0 : cu_fail(r, "synchronize the device");
 }
