@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <cuda.h>
+#include <cudaTypedefs.h>
 
 #include <moonbright/status.h>
 
@@ -50,6 +51,8 @@ static struct {
  * destroyed". */
 #if CUDA_VERSION >= 13000
 typedef CUresult(CUDAAPI *ctx_sync_fn)(CUcontext ctx);
+_Static_assert(__builtin_types_compatible_p(ctx_sync_fn, PFN_cuCtxSynchronize_v13000),
+               "cuCtxSynchronize as cuGetProcAddress returns it for CUDA 13");
 #define CTX_SYNC(ctx) (g_ctx_sync(ctx))
 #else
 typedef CUresult(CUDAAPI *ctx_sync_fn)(void);
