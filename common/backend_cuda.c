@@ -21,41 +21,52 @@
  * imported and mapped the same way; which sizes the daemon creates is the
  * frame size policy in frame_plan.c. */
 
-/* The driver entry points this backend calls, resolved once per process with
- * cuGetProcAddress for the CUDA version of the headers we were built with. */
-#define MB_CUDA_FUNCS(X)                                                                           \
-    X(cuInit) X(cuDriverGetVersion) X(cuGetErrorString) X(cuDeviceGetCount) X(cuDeviceGet)        \
-    X(cuDeviceGetName) X(cuDeviceGetAttribute) X(cuDevicePrimaryCtxRetain)                         \
-    X(cuDevicePrimaryCtxRelease) X(cuCtxGetCurrent) X(cuCtxSetCurrent) X(cuCtxPushCurrent)         \
-    X(cuCtxPopCurrent) X(cuMemGetAllocationGranularity) X(cuMemCreate) X(cuMemRelease)             \
-    X(cuMemExportToShareableHandle) X(cuMemImportFromShareableHandle) X(cuMemAddressReserve)       \
-    X(cuMemAddressFree) X(cuMemMap) X(cuMemUnmap) X(cuMemSetAccess) X(cuMemsetD8Async)             \
-    X(cuStreamCreate) X(cuStreamDestroy) X(cuStreamSynchronize) X(cuEventCreate)                                     \
-    X(cuEventDestroy) X(cuEventRecord) X(cuEventQuery) X(cuStreamQuery) X(cuMemHostAlloc) X(cuMemFreeHost)         \
-    X(cuMemHostGetDevicePointer) X(cuStreamWaitValue32) X(cuStreamWriteValue32)                 \
-    X(cuDeviceTotalMem)
+/* The driver entry points this backend calls, each with the CUDA version
+ * whose signature <cuda.h> declares under its plain name (the newest one up
+ * to CUDA 13.0). cuGetProcAddress is asked for exactly that version, so a
+ * driver never hands back a newer entry point with another signature, and
+ * the build checks each against cudaTypedefs.h. */
+#define MB_CUDA_FUNCS(X)                                                                        \
+    X(cuInit, 2000) X(cuDriverGetVersion, 2020) X(cuGetErrorString, 6000)                       \
+    X(cuDeviceGetCount, 2000) X(cuDeviceGet, 2000) X(cuDeviceGetName, 2000)                     \
+    X(cuDeviceGetAttribute, 2000) X(cuDevicePrimaryCtxRetain, 7000)                             \
+    X(cuDevicePrimaryCtxRelease, 11000) X(cuCtxGetCurrent, 4000) X(cuCtxSetCurrent, 4000)       \
+    X(cuCtxPushCurrent, 4000) X(cuCtxPopCurrent, 4000) X(cuMemGetAllocationGranularity, 10020)  \
+    X(cuMemCreate, 10020) X(cuMemRelease, 10020) X(cuMemExportToShareableHandle, 10020)         \
+    X(cuMemImportFromShareableHandle, 10020) X(cuMemAddressReserve, 10020)                      \
+    X(cuMemAddressFree, 10020) X(cuMemMap, 10020) X(cuMemUnmap, 10020) X(cuMemSetAccess, 10020) \
+    X(cuMemsetD8Async, 3020) X(cuStreamCreate, 2000) X(cuStreamDestroy, 4000)                   \
+    X(cuStreamSynchronize, 2000) X(cuEventCreate, 2000) X(cuEventDestroy, 4000)                 \
+    X(cuEventRecord, 2000) X(cuEventQuery, 2000) X(cuStreamQuery, 2000) X(cuMemHostAlloc, 2020) \
+    X(cuMemFreeHost, 2000) X(cuMemHostGetDevicePointer, 3020) X(cuStreamWaitValue32, 11070)     \
+    X(cuStreamWriteValue32, 11070) X(cuDeviceTotalMem, 3020)
 
 static struct {
-#define X(name) __typeof__(&name) p_##name;
+#define X(name, ver) __typeof__(&name) p_##name;
     MB_CUDA_FUNCS(X)
 #undef X
 } cu;
 
+#define X(name, ver)                                                                               \
+    _Static_assert(__builtin_types_compatible_p(__typeof__(&name), PFN_##name##_v##ver),           \
+                   #name " as cudaTypedefs.h gives its version " #ver);
+MB_CUDA_FUNCS(X)
+#undef X
+
 #define CU(name) (cu.p_##name)
 
-/* cuCtxSynchronize is the one entry point whose newest version has another
- * signature than <cuda.h>'s plain declaration: for CUDA 13, cuGetProcAddress
- * returns the version that takes the context to synchronize
- * (PFN_cuCtxSynchronize_v13000). Called as the old one, it read a stray
- * register as the context and failed now and then with "context is
- * destroyed". */
+/* cuCtxSynchronize is the one entry point whose CUDA 13 version has another
+ * signature than <cuda.h>'s plain declaration: it takes the context to
+ * synchronize (PFN_cuCtxSynchronize_v13000). Called as the old one, it read
+ * a stray register as the context and failed now and then with "context
+ * is destroyed". */
 #if CUDA_VERSION >= 13000
-typedef CUresult(CUDAAPI *ctx_sync_fn)(CUcontext ctx);
-_Static_assert(__builtin_types_compatible_p(ctx_sync_fn, PFN_cuCtxSynchronize_v13000),
-               "cuCtxSynchronize as cuGetProcAddress returns it for CUDA 13");
+#define CTX_SYNC_VERSION 13000
+typedef PFN_cuCtxSynchronize_v13000 ctx_sync_fn;
 #define CTX_SYNC(ctx) (g_ctx_sync(ctx))
 #else
-typedef CUresult(CUDAAPI *ctx_sync_fn)(void);
+#define CTX_SYNC_VERSION 2000
+typedef PFN_cuCtxSynchronize_v2000 ctx_sync_fn;
 #define CTX_SYNC(ctx) ((void)(ctx), g_ctx_sync())
 #endif
 static ctx_sync_fn g_ctx_sync;
@@ -139,14 +150,14 @@ typedef CUresult (*get_proc_fn)(const char *, void **, int, cuuint64_t,
                                 CUdriverProcAddressQueryResult *);
 
 /* The entry point of `name` matching the CUDA version of our headers. */
-static int resolve(get_proc_fn get_proc, const char *name, void **fn)
+static int resolve(get_proc_fn get_proc, const char *name, int version, void **fn)
 {
     CUdriverProcAddressQueryResult found = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
-    CUresult r = get_proc(name, fn, CUDA_VERSION, CU_GET_PROC_ADDRESS_LEGACY_STREAM, &found);
+    CUresult r = get_proc(name, fn, version, CU_GET_PROC_ADDRESS_LEGACY_STREAM, &found);
     if (r == CUDA_SUCCESS && *fn && found == CU_GET_PROC_ADDRESS_SUCCESS)
         return 0;
     snprintf(g_load_why, sizeof(g_load_why), "driver lacks %s for CUDA %d (driver too old?)", name,
-             CUDA_VERSION);
+             version);
     return MB_EDEVICE;
 }
 
@@ -169,12 +180,12 @@ static void load_driver(void)
                  "libcuda.so.1 has no cuGetProcAddress_v2: driver older than CUDA 12");
         return;
     }
-#define X(name)                                                                                    \
-    if (resolve(get_proc, #name, (void **)&cu.p_##name) != 0)                                      \
+#define X(name, ver)                                                                               \
+    if (resolve(get_proc, #name, ver, (void **)&cu.p_##name) != 0)                                 \
         return;
     MB_CUDA_FUNCS(X)
 #undef X
-    if (resolve(get_proc, "cuCtxSynchronize", (void **)&g_ctx_sync) != 0)
+    if (resolve(get_proc, "cuCtxSynchronize", CTX_SYNC_VERSION, (void **)&g_ctx_sync) != 0)
         return;
     CUresult r = CU(cuInit)(0);
     if (r != CUDA_SUCCESS) {
