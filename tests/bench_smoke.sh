@@ -80,7 +80,12 @@ replay)
     $s.series.daemon_bytes strategies.1.strategy strategies.2.strategy $s.alloc_ns.max \
     $s.driver_waits $s.driver_waits_what $s.daemon_requests $s.peak_daemon_frames \
     strategies.2.vspace_page_bytes $s.at_peak.live $s.at_peak.cached $s.at_peak.idle \
-    strategies.1.at_peak.grow_ahead strategies.2.at_peak.vspace_free strategies.2.prepare_ns
+    strategies.1.at_peak.grow_ahead strategies.2.at_peak.vspace_free strategies.2.prepare_ns \
+    $s.daemon_grant_creates
+  # A fresh daemon holds no free frame: realloc's first grant creates its
+  # frames on its path, and the daemon counts them.
+  grep -q '"daemon_grant_creates":[1-9]' "$dir/replay.json" || {
+    echo "bench_smoke: the daemon counted no frame created on a grant path"; exit 1; }
   # vspace readies the first request's pages before the replay; --cold does not
   grep -q '"prepared_pages":[1-9]' "$dir/replay.json" || {
     echo "bench_smoke: vspace prepared no pages"; exit 1; }
