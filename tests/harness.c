@@ -379,12 +379,14 @@ int mbt_session_call(struct mbt_session *s, Mb__Request *req, Mb__Reply **out)
     return code;
 }
 
-static int session_grant(struct mbt_session *s, uint64_t bytes, bool large)
+static int session_grant(struct mbt_session *s, uint64_t bytes, bool large, uint32_t warm_max,
+                         uint64_t *sizes, size_t *n_sizes)
 {
     Mb__Request req = MB__REQUEST__INIT;
     Mb__Grant g = MB__GRANT__INIT;
     g.bytes = bytes;
     g.large = large;
+    g.warm_max_frames = warm_max;
     req.body_case = MB__REQUEST__BODY_GRANT;
     req.grant = &g;
     Mb__Reply *rep;
@@ -398,6 +400,10 @@ static int session_grant(struct mbt_session *s, uint64_t bytes, bool large)
     size_t want = rep->grant->n_frames, got = 0;
     for (size_t i = 0; i < want && s->n_frames < sizeof(s->frame_ids) / sizeof(s->frame_ids[0]); i++)
         s->frame_ids[s->n_frames++] = rep->grant->frames[i]->id;
+    for (size_t i = 0; sizes && i < want && i < *n_sizes; i++)
+        sizes[i] = rep->grant->frames[i]->bytes;
+    if (n_sizes)
+        *n_sizes = want;
     mb__reply__free_unpacked(rep, NULL);
     while (got < want) {   /* the descriptors came first, on the channel */
         struct mb_chan_msg m;
@@ -411,9 +417,18 @@ static int session_grant(struct mbt_session *s, uint64_t bytes, bool large)
     return 0;
 }
 
-int mbt_session_grant(struct mbt_session *s, uint64_t bytes) { return session_grant(s, bytes, false); }
+int mbt_session_grant(struct mbt_session *s, uint64_t bytes) { return session_grant(s, bytes, false, 0, NULL, NULL); }
 
-int mbt_session_grant_large(struct mbt_session *s, uint64_t bytes) { return session_grant(s, bytes, true); }
+int mbt_session_grant_large(struct mbt_session *s, uint64_t bytes)
+{
+    return session_grant(s, bytes, true, 0, NULL, NULL);
+}
+
+int mbt_session_grant_warm(struct mbt_session *s, uint64_t bytes, uint32_t warm_max, uint64_t *sizes,
+                           size_t *n_sizes)
+{
+    return session_grant(s, bytes, true, warm_max, sizes, n_sizes);
+}
 
 int mbt_session_return(struct mbt_session *s, const uint32_t *ids, size_t n)
 {

@@ -88,6 +88,10 @@ int mbt_session_call(struct mbt_session *s, Mb__Request *req, Mb__Reply **out);
 int mbt_session_grant(struct mbt_session *s, uint64_t bytes);
 /* The same in the frame plan's large frames (Grant.large). */
 int mbt_session_grant_large(struct mbt_session *s, uint64_t bytes);
+/* A large grant that may take free frames of other sizes (Grant.warm_max_frames);
+ * sizes[0..*n_sizes) gets the granted frames' bytes (*n_sizes: room in, count out). */
+int mbt_session_grant_warm(struct mbt_session *s, uint64_t bytes, uint32_t warm_max, uint64_t *sizes,
+                           size_t *n_sizes);
 /* Return frames by id; returns the reply's code. Returned ids leave
  * s->frame_ids. */
 int mbt_session_return(struct mbt_session *s, const uint32_t *ids, size_t n);

@@ -4,7 +4,8 @@
  * non-admins with the victim's memory intact, foreign frame ids refused,
  * kill withdrawing frames until the process exits, the reclaim notice
  * protocol (order, completion, deadline, by hand), and elastic reclaim end
- * to end through libmbclient. */
+ * to end through libmbclient, and warm grants (free frames of other sizes
+ * standing in for a planned frame). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -318,6 +319,49 @@ static void kill_withdraws_until_exit(void **state)
     assert_int_equal(mbt_daemon_stop(&d), 0);
 }
 
+/* Warm grants through a real daemon: free frames of a smaller size stand in
+ * for the planned one when asked (no frame created on the path, as the
+ * status counts), never more of them than asked, and never when not asked. */
+static void warm_grant_takes_free_frames(void **state)
+{
+    const char *extra[] = { "--frame-size", "64K", "--budget", "4M", "--reserve-idle", "0", NULL };
+    struct mbt_daemon d;
+    assert_int_equal(mbt_daemon_start(&d, extra), 0);
+    struct mbt_session a;
+    assert_int_equal(mbt_session_open(&d, "warm", &a), 0);
+    /* Two one-unit frames, handed back: free, this uid's. */
+    assert_int_equal(mbt_session_grant(&a, 128u << 10), 0);
+    assert_int_equal(a.n_frames, 2);
+    uint32_t ids[2] = { a.frame_ids[0], a.frame_ids[1] };
+    assert_int_equal(mbt_session_return(&a, ids, 2), 0);
+    double created = mbt_status_num(&d, "grant_creates");
+    assert_true(created >= 2);
+    /* 128 KiB planned as one two-unit frame: the two free ones instead. */
+    uint64_t sizes[8];
+    size_t n = 8;
+    assert_int_equal(mbt_session_grant_warm(&a, 128u << 10, 2, sizes, &n), 0);
+    assert_int_equal(n, 2);
+    assert_int_equal(sizes[0], 64u << 10);
+    assert_int_equal(sizes[1], 64u << 10);
+    assert_true(mbt_status_num(&d, "grant_creates") == created);
+    assert_int_equal(mbt_session_return(&a, a.frame_ids, a.n_frames), 0);
+    /* One frame at most in its place: the planned frame is made. */
+    n = 8;
+    assert_int_equal(mbt_session_grant_warm(&a, 128u << 10, 1, sizes, &n), 0);
+    assert_int_equal(n, 1);
+    assert_int_equal(sizes[0], 128u << 10);
+    assert_true(mbt_status_num(&d, "grant_creates") == created + 1);
+    assert_int_equal(mbt_session_return(&a, a.frame_ids, a.n_frames), 0);
+    /* Not asked: the plan's own frame (now free), none of the small ones. */
+    n = 8;
+    assert_int_equal(mbt_session_grant_warm(&a, 128u << 10, 0, sizes, &n), 0);
+    assert_int_equal(n, 1);
+    assert_int_equal(sizes[0], 128u << 10);
+    assert_true(mbt_status_num(&d, "grant_creates") == created + 1);
+    mbt_session_close(&a);
+    assert_int_equal(mbt_daemon_stop(&d), 0);
+}
+
 static struct mbt_daemon reclaim_daemon(const char *timeout_ms, const char *conf)
 {
     const char *extra[] = { "--frame-size", "64K", "--budget", "512K", "--reclaim-timeout",
@@ -482,6 +526,7 @@ int main(void)
         cmocka_unit_test(reclaim_notice_completes_grant),
         cmocka_unit_test(reclaim_deadline_and_order),
         cmocka_unit_test(elastic_reclaim_end_to_end),
+        cmocka_unit_test(warm_grant_takes_free_frames),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
