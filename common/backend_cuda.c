@@ -149,7 +149,7 @@ static int cu_fail(CUresult r, const char *what)
 typedef CUresult (*get_proc_fn)(const char *, void **, int, cuuint64_t,
                                 CUdriverProcAddressQueryResult *);
 
-/* The entry point of `name` matching the CUDA version of our headers. */
+/* The entry point of `name` at `version` (the signature we call it with). */
 static int resolve(get_proc_fn get_proc, const char *name, int version, void **fn)
 {
     CUdriverProcAddressQueryResult found = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;

@@ -167,17 +167,17 @@ void frame_pool_destroy(struct frame_pool *p);
 int frame_pool_prefill(struct frame_pool *p, uint64_t bytes);
 /* Move frames the workers made into the books (free list). */
 void frame_pool_adopt(struct frame_pool *p);
-/* Grant n frames of the given orders to a session of a uid and tenant, all
- * or nothing; ids[] gets them, in the order of orders[]. Only frames this
- * uid held last, or fresh ones, are granted; free frames of other uids are
- * released to make room when the budget is full. A frame last held by
- * another tenant (of the same uid) is scrubbed first. */
 /* Orders of frames this uid could be granted now with no frame created:
  * free frames of this uid or fresh ones, of any order up to max_order,
  * largest first, at most max_n of them, holding at least `bytes` and at
  * most `room` bytes. Returns how many (0: the free frames cannot). */
 uint32_t frame_pool_warm_plan(struct frame_pool *p, uid_t uid, uint64_t bytes, uint64_t room,
                               unsigned max_order, uint32_t max_n, uint8_t *orders);
+/* Grant n frames of the given orders to a session of a uid and tenant, all
+ * or nothing; ids[] gets them, in the order of orders[]. Only frames this
+ * uid held last, or fresh ones, are granted; free frames of other uids are
+ * released to make room when the budget is full. A frame last held by
+ * another tenant (of the same uid) is scrubbed first. */
 int frame_pool_grant_orders(struct frame_pool *p, const uint8_t *orders, uint32_t n,
                             uint64_t session, uid_t uid, uint32_t tenant, uint32_t *ids);
 /* The same for n order-0 frames. */
