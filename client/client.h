@@ -256,10 +256,11 @@ void rpc_check_lost(mb_client *c);
 /* frames.c */
 /* n order-0 frames: cached ones first, then granted. */
 int fcache_take(mb_client *c, size_t n, struct cframe **out);
-/* The frames of the frame plan for `bytes` (no frame above max_order),
- * largest first: cached ones of the planned orders, the rest granted as
- * large frames (falling back to order-0 frames when that fails for memory
- * or quota). *out is malloc'd. */
+/* The frames of the frame plan for `bytes` (no frame above max_order):
+ * cached ones of the planned orders, the rest granted as large frames (with
+ * warm grants, the daemon may grant free frames of other orders holding the
+ * same bytes; falling back to order-0 frames when the grant fails for memory
+ * or quota). *out is malloc'd, *n says how many. */
 int fcache_take_plan(mb_client *c, size_t bytes, unsigned max_order, struct cframe ***out, size_t *n);
 /* At least `bytes` in frames of any size the cache holds (fragmentation
  * repair: frames of ranges given back, whatever plan made them), the rest
