@@ -71,7 +71,7 @@ static struct chunkreg_chunk *chunk_find(const struct chunkreg *r, uintptr_t a)
     return leaf ? __atomic_load_n(&leaf->e[i & ((1u << LEAF_BITS) - 1)], __ATOMIC_ACQUIRE) : NULL;
 }
 
-int chunkreg_add(struct chunkreg *r, void *base, unsigned cls, size_t size, size_t chunk_bytes)
+int chunkreg_add(struct chunkreg *r, void *base, unsigned cls, size_t size)
 {
     uintptr_t a = (uintptr_t)base;
     if (chunk_find(r, a))
@@ -91,7 +91,7 @@ int chunkreg_add(struct chunkreg *r, void *base, unsigned cls, size_t size, size
     k->base = a;
     k->size = size;
     k->cls = cls;
-    k->nslots = (uint32_t)(chunk_bytes / size);
+    k->nslots = (uint32_t)(((size_t)1 << r->lg_chunk) / size);
     __atomic_store_n(&leaf->e[i & ((1u << LEAF_BITS) - 1)], k, __ATOMIC_RELEASE);
     return 0;
 }

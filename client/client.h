@@ -408,7 +408,7 @@ struct chunkreg_chunk {
 };
 int chunkreg_new(size_t chunk_bytes, struct chunkreg **out);
 void chunkreg_free(struct chunkreg *r);
-int chunkreg_add(struct chunkreg *r, void *base, unsigned cls, size_t size, size_t chunk_bytes);
+int chunkreg_add(struct chunkreg *r, void *base, unsigned cls, size_t size);
 void chunkreg_del(struct chunkreg *r, void *base);
 /* The chunk holding p and p's slot in it, or NULL when p is not the start
  * of a slab object (r may be NULL). */

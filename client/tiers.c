@@ -456,7 +456,7 @@ size_t tiers_slab_take(mb_client *c, size_t size, size_t n, void **out)
         int rc = mb_slab_alloc(c->slab, size, &out[k]);
         if (rc == 0) {
             uintptr_t base = (uintptr_t)out[k] & ~(uintptr_t)(c->frame_bytes - 1);
-            rc = chunkreg_add(c->chunks, (void *)base, mb_slab_class_of(c->slab, size), size, c->frame_bytes);
+            rc = chunkreg_add(c->chunks, (void *)base, mb_slab_class_of(c->slab, size), size);
             if (rc != 0)
                 mb_slab_release(c->slab, out[k]);
         }
