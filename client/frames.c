@@ -508,9 +508,7 @@ int fcache_take_plan(mb_client *c, size_t bytes, unsigned max_order, struct cfra
     size_t n = mb_frame_plan(bytes, c->frame_bytes, max_order, NULL, 0, &covered);
     /* A warm grant may take up to c->warm_per_frame free frames for each
      * planned one (see grant): room for them. */
-    size_t per = c->warm_per_frame;
-    uint32_t warm_max = (uint32_t)(n * per < MB_GRANT_MAX_FRAMES ? n * per : MB_GRANT_MAX_FRAMES);
-    size_t cap = n > warm_max ? n : warm_max;
+    size_t per = c->warm_per_frame, cap = n * (per > 1 ? per : 1);
     uint8_t *orders = malloc(n ? n : 1), *missing = malloc(n ? n : 1);
     struct cframe **fr = calloc(cap ? cap : 1, sizeof(*fr));
     if (!orders || !missing || !fr) {
@@ -534,8 +532,7 @@ int fcache_take_plan(mb_client *c, size_t bytes, unsigned max_order, struct cfra
         }
     }
     size_t granted = 0;
-    if (warm_max)   /* for the planned frames still missing */
-        warm_max = (uint32_t)(n_missing * per < cap - have ? n_missing * per : cap - have);
+    uint32_t warm_max = (uint32_t)(n_missing * per < MB_GRANT_MAX_FRAMES ? n_missing * per : MB_GRANT_MAX_FRAMES);
     int rc = n_missing ? grant(c, missing_bytes, true, max_order, n_missing, missing, warm_max, fr + have,
                                &granted) : 0;
     free(missing);
