@@ -664,7 +664,7 @@ uint32_t frame_pool_warm_plan(struct frame_pool *p, uid_t uid, uint64_t bytes, u
     uint32_t avail[MB_ORDERS];
     for (unsigned k = 0; k <= max_order; k++)
         avail[k] = usable(p, own, k);
-    uint64_t left = bytes / fb + (bytes % fb != 0), most = room / fb, taken = 0;
+    uint64_t need = bytes / fb + (bytes % fb != 0), left = need, most = room / fb;
     uint32_t n = 0;
     /* One frame that holds it all within room, the smallest; else ... */
     for (unsigned k = 0; k <= max_order && max_n; k++)
@@ -677,11 +677,10 @@ uint32_t frame_pool_warm_plan(struct frame_pool *p, uid_t uid, uint64_t bytes, u
         for (; avail[k] && ((uint64_t)1 << k) <= left && n < max_n; avail[k]--) {
             orders[n++] = (uint8_t)k;
             left -= (uint64_t)1 << k;
-            taken += (uint64_t)1 << k;
         }
     /* ... then the smallest one that covers the rest within room. */
     for (unsigned k = 0; k <= max_order && left && n < max_n; k++)
-        if (avail[k] && ((uint64_t)1 << k) >= left && taken + ((uint64_t)1 << k) <= most) {
+        if (avail[k] && ((uint64_t)1 << k) >= left && need - left + ((uint64_t)1 << k) <= most) {
             orders[n++] = (uint8_t)k;
             left = 0;
         }
