@@ -527,12 +527,14 @@ int main(int argc, char **argv)
     }
     if (resolve_budget(&d) != 0)
         goto out;
+    /* Grants slower than this many microseconds are logged with their path. */
+    const char *slow = getenv("MOONBRIGHTD_SLOW_GRANT_US");
+    long long slow_us = slow ? atoll(slow) : 0;
+    if (slow_us > 0)
+        d.slow_grant_ns = (uint64_t)slow_us * 1000;
     /* One small exported frame held for the daemon's life (outside the
      * budget): with it, a frame created after every other was released
      * exports in tens of microseconds instead of most of a millisecond. */
-    const char *slow = getenv("MOONBRIGHTD_SLOW_GRANT_US");
-    if (slow && atoll(slow) > 0)
-        d.slow_grant_ns = (uint64_t)atoll(slow) * 1000;
     if (d.be->ops->keep_exports_warm && !env_off("MOONBRIGHTD_EXPORT_ANCHOR") &&
         d.be->ops->keep_exports_warm(d.be) != 0)
         mb_log(MB_LOG_WARN, "failed to keep an exported frame open; first exports will be slower");
