@@ -3,7 +3,7 @@
 
   bench_torch.py latency [--sizes 256,4K,64K,2M,64M] [--pairs N]
   bench_torch.py replay TRACE [--requests 3000] [--compression 8] ...
-  bench_torch.py train [--steps 50] [--warmup 5] ...
+  bench_torch.py train [--steps 50] [--warmup 5] [--rounds 1] ...
 
 Each allocator setting runs in its own child process (PYTORCH_CUDA_ALLOC_CONF
 is read once, at CUDA initialisation; this parent never touches CUDA):
@@ -36,6 +36,11 @@ while the daemon keeps them: torch-moonbright runs last in the default
 --configs). The idle figure, read before the model is built, is in the JSON
 as device_used_idle_bytes. torch.cuda.max_memory_reserved() is reported
 where the allocator keeps PyTorch's statistics (not for torch-moonbright).
+Step times of one process drift from run to run (a config's median moves by
+up to 30 % between runs), so with --rounds N the configs run in turn N times
+and each run is compared with the torch-default run of its own round; the
+summary gives the median of those ratios and their range, and the peak
+memory of the first round.
 """
 import argparse
 import csv
@@ -440,7 +445,12 @@ def compare_losses(got, ref):
 
 
 def judge_train(results):
-    """Set each row's time ratio and loss comparison against torch-default."""
+    """Set each row's time ratio and loss comparison against the torch-default row of its round."""
+    for rnd in sorted({r["round"] for r in results}):
+        judge_round([r for r in results if r["round"] == rnd])
+
+
+def judge_round(results):
     ref = next((r for r in results if r["allocator"] == "torch-default" and r["ok"]), None)
     for r in results:
         r["step_vs_default"] = None
@@ -455,11 +465,34 @@ def judge_train(results):
             r["losses_vs_default"], r["loss_max_rel_diff"] = compare_losses(r["losses"], ref["losses"])
 
 
+def summarize_train(results, configs):
+    """Per config over the rounds: the median of its per-round medians and of
+    its per-round ratios to torch-default (each ratio pairs two runs made one
+    after the other, so drift between rounds cancels), the ratios' range,
+    and the first round's peak device memory in use (later rounds may find
+    frames a running moonbrightd kept from the round before)."""
+    out = []
+    for name in configs:
+        rows = [r for r in results if r["allocator"] == name and r["ok"] and r["steps"]]
+        if not rows:
+            continue
+        ratios = [r["step_vs_default"] for r in rows if r["step_vs_default"]]
+        first = min(rows, key=lambda r: r["round"])
+        out.append({"allocator": name, "rounds": len(rows),
+                    "median_step_ms": statistics.median(r["step_ms"]["median"] for r in rows),
+                    "ratio_median": statistics.median(ratios) if ratios else None,
+                    "ratio_min": min(ratios) if ratios else None, "ratio_max": max(ratios) if ratios else None,
+                    "losses_all_match": all(r["losses_vs_default"] in ("identical", "(reference)")
+                                            for r in rows),
+                    "first_round_peak_device_used_bytes": first["peak_device_used_bytes"]})
+    return out
+
+
 def print_train_table(doc, f):
     print("bench_torch train: %d layers, d_model %d, batch %d, seq %d-%d, %d warm-up + %d timed steps, "
           "torch %s" % (doc["layers"], doc["d_model"], doc["batch"], doc["min_seq"], doc["max_seq"],
                         doc["warmup"], doc["steps"], doc["torch"]), file=f)
-    print("%-22s %9s %9s %9s %10s %12s %12s  %s" % ("CONFIG", "MEDIAN ms", "MEAN ms", "P90 ms", "VS DEFAULT",
+    print("%-5s %-22s %9s %9s %9s %10s %12s %12s  %s" % ("ROUND", "CONFIG", "MEDIAN ms", "MEAN ms", "P90 ms", "VS DEFAULT",
                                                   "PEAK USE GiB", "MAX RES GiB", "LOSSES MATCH DEFAULT"), file=f)
     for r in doc["rows"]:
         s = r["step_ms"]
@@ -467,20 +500,33 @@ def print_train_table(doc, f):
         match = r["losses_vs_default"]
         if r["loss_max_rel_diff"]:
             match += " (max rel diff %.3g)" % r["loss_max_rel_diff"]
-        print("%-22s %9.2f %9.2f %9.2f %10s %12.3f %12s  %s%s" % (
-            r["allocator"], s["median"], s["mean"], s["p90"],
+        print("%-5d %-22s %9.2f %9.2f %9.2f %10s %12.3f %12s  %s%s" % (
+            r["round"] + 1, r["allocator"], s["median"], s["mean"], s["p90"],
             "%.3fx" % r["step_vs_default"] if r["step_vs_default"] else "-",
             r["peak_device_used_bytes"] / 2**30, "%.3f" % (res / 2**30) if res is not None else "-",
             match, "  " + r["note"] if r["note"] else ""), file=f)
     print("PEAK USE: total - free from torch.cuda.mem_get_info() after every step (every process on "
           "the device, moonbrightd included); MAX RES: torch.cuda.max_memory_reserved()", file=f)
+    if doc["rounds"] > 1:
+        print("over %d rounds (each config once per round, in turn; VS DEFAULT within each round):"
+              % doc["rounds"], file=f)
+        print("%-22s %7s %15s %15s %17s %18s  %s" % ("CONFIG", "ROUNDS", "MEDIAN OF ms", "MEDIAN RATIO",
+                                                    "RATIO RANGE", "PEAK USE, 1st GiB", "LOSSES"), file=f)
+        for sm in doc["summary"]:
+            rr = "%.3f-%.3f" % (sm["ratio_min"], sm["ratio_max"]) if sm["ratio_median"] else "-"
+            print("%-22s %7d %15.2f %15s %17s %18.3f  %s" % (
+                sm["allocator"], sm["rounds"], sm["median_step_ms"],
+                "%.3fx" % sm["ratio_median"] if sm["ratio_median"] else "-", rr,
+                sm["first_round_peak_device_used_bytes"] / 2**30,
+                "all identical" if sm["losses_all_match"] else "SOME DIFFER"), file=f)
 
 
 # ---- parent ----
 
 def run_children(args, argv):
     results, notes = [], []
-    for name in args.configs:
+    rounds = getattr(args, "rounds", 1)
+    for rnd, name in [(r, n) for r in range(rounds) for n in args.configs]:
         env = dict(os.environ)
         if name == "torch-moonbright":
             if not args.mb_lib:
@@ -490,7 +536,8 @@ def run_children(args, argv):
             env["PYTORCH_CUDA_ALLOC_CONF"] = CONFIGS[name]
             if not CONFIGS[name]:
                 env.pop("PYTORCH_CUDA_ALLOC_CONF", None)
-        print("bench_torch: %s %s" % (args.cmd, name), file=sys.stderr)
+        print("bench_torch: %s %s%s" % (args.cmd, name, " (round %d of %d)" % (rnd + 1, rounds)
+                                        if rounds > 1 else ""), file=sys.stderr)
         try:
             p = subprocess.run([sys.executable, os.path.abspath(__file__), "--child", name] + argv,
                                env=env, stdout=subprocess.PIPE, timeout=args.child_timeout)
@@ -500,7 +547,10 @@ def run_children(args, argv):
         if p.returncode != 0:
             notes.append("%s failed (exit %d)" % (name, p.returncode))
             continue
-        results += json.loads(p.stdout)
+        rows = json.loads(p.stdout)
+        for r in rows:
+            r["round"] = rnd
+        results += rows
     return results, notes
 
 
@@ -539,6 +589,8 @@ def main():
     tr.add_argument("--max-seq", type=int, default=256)
     tr.add_argument("--lr", type=float, default=3e-4)
     tr.add_argument("--seed", type=int, default=1234, help="weights, tokens and sequence lengths")
+    tr.add_argument("--rounds", type=int, default=1,
+                    help="run the configs in turn this many times, each run a new process (default 1)")
     argv = sys.argv[1:]
     args = ap.parse_args()
     args.configs = [c for c in args.configs.split(",") if c]
@@ -557,6 +609,8 @@ def main():
         for k in ("steps", "batch", "layers", "d_model", "heads", "vocab", "min_seq"):
             if getattr(args, k) < 1:
                 ap.error("--%s must be at least 1" % k.replace("_", "-"))
+        if args.rounds < 1:
+            ap.error("--rounds must be at least 1")
         if args.warmup < 0:
             ap.error("--warmup must not be negative")
         if args.max_seq < args.min_seq:
@@ -601,7 +655,8 @@ def main():
                     "layers": args.layers, "d_model": args.d_model, "heads": args.heads, "vocab": args.vocab,
                     "batch": args.batch, "min_seq": args.min_seq, "max_seq": args.max_seq, "lr": args.lr,
                     "seed": args.seed, "warmup": args.warmup, "steps": args.steps, "seq_lens": lens,
-                    "rows": results})
+                    "rounds": args.rounds, "rows": results,
+                    "summary": summarize_train(results, args.configs)})
     else:
         reqs, fmt = load_trace(args.trace, args.requests, args.jsonl_scale)
         ops, steps = build_protocol(reqs, args.step_ms / 1000.0 * args.compression, args.token_bytes,
