@@ -237,9 +237,50 @@ static bool warm_reply_ok(const mb_client *c, const Mb__GrantReply *g, uint64_t 
  * warm_max (large only), the daemon may grant up to warm_max free frames
  * of other orders holding the same bytes instead (no frame made on its
  * path): out has room for max(n, warm_max), *got says how many came. */
+/* Frames cached past keep_bytes are of no use to a fill that asks for a
+ * grant (fills take cached frames first): before asking for `bytes` more,
+ * hand back at least that much of them, the longest cached first (at most
+ * SWAP_MAX), so that what the process holds does not grow while its cache
+ * keeps frames that fit nothing it allocates. The daemon may grant them to
+ * anyone and releases them to the driver when nobody takes them. Posted:
+ * the daemon handles the return before the grant that follows it. */
+#define SWAP_MAX 16
+static struct cframe *unlink_cached(struct frame_cache *fc, struct cframe **pp);
+
+static void swap_out(mb_client *c, uint64_t bytes)
+{
+    struct frame_cache *fc = &c->fc;
+    uint32_t ids[SWAP_MAX];
+    size_t k = 0, gone = 0;
+    while (k < SWAP_MAX && gone < bytes && fc->bytes_cached > fc->keep_bytes) {
+        struct cframe **oldest = NULL;
+        struct cframe **lists[2] = { &fc->cached_large, &fc->cached };
+        for (int l = 0; l < 2; l++)
+            for (struct cframe **pp = lists[l]; *pp; pp = &(*pp)->next_cached)
+                if (!oldest || (*pp)->cached_ms < (*oldest)->cached_ms)
+                    oldest = pp;
+        struct cframe *f = unlink_cached(fc, oldest);
+        fc->by_id[f->id] = NULL;
+        fc->n_in_use--;
+        fc->n_held--;
+        fc->bytes_held -= f->mem.bytes;
+        gone += f->mem.bytes;
+        c->be->ops->release(c->be, &f->mem);
+        ids[k++] = f->id;
+        free(f);
+    }
+    if (!k)
+        return;
+    send_return(c, ids, k, false);
+    if (c->cache_reported != (uint64_t)-1)
+        c->cache_reported = c->cache_reported > gone ? c->cache_reported - gone : 0;
+    FC_CHECK(fc);
+}
+
 static int grant(mb_client *c, uint64_t bytes, bool large, unsigned max_order, size_t n,
                  const uint8_t *want, uint32_t warm_max, struct cframe **out, size_t *got)
 {
+    swap_out(c, bytes);
     Mb__Request req = MB__REQUEST__INIT;
     Mb__Grant g = MB__GRANT__INIT;
     g.bytes = bytes;

@@ -1026,6 +1026,49 @@ static void test_grow_uses_cached_frames(void **state)
     mb_close(c);
 }
 
+/* Before a grant, cached frames past the cache's size go back to the
+ * daemon, the longest cached first, at least as many bytes as the grant
+ * asks for: a process whose cache holds frames that fit nothing it
+ * allocates does not grow meanwhile. Within the cache's size they stay. */
+static void test_grant_swaps_out_cached_frames(void **state)
+{
+    (void)state;
+    const size_t mib = 1 << 20;
+    mb_client *c = open_patient_spares("grow-swap", "1G", false);
+    void *p[3], *q, *r;
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(mb_malloc_growable(c, 8 * mib, 8 * mib, &p[i]), 0);   /* one 8 MiB frame */
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(mb_free(c, p[i]), 0);
+    assert_int_equal(mb_trim(c, (size_t)1 << 30), 0);   /* unmapped; the frames stay cached */
+    mb_client_stats st0 = stats_of(c);
+    size_t daemon0 = (size_t)status_num("bytes_granted");
+    assert_int_equal(st0.bytes_cached, 24 * mib);
+    /* 2 MiB at most: no cached frame fits, so a grant; the cache (1 GiB)
+     * keeps its frames. */
+    assert_int_equal(mb_malloc_growable(c, 2 * mib, 2 * mib, &q), 0);
+    mb_client_stats st1 = stats_of(c);
+    assert_int_equal(st1.bytes_cached, 24 * mib);
+    assert_int_equal(st1.bytes_granted, st0.bytes_granted + 2 * mib);
+    /* With no cache to keep, the next grant hands one 8 MiB frame back first. */
+    fl_lock(c);
+    c->fc.keep_bytes = 0;
+    fl_unlock(c);
+    assert_int_equal(mb_malloc_growable(c, 2 * mib, 2 * mib, &r), 0);
+    mb_client_stats st2 = stats_of(c);
+    assert_int_equal(st2.bytes_cached, 16 * mib);
+    assert_int_equal(st2.bytes_granted, st1.bytes_granted - 8 * mib + 2 * mib);
+    memset(q, 0x61, 2 * mib);
+    memset(r, 0x62, 2 * mib);
+    assert_int_equal(((unsigned char *)q)[2 * mib - 1], 0x61);
+    assert_int_equal(((unsigned char *)r)[0], 0x62);
+    /* The daemon's books agree: the frame came back. */
+    assert_int_equal(daemon0 - (size_t)status_num("bytes_granted"), st0.bytes_granted - st2.bytes_granted);
+    assert_int_equal(mb_free(c, q), 0);
+    assert_int_equal(mb_free(c, r), 0);
+    mb_close(c);
+}
+
 /* A reused range mapped far short of a new allocation maps the rest in a
  * few exact frames, not in one-unit frames: 502 MiB (251 units, whose
  * frame plan would round up past the range's limit of 512 MiB) comes as
@@ -1134,6 +1177,7 @@ int main(void)
         cmocka_unit_test(test_grow_excess_and_spares),
         cmocka_unit_test(test_grow_cache_drains),
         cmocka_unit_test(test_grow_uses_cached_frames),
+        cmocka_unit_test(test_grant_swaps_out_cached_frames),
         cmocka_unit_test(test_grow_exact_frames),
         cmocka_unit_test(test_reclaim),
         cmocka_unit_test(test_threads_stress),
