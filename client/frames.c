@@ -252,6 +252,7 @@ static void swap_out(mb_client *c, uint64_t bytes)
     struct frame_cache *fc = &c->fc;
     uint32_t ids[SWAP_MAX];
     size_t k = 0, gone = 0;
+    int64_t last_use = fc->last_use_ms;   /* a swap is no use of the cache (maint.c's idle clock) */
     while (k < SWAP_MAX && gone < bytes && fc->bytes_cached > fc->keep_bytes) {
         struct cframe **oldest = NULL;
         struct cframe **lists[2] = { &fc->cached_large, &fc->cached };
@@ -271,6 +272,7 @@ static void swap_out(mb_client *c, uint64_t bytes)
     }
     if (!k)
         return;
+    fc->last_use_ms = last_use;
     send_return(c, ids, k, false);
     if (c->cache_reported != (uint64_t)-1)
         c->cache_reported = c->cache_reported > gone ? c->cache_reported - gone : 0;
