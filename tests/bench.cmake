@@ -16,3 +16,11 @@ if(TARGET mbbench)
       ENVIRONMENT "${MB_TEST_ENV}")
   endforeach()
 endif()
+
+# bench_torch.py's bookkeeping (rounds paired with the default allocator's
+# run of the same round, the summary, argument checks): no PyTorch needed.
+find_package(Python3 COMPONENTS Interpreter)
+if(Python3_FOUND)
+  add_test(NAME bench_torch_rounds COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_LIST_DIR}/test_bench_torch.py)
+  set_tests_properties(bench_torch_rounds PROPERTIES LABELS bench TIMEOUT 60)
+endif()

@@ -3,7 +3,7 @@
 # Installs only what is missing; needs root (or sudo) when something is.
 set -eu
 pkgs="build-essential cmake pkgconf libzmq3-dev libprotobuf-c-dev protobuf-c-compiler
-libsystemd-dev libcmocka-dev clang libclang-rt-dev"
+libsystemd-dev libcmocka-dev clang libclang-rt-dev python3"
 missing=""
 for p in $pkgs; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
