@@ -232,11 +232,6 @@ static bool warm_reply_ok(const mb_client *c, const Mb__GrantReply *g, uint64_t 
     return sum == bytes;
 }
 
-/* Ask the daemon for `n` frames (of `want` orders when large, else order 0)
- * covering `bytes`; import their handles; they arrive in use. With
- * warm_max (large only), the daemon may grant up to warm_max free frames
- * of other orders holding the same bytes instead (no frame made on its
- * path): out has room for max(n, warm_max), *got says how many came. */
 /* Frames cached past keep_bytes are of no use to a fill that asks for a
  * grant (fills take cached frames first): before asking for `bytes` more,
  * hand back at least that much of them, the longest cached first (at most
@@ -279,6 +274,11 @@ static void swap_out(mb_client *c, uint64_t bytes)
     FC_CHECK(fc);
 }
 
+/* Ask the daemon for `n` frames (of `want` orders when large, else order 0)
+ * covering `bytes`, after swap_out; import their handles; they arrive in use. With
+ * warm_max (large only), the daemon may grant up to warm_max free frames
+ * of other orders holding the same bytes instead (no frame made on its
+ * path): out has room for max(n, warm_max), *got says how many came. */
 static int grant(mb_client *c, uint64_t bytes, bool large, unsigned max_order, size_t n,
                  const uint8_t *want, uint32_t warm_max, struct cframe **out, size_t *got)
 {

@@ -60,7 +60,9 @@
  * asks the daemon only for the frames it lacks (their plan is exactly those
  * frames, see above). Re-allocating a size
  * the process freed costs no round trip and maps as many handles as the plan
- * has. When a large grant fails for memory or quota, the client returns its
+ * has. Before any grant, cached frames past the cache's size (none of which
+ * the request could use) go back first, at least the bytes it asks for.
+ * When a large grant fails for memory or quota, the client returns its
  * cached frames and retries, then falls back to order-0 frames. */
 #include "frame_plan.h"
 
