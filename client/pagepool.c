@@ -362,6 +362,7 @@ static int grow_locked(struct pagepool *p, size_t need, unsigned delay_us)
         fl_unmap(p->c, &s, 1);
         pthread_mutex_lock(&p->lock);
     }
+    pthread_cond_broadcast(&p->grown);
     return rc;
 }
 
@@ -378,6 +379,13 @@ int pagepool_take(struct pagepool *p, size_t n, uint64_t *out)
     int rc = 0;
     while (rc == 0 && p->n_free < n) {
         waited = true;
+        /* An extent on its way (the background thread's, or another
+         * caller's) is awaited rather than doubled by one of our own: it
+         * is further along, and two would hold twice the free pages. */
+        if (p->growers) {
+            pthread_cond_wait(&p->grown, &p->lock);
+            continue;
+        }
         rc = grow_locked(p, n - p->n_free, 0);
     }
     if (waited)
@@ -502,6 +510,7 @@ int pagepool_get(mb_client *c, size_t page_bytes, struct pagepool **out)
     struct pagepool *p = r->pools[k];
     if (!p && (p = calloc(1, sizeof(*p))) != NULL) {
         pthread_mutex_init(&p->lock, NULL);
+        pthread_cond_init(&p->grown, NULL);
         p->c = c;
         p->page_bytes = page_bytes;
         p->win_ms = mb_now_ms() / PP_WINDOW_MS;
@@ -596,6 +605,7 @@ void pagepool_free(struct pagepool *p)
     fl_unmap(p->c, gone, n_gone);
     free(gone);
     free(p->ext);
+    pthread_cond_destroy(&p->grown);
     pthread_mutex_destroy(&p->lock);
     free(p);
 }

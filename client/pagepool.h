@@ -74,6 +74,7 @@ struct pagepool {
     int win_i;
     size_t low;                  /* low watermark, pages */
     int growers;                 /* grows in flight (frame layer calls outside the lock) */
+    pthread_cond_t grown;        /* a grow ended (growers fell) */
     int64_t retry_ms;            /* no background refill before this (after a failure) */
     uint64_t trims;              /* pagepool_trim_held calls (a refill racing one gives its
                                   * extent back) */
