@@ -240,14 +240,14 @@ static bool warm_reply_ok(const mb_client *c, const Mb__GrantReply *g, uint64_t 
  * anyone and releases them to the driver when nobody takes them. Posted:
  * the daemon handles the return before the grant that follows it. */
 #define SWAP_MAX 16
-static struct cframe *unlink_cached(struct frame_cache *fc, struct cframe **pp);
+static uint32_t drop_cached(mb_client *c, struct cframe **pp);
+static void lower_reported(mb_client *c, size_t gone);
 
 static void swap_out(mb_client *c, uint64_t bytes)
 {
     struct frame_cache *fc = &c->fc;
     uint32_t ids[SWAP_MAX];
     size_t k = 0, gone = 0;
-    int64_t last_use = fc->last_use_ms;   /* a swap is no use of the cache (maint.c's idle clock) */
     while (k < SWAP_MAX && gone < bytes && fc->bytes_cached > fc->keep_bytes) {
         struct cframe **oldest = NULL;
         struct cframe **lists[2] = { &fc->cached_large, &fc->cached };
@@ -255,22 +255,13 @@ static void swap_out(mb_client *c, uint64_t bytes)
             for (struct cframe **pp = lists[l]; *pp; pp = &(*pp)->next_cached)
                 if (!oldest || (*pp)->cached_ms < (*oldest)->cached_ms)
                     oldest = pp;
-        struct cframe *f = unlink_cached(fc, oldest);
-        fc->by_id[f->id] = NULL;
-        fc->n_in_use--;
-        fc->n_held--;
-        fc->bytes_held -= f->mem.bytes;
-        gone += f->mem.bytes;
-        c->be->ops->release(c->be, &f->mem);
-        ids[k++] = f->id;
-        free(f);
+        gone += (*oldest)->mem.bytes;
+        ids[k++] = drop_cached(c, oldest);
     }
     if (!k)
         return;
-    fc->last_use_ms = last_use;
     send_return(c, ids, k, false);
-    if (c->cache_reported != (uint64_t)-1)
-        c->cache_reported = c->cache_reported > gone ? c->cache_reported - gone : 0;
+    lower_reported(c, gone);
     FC_CHECK(fc);
 }
 
@@ -620,13 +611,38 @@ void fcache_put(mb_client *c, struct cframe *f)
     fc->last_use_ms = f->cached_ms = mb_now_ms();
 }
 
+/* The cached frame at *pp leaves the process: unlinked, its handle
+ * released; its id is for the return to the daemon. */
+static uint32_t drop_cached(mb_client *c, struct cframe **pp)
+{
+    struct frame_cache *fc = &c->fc;
+    struct cframe *f = *pp;
+    uint32_t id = f->id;
+    *pp = f->next_cached;
+    fc->by_id[id] = NULL;
+    fc->n_cached--;
+    fc->n_held--;
+    fc->bytes_cached -= f->mem.bytes;
+    fc->bytes_held -= f->mem.bytes;
+    c->be->ops->release(c->be, &f->mem);
+    free(f);
+    return id;
+}
+
+/* A return of `gone` cached bytes lowered the daemon's view of the cache
+ * by as much. */
+static void lower_reported(mb_client *c, size_t gone)
+{
+    if (c->cache_reported != (uint64_t)-1)
+        c->cache_reported = c->cache_reported > gone ? c->cache_reported - gone : 0;
+}
+
 /* Release the cached frames of a list past the first ones that fit in
  * *keep (which shrinks by what stays) and cached before `before` ms;
  * their ids go to ids[*k]. */
 static void trim_list(mb_client *c, struct cframe **pp, size_t *keep, int64_t before, uint32_t *ids,
                       size_t *k)
 {
-    struct frame_cache *fc = &c->fc;
     while (*pp) {
         struct cframe *f = *pp;
         if (f->mem.bytes <= *keep || f->cached_ms >= before) {
@@ -634,15 +650,7 @@ static void trim_list(mb_client *c, struct cframe **pp, size_t *keep, int64_t be
             pp = &f->next_cached;
             continue;
         }
-        *pp = f->next_cached;
-        fc->by_id[f->id] = NULL;
-        fc->n_cached--;
-        fc->n_held--;
-        fc->bytes_cached -= f->mem.bytes;
-        fc->bytes_held -= f->mem.bytes;
-        c->be->ops->release(c->be, &f->mem);
-        ids[(*k)++] = f->id;
-        free(f);
+        ids[(*k)++] = drop_cached(c, pp);
     }
 }
 
@@ -673,10 +681,7 @@ static int trim_before(mb_client *c, size_t keep_bytes, int64_t cached_before)
     trim_list(c, &fc->cached, &keep, cached_before, ids, &k);
     int rc = k ? return_ids(c, ids, k) : 0;
     free(ids);
-    /* Returning lowered the daemon's view by what was returned. */
-    size_t gone = before - fc->bytes_cached;
-    if (c->cache_reported != (uint64_t)-1)
-        c->cache_reported = c->cache_reported > gone ? c->cache_reported - gone : 0;
+    lower_reported(c, before - fc->bytes_cached);
     fcache_report(c, c->tier_idle);
     FC_CHECK(fc);
     return rc;
