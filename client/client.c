@@ -62,6 +62,7 @@ int mb_open(mb_client **out, const char *tenant_name)
     c->retire = retire_range;
     lclock_init(&c->lclk);
     pthread_mutex_init(&c->flock, NULL);
+    pthread_mutex_init(&c->release_lock, NULL);
     c->sd_fenced_tail = &c->sd_fenced;
     c->chan = -1;
     c->device = (int)env_long("MOONBRIGHT_DEVICE", 0, 0, 255);
@@ -103,6 +104,7 @@ int mb_open(mb_client **out, const char *tenant_name)
     if (rc != 0) {
         rpc_disconnect(c);
         mb_backend_close(c->be);
+        pthread_mutex_destroy(&c->release_lock);
         pthread_mutex_destroy(&c->flock);
         pthread_mutex_destroy(&c->lock);
         free(c);
@@ -159,6 +161,7 @@ void mb_close(mb_client *c)
     rpc_disconnect(c);
     mb_backend_close(c->be);
     pthread_mutex_unlock(&c->flock);
+    pthread_mutex_destroy(&c->release_lock);
     pthread_mutex_destroy(&c->flock);
     pthread_mutex_destroy(&c->lock);
     free(c);
@@ -359,7 +362,10 @@ int mb_trim(mb_client *c, size_t keep_bytes)
         return MB_EINVAL;
     if (c->chunks)
         tc_flush_every_thread(c, false);   /* thread caches hold slab objects */
-    return maint_release(c, -1, keep_bytes);
+    refill_hold(c);   /* no background pass maps spare memory behind the trim */
+    int rc = maint_release(c, -1, keep_bytes);
+    refill_unhold(c);
+    return rc;
 }
 
 int mb_stats(mb_client *c, mb_client_stats *out)

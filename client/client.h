@@ -150,10 +150,12 @@ struct ptrmap {
  * control plane (frame cache, sockets, session state). A thread never takes
  * c->flock while holding c->lock: the tiers drop c->lock around frame-layer
  * work (tiers.c backing_get), so no thread waits for the daemon or the
- * driver behind c->lock. */
+ * driver behind c->lock. c->release_lock, taken before either, lets one
+ * give-back (maint_release: trim, reclaim, the idle policy) run at a time. */
 struct mb_client {
     pthread_mutex_t lock;
     pthread_mutex_t flock;
+    pthread_mutex_t release_lock;
     /* Hand-overs up, set by mb_open (client.c): the layers below call these
      * rather than name a function of a layer above them. */
     int (*node_alloc)(mb_client *c, size_t bytes, void **out);   /* vsnodes.c: chunks of table nodes */

@@ -123,7 +123,10 @@ int maint_release(mb_client *c, int64_t idle_ms, size_t keep_bytes)
     if (idle_ms >= 0 && c->chunks)
         tc_flush_idle(c, idle_ms);   /* caches of threads gone quiet */
     /* An explicit trim or a reclaim settles every free, the legacy
-     * stream's included, so that memory freed before it goes back. */
+     * stream's included, so that memory freed before it goes back. One
+     * release at a time: ranges another took would reach the frame cache
+     * after this one trimmed it. */
+    pthread_mutex_lock(&c->release_lock);
     pthread_mutex_lock(&c->lock);
     if (idle_ms < 0)
         tiers_fence_legacy(c);
@@ -155,6 +158,7 @@ int maint_release(mb_client *c, int64_t idle_ms, size_t keep_bytes)
     c->tier_idle = refill_reclaimable(&st);
     fcache_report(c, c->tier_idle);
     pthread_mutex_unlock(&c->flock);
+    pthread_mutex_unlock(&c->release_lock);
     return rc;
 }
 

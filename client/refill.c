@@ -17,7 +17,7 @@ static void *refill_main(void *arg)
     struct refill *r = arg;
     pthread_mutex_lock(&r->lock);
     while (!r->stop) {
-        if (!__atomic_load_n(&r->kicked, __ATOMIC_RELAXED)) {
+        if (r->holds || !__atomic_load_n(&r->kicked, __ATOMIC_RELAXED)) {
             struct timespec ts;
             clock_gettime(CLOCK_REALTIME, &ts);
             ts.tv_nsec += (long)REFILL_TICK_MS * 1000000L;
@@ -25,13 +25,16 @@ static void *refill_main(void *arg)
             ts.tv_nsec %= 1000000000L;
             pthread_cond_timedwait(&r->wake, &r->lock, &ts);
         }
-        __atomic_store_n(&r->kicked, false, __ATOMIC_RELAXED);
         if (r->stop)
             break;
+        if (r->holds)
+            continue;   /* a trim runs: no pass until it is done */
+        __atomic_store_n(&r->kicked, false, __ATOMIC_RELAXED);
         struct pagepool *pools[REFILL_PAGE_SIZES];
         for (int k = 0; k < REFILL_PAGE_SIZES; k++)
             pools[k] = r->pools[k];
         r->passes++;
+        r->in_pass = true;
         pthread_mutex_unlock(&r->lock);
         /* Pools live until refill_close, which stops this thread first. */
         uint64_t t0 = mb_now_ns();
@@ -44,6 +47,8 @@ static void *refill_main(void *arg)
         vsnodes_work(r->nodes);
         __atomic_fetch_add(&r->busy_ns, mb_now_ns() - t0, __ATOMIC_RELAXED);
         pthread_mutex_lock(&r->lock);
+        r->in_pass = false;
+        pthread_cond_broadcast(&r->passed);
         if (again)
             __atomic_store_n(&r->kicked, true, __ATOMIC_RELAXED);
     }
@@ -90,6 +95,7 @@ int refill_get(mb_client *c, struct refill **out)
             r->test_delay_us = d && *d ? (unsigned)strtoul(d, NULL, 10) : 0;
             pthread_mutex_init(&r->lock, NULL);
             pthread_cond_init(&r->wake, NULL);
+            pthread_cond_init(&r->passed, NULL);
             if (pthread_create(&r->thread, NULL, refill_main, r) != 0) {
                 mb_log(MB_LOG_ERR, "failed to start the client's refill thread; pools grow on "
                                    "demand only");
@@ -112,6 +118,33 @@ void refill_kick(struct refill *r)
     pthread_mutex_lock(&r->lock);
     __atomic_store_n(&r->kicked, true, __ATOMIC_RELAXED);
     pthread_cond_signal(&r->wake);
+    pthread_mutex_unlock(&r->lock);
+}
+
+void refill_hold(mb_client *c)
+{
+    struct refill *r = __atomic_load_n(&c->refill, __ATOMIC_ACQUIRE);
+    if (!r)
+        return;
+    pthread_mutex_lock(&r->lock);
+    r->holds++;
+    while (r->in_pass)
+        pthread_cond_wait(&r->passed, &r->lock);
+    pthread_mutex_unlock(&r->lock);
+}
+
+void refill_unhold(mb_client *c)
+{
+    struct refill *r = __atomic_load_n(&c->refill, __ATOMIC_ACQUIRE);
+    if (!r)
+        return;
+    pthread_mutex_lock(&r->lock);
+#ifdef MB_DEBUG
+    if (r->holds <= 0)
+        abort();   /* an unhold without its hold */
+#endif
+    if (--r->holds == 0)
+        pthread_cond_signal(&r->wake);
     pthread_mutex_unlock(&r->lock);
 }
 
@@ -139,6 +172,7 @@ void refill_close(mb_client *c)
     vsnodes_free(r->nodes);
     growset_free(c, r->grow);
     pthread_cond_destroy(&r->wake);
+    pthread_cond_destroy(&r->passed);
     pthread_mutex_destroy(&r->lock);
     c->refill = NULL;
     free(r);

@@ -40,8 +40,11 @@ struct refill {
     mb_client *c;
     pthread_mutex_t lock;
     pthread_cond_t wake;
+    pthread_cond_t passed;       /* a pass ended (refill_hold waits on it) */
     pthread_t thread;
     bool thread_on, stop, kicked;
+    bool in_pass;                /* a background pass runs now */
+    int holds;                   /* refill_hold calls not yet released: no pass starts */
     int idle_ms;
     unsigned test_delay_us;      /* $MOONBRIGHT_TEST_REFILL_DELAY_US */
     uint64_t passes;             /* background steps run (tests) */
@@ -62,6 +65,11 @@ void refill_stop(mb_client *c);
 /* Stop the thread, return every pool's memory and free every growable
  * range still live. mb_close, before it takes c->lock. */
 void refill_close(mb_client *c);
+/* Hold the thread between passes: wait for the pass in flight to end, and
+ * start none until refill_unhold, so that a trim leaves nothing a pass
+ * mapped meanwhile. No lock held (a pass takes c->flock). */
+void refill_hold(mb_client *c);
+void refill_unhold(mb_client *c);
 /* Give back what the pools hold free and the growable tails hold ahead
  * (mb_trim, reclaim). c->lock held. */
 void refill_trim_held(mb_client *c);
