@@ -15,8 +15,10 @@
 #include "wire.h"
 
 /* Tail target: used / 2^AHEAD_SHIFT (about 1.6 % of the range), at least
- * TAIL_MIN and twice the last growth step, in whole units; refilled by one
- * target's worth when it falls under half of it. */
+ * TAIL_MIN (half the size used, for ranges under twice that: a small range
+ * keeps a tail its own size's order, one unit at least) and twice the last
+ * growth step, in whole units; refilled by one target's worth when it
+ * falls under half of it. */
 #define AHEAD_SHIFT 6
 #define TAIL_MIN ((size_t)8 << 20)   /* fewer, larger frames: fewer descriptors and grants */
 #define IDLE_MAX 256            /* idle ranges kept mapped at most */
@@ -89,11 +91,11 @@ static size_t round_unit(size_t b, size_t unit) { return (b + unit - 1) / unit *
 /* The tail a range of `used` bytes growing by `step` keeps ahead. */
 static size_t target_for(size_t used, size_t step, size_t unit)
 {
-    size_t t = used >> AHEAD_SHIFT;
+    size_t t = used >> AHEAD_SHIFT, floor = used / 2 < TAIL_MIN ? used / 2 : TAIL_MIN;
     if (t < 2 * step)
         t = 2 * step;
-    if (t < TAIL_MIN)
-        t = TAIL_MIN;
+    if (t < floor)
+        t = floor;
     return round_unit(t ? t : 1, unit);
 }
 
