@@ -259,7 +259,7 @@ int amap_alloc(mb_client *c, size_t size, void *stream, struct stitched **out)
         return MB_EINVAL;
     struct amap *a = amap_get(c);
     if (!a)
-        return c->large_frames ? stitch_alloc_large(c, size, MB_MAX_ORDER, out)
+        return c->large_frames ? stitch_alloc_large(c, size, MB_MAX_ORDER, 0, out)
                               : stitch_alloc(c, size, size, out);
     pthread_mutex_lock(&a->lock);
     int rc = a->error;

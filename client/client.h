@@ -188,6 +188,8 @@ struct mb_client {
     bool punch;                  /* $MOONBRIGHT_HEAP_PUNCH (default off): heap arenas of
                                   * 32 MiB frames, and a repair also unmaps the whole
                                   * frames under old free heap blocks */
+    bool extend;                 /* $MOONBRIGHT_HEAP_EXTEND (default on): a large heap miss
+                                  * may extend an arena whose end is free (tiers.c) */
     bool close_fit;              /* $MOONBRIGHT_HEAP_CLOSE_FIT: large requests never split a much
                                   * larger free block (less memory, more misses) */
     int64_t next_reconnect_ms;   /* back-off: earliest next attempt */
@@ -304,8 +306,9 @@ bool fcache_is_valid(const struct frame_cache *fc);
 /* Map bytes now inside a range of reserve_bytes (>= bytes). */
 int stitch_alloc(mb_client *c, size_t bytes, size_t reserve_bytes, struct stitched **out);
 /* Map bytes now in few large frames (the frame plan, none above
- * max_order); no room to grow. */
-int stitch_alloc_large(mb_client *c, size_t bytes, unsigned max_order, struct stitched **out);
+ * max_order), with room to map about `room` bytes more after them (address
+ * space and frames[] slots for that many units; 0: none). */
+int stitch_alloc_large(mb_client *c, size_t bytes, unsigned max_order, size_t room, struct stitched **out);
 /* Map frames[from..to) of s side by side, the first at offset `off` (each
  * right after the one before), and give access to them; on failure none of
  * them stays mapped. Touches no client state (the mapper thread calls it). */
@@ -323,7 +326,7 @@ int stitch_take_units(mb_client *c, size_t n, struct stitched **out);
 /* Map at least bytes now from whatever frames the cache holds (largest
  * first), the rest by the frame plan (none above max_order); s->bytes may
  * exceed bytes. */
-int stitch_alloc_any(mb_client *c, size_t bytes, unsigned max_order, struct stitched **out);
+int stitch_alloc_any(mb_client *c, size_t bytes, unsigned max_order, size_t room, struct stitched **out);
 /* Unmap s, put its frames into the cache (shared ones back to the daemon)
  * and free it: nonzero only when the unmap failed, and s is then as it was
  * (callers log it and keep it). fl_lock held. */

@@ -40,7 +40,7 @@
 static int fl_map(mb_client *c, size_t bytes, struct stitched **out)
 {
     fl_lock(c);
-    int rc = stitch_alloc_large(c, bytes, MB_MAX_ORDER, out);
+    int rc = stitch_alloc_large(c, bytes, MB_MAX_ORDER, 0, out);
     fl_unlock(c);
     return rc;
 }

@@ -26,6 +26,8 @@
 #define FIT_SCAN 16                     /* entries examined per bucket */
 #define FENCE_BATCH 32                  /* frees on a stream covered by one event */
 #define FENCE_BYTES ((size_t)64 << 20)  /* ... or this many bytes of them */
+#define EXTEND_TAIL_DIV 4               /* an arena is extended for a miss when its free
+                                         * end holds at least 1/4 of the request */
 
 enum { B_LIVE, B_READY, B_PENDING, B_HOLE };
 
@@ -54,6 +56,7 @@ struct arena {
     size_t live;                 /* sum of its live blocks' sizes */
     size_t holes;                /* sum of its holes' sizes (not mapped) */
     unsigned busy;               /* holes still being unmapped: never shrunk meanwhile */
+    bool extending;              /* ops->extend maps more after it: never shrunk or detached */
     int64_t idle_since_ms;       /* when live last fell to 0 */
     struct blk *first;           /* lowest block; first->aprev == NULL */
     struct arena *prev, *next;
@@ -101,6 +104,8 @@ struct mb_pool {
     uint64_t sync_ticket;        /* last ticket of mb_pool_sync_begin */
     uint64_t synced;             /* tickets <= synced are complete */
     uint64_t misses;             /* allocations that needed a new arena */
+    uint64_t extends;            /* misses served by extending an arena */
+    size_t extend_min;           /* misses this large try extending first (0: never) */
     uint64_t nalloc;             /* allocations so far (the age of free blocks) */
     size_t close_fit_min;        /* requests this large take a block at most 1/8 larger (0: off) */
 };
@@ -484,6 +489,7 @@ static int add_arena(struct mb_pool *p, size_t size, struct blk **out)
     a->live = 0;
     a->holes = 0;
     a->busy = 0;
+    a->extending = false;
     a->idle_since_ms = now_ms();
     a->first = b;
     a->prev = NULL;
@@ -502,6 +508,61 @@ static int add_arena(struct mb_pool *p, size_t size, struct blk **out)
     fl_insert(p, &p->ready, b);
     *out = b;
     return 0;
+}
+
+static struct blk *last_of(const struct arena *a)
+{
+    struct blk *b = a->first;
+    while (b->anext)
+        b = b->anext;
+    return b;
+}
+
+/* A miss of size: the arena (at least half as large as the request, not
+ * entirely free: those the owner rebuilds whole) whose last block is
+ * ready, the largest such block short of size and at least
+ * size / EXTEND_TAIL_DIV, is extended so that its end holds size;
+ * then the best fit again (the caller's lock may have been dropped while
+ * the owner mapped, so the new end is whatever fits now). NULL: none. */
+static struct blk *extend_for(struct mb_pool *p, void *stream, size_t size)
+{
+    struct arena *best = NULL;
+    size_t tail = 0;
+    for (struct arena *a = p->arenas; a; a = a->next) {
+        if (a->extending || a->bytes < size / 2)
+            continue;
+        struct blk *b = last_of(a);
+        if (b != a->first && b->state == B_READY && b->size < size && b->size > tail &&
+            b->size >= size / EXTEND_TAIL_DIV) {
+            best = a;
+            tail = b->size;
+        }
+    }
+    struct blk *nb = best ? blk_get(p) : NULL;
+    if (!nb)
+        return NULL;
+    size_t more = 0;
+    best->extending = true;
+    int rc = p->ops.extend(p->ctx, (void *)best->base, best->bytes, size - tail, &more);
+    best->extending = false;
+    if (rc != 0 || more == 0 || (more & (p->align - 1))) {
+        blk_put(p, nb);
+        return NULL;
+    }
+    struct blk *last = last_of(best);
+    nb->addr = best->base + best->bytes;
+    nb->size = more;
+    nb->arena = best;
+    nb->aprev = last;
+    nb->anext = NULL;
+    nb->since = p->nalloc;
+    last->anext = nb;
+    best->bytes += more;
+    p->mapped += more;
+    ready_insert(p, nb);
+    p->extends++;
+    /* The stream's record may have gone meanwhile (a trim frees idle ones). */
+    return best_fit(p, stream_find(p, stream), size);
 }
 
 int mb_pool_alloc(struct mb_pool *p, size_t size, void *stream, void **ptr)
@@ -525,6 +586,8 @@ int mb_pool_alloc(struct mb_pool *p, size_t size, void *stream, void **ptr)
     }
     if (!b && s && s->ohead)
         b = gather_for(p, s, size);
+    if (!b && p->extend_min && size >= p->extend_min && p->ops.extend)
+        b = extend_for(p, stream, size);
     if (!b) {
         p->misses++;
         if ((rc = add_arena(p, size, &b)))
@@ -662,7 +725,7 @@ static size_t trim(struct mb_pool *p, size_t keep_bytes, int64_t idle_ms, size_t
 /* Nothing live or pending in a, and no hole still being unmapped. */
 static bool arena_free(const struct arena *a)
 {
-    if (a->live || a->busy)
+    if (a->live || a->busy || a->extending)
         return false;
     for (const struct blk *b = a->first; b; b = b->anext)
         if (b->state != B_READY && b->state != B_HOLE)
@@ -803,8 +866,8 @@ int mb_pool_detach(struct mb_pool *p, void *ptr, void **base, size_t *bytes)
     if (!b)
         return MB_ENOENT;
     struct arena *a = b->arena;
-    if (b->aprev || b->anext)
-        return MB_EBUSY;                            /* shares its arena */
+    if (b->aprev || b->anext || a->extending)
+        return MB_EBUSY;                            /* shares its arena, or grows */
     *pp = b->hnext;
     p->nlive--;
     p->live -= b->size;
@@ -820,6 +883,10 @@ int mb_pool_detach(struct mb_pool *p, void *ptr, void **base, size_t *bytes)
 }
 
 uint64_t mb_pool_misses(const struct mb_pool *p) { return p->misses; }
+
+uint64_t mb_pool_extends(const struct mb_pool *p) { return p->extends; }
+
+void mb_pool_set_extend_min(struct mb_pool *p, size_t min_size) { p->extend_min = min_size; }
 
 void mb_pool_set_close_fit(struct mb_pool *p, size_t min_size) { p->close_fit_min = min_size; }
 

@@ -66,6 +66,13 @@ struct mb_pool_ops {
     /* 1 complete, 0 pending, < 0 error (treated as pending). */
     int  (*event_query)(void *ctx, void *ev);
     void (*event_release)(void *ctx, void *ev);
+    /* Map at least min_more bytes more right after the arena at base (of
+     * bytes); *more gets how many (a multiple of align). Nonzero: it could
+     * not, and the pool adds an arena instead. NULL: arenas never grow.
+     * Like grow, it may let other calls on the pool run meanwhile (the
+     * caller's lock dropped while it maps): the arena is neither shrunk
+     * nor detached until it returns. */
+    int  (*extend)(void *ctx, void *base, size_t bytes, size_t min_more, size_t *more);
 };
 
 struct mb_pool;
@@ -133,8 +140,15 @@ int  mb_pool_punch(struct mb_pool *p, void *ptr, size_t size);
 /* The caller unmapped the hole at ptr, or (unmapped false) could not: it is
  * ready again. */
 void mb_pool_punch_end(struct mb_pool *p, void *ptr, bool unmapped);
-/* Allocations that needed a new arena. */
+/* Misses of at least min_size (0: none) first look for the arena whose
+ * last block is free and ready, the largest such block short of the
+ * request (holding a quarter of it at least), and extend that arena
+ * (ops->extend) so the block holds it: the free space at an arena's end
+ * joins the new memory instead of stranding beside a new arena. */
+void mb_pool_set_extend_min(struct mb_pool *p, size_t min_size);
+/* Allocations that needed a new arena, and those served by extending one. */
 uint64_t mb_pool_misses(const struct mb_pool *p);
+uint64_t mb_pool_extends(const struct mb_pool *p);
 /* Would an allocation of size on stream need a new arena? (Collects
  * completed fences; otherwise changes nothing.) */
 bool mb_pool_would_miss(struct mb_pool *p, size_t size, void *stream);

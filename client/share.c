@@ -36,7 +36,8 @@ static int export(mb_client *c, void *ptr, bool restrict_uid, uint32_t uid, mb_s
             rc = MB_ENOENT;
         else if ((rc = tiers_detach(c, ptr, &s)) == MB_EBUSY)
             mb_log(MB_LOG_WARN, "failed to export %p: it shares heap memory with other "
-                   "allocations (only allocations above 8 MiB, or growable ones, own theirs)", ptr);
+                   "allocations (growable ones always own theirs: allocate memory to share with "
+                   "mb_malloc_growable)", ptr);
         else if (rc == 0 && (rc = ptrmap_put(&c->live, s->va, s)) != 0)
             tiers_adopt(c, s, MB_POOL_SYNC);   /* unreachable in practice: back to the heap */
         else if (rc == 0)

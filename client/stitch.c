@@ -33,7 +33,8 @@ static int by_size_desc(const void *a, const void *b)
     return x < y ? 1 : x > y ? -1 : 0;
 }
 
-static int take_frames(mb_client *c, size_t bytes, bool any, unsigned max_order, struct stitched **out)
+static int take_frames(mb_client *c, size_t bytes, bool any, unsigned max_order, size_t extra_cap,
+                       struct stitched **out)
 {
     if (bytes == 0 || bytes > SIZE_MAX / 2)
         return MB_EINVAL;
@@ -44,7 +45,7 @@ static int take_frames(mb_client *c, size_t bytes, bool any, unsigned max_order,
         return rc;
     /* Largest first: every frame then lies at a multiple of its size. */
     qsort(fr, n, sizeof(*fr), by_size_desc);
-    struct stitched *s = stitch_new(n);
+    struct stitched *s = stitch_new(n + extra_cap);
     for (size_t i = 0; i < n; i++) {
         if (s)
             stitch_push(s, fr[i]);
@@ -75,7 +76,7 @@ void stitch_push(struct stitched *s, struct cframe *f)
 
 int stitch_take_large(mb_client *c, size_t bytes, struct stitched **out)
 {
-    return take_frames(c, bytes, false, MB_MAX_ORDER, out);
+    return take_frames(c, bytes, false, MB_MAX_ORDER, 0, out);
 }
 
 int stitch_take_units(mb_client *c, size_t n, struct stitched **out)
@@ -92,12 +93,15 @@ int stitch_take_units(mb_client *c, size_t n, struct stitched **out)
     return 0;
 }
 
-static int alloc_frames(mb_client *c, size_t bytes, bool any, unsigned max_order, struct stitched **out)
+static int alloc_frames(mb_client *c, size_t bytes, bool any, unsigned max_order, size_t room,
+                        struct stitched **out)
 {
     struct stitched *s;
-    int rc = take_frames(c, bytes, any, max_order, &s);
+    room = room / c->frame_bytes * c->frame_bytes;
+    int rc = take_frames(c, bytes, any, max_order, room / c->frame_bytes, &s);
     if (rc != 0)
         return rc;
+    s->reserved += room;
     rc = c->be->ops->reserve(c->be, s->reserved, &s->va);
     if (rc == 0 && (rc = stitch_map(c->be, s, 0, s->n, 0)) != 0)
         c->be->ops->free_va(c->be, s->va, s->reserved);
@@ -112,14 +116,14 @@ static int alloc_frames(mb_client *c, size_t bytes, bool any, unsigned max_order
     return 0;
 }
 
-int stitch_alloc_large(mb_client *c, size_t bytes, unsigned max_order, struct stitched **out)
+int stitch_alloc_large(mb_client *c, size_t bytes, unsigned max_order, size_t room, struct stitched **out)
 {
-    return alloc_frames(c, bytes, false, max_order, out);
+    return alloc_frames(c, bytes, false, max_order, room, out);
 }
 
-int stitch_alloc_any(mb_client *c, size_t bytes, unsigned max_order, struct stitched **out)
+int stitch_alloc_any(mb_client *c, size_t bytes, unsigned max_order, size_t room, struct stitched **out)
 {
-    return alloc_frames(c, bytes, true, max_order, out);
+    return alloc_frames(c, bytes, true, max_order, room, out);
 }
 
 int stitch_alloc(mb_client *c, size_t bytes, size_t reserve_bytes, struct stitched **out)

@@ -25,6 +25,16 @@
  * their own size (the frame plan's large frames). */
 #define ARENA_BYTES ((size_t)32 << 20)
 #define OWN_ARENA_ABOVE ((size_t)8 << 20)
+/* A heap arena for a request above OWN_ARENA_ABOVE reserves address space
+ * for ARENA_ROOM times its size more, so that later misses can extend it
+ * in place ($MOONBRIGHT_HEAP_EXTEND=0: never): free space left at its end
+ * when a smaller block reused it then becomes part of a larger block. On
+ * the conversation replay's realloc strategy (host backend), 1, 3 and 7
+ * gave 1.146-1.175, 1.142-1.167 and 1.148-1.172 of live depending on the
+ * smallest free end worth extending (1/2 to 1/6 of the request), against
+ * 1.176 without; on a long-context trace 1.154-1.190, 1.130-1.140 and
+ * 1.109-1.150 against 1.234 (BENCHMARKS.md). */
+#define ARENA_ROOM 7
 /* Punching ($MOONBRIGHT_HEAP_PUNCH=1): heap arenas are made of frames of
  * at most this size (the frame plan capped), so a free block inside an
  * arena holds whole frames; a miss that finds no free block large enough
@@ -127,7 +137,7 @@ static void idle_put(mb_client *c, struct stitched *s)
  * sizes, are stitched into the new range before the daemon is asked for
  * more: fragmentation repaired without growing. Called with c->lock held;
  * drops it while the frame layer works. */
-static int backing_take(mb_client *c, size_t bytes, bool repair, void **base, size_t *got)
+static int backing_take(mb_client *c, size_t bytes, bool repair, size_t room, void **base, size_t *got)
 {
     struct stitched *s = idle_take(c, bytes);
     int rc = 0;
@@ -146,9 +156,9 @@ static int backing_take(mb_client *c, size_t bytes, bool repair, void **base, si
          * refusal for budget or quota goes up: client.c gives the process's
          * own idle memory back and tries once more. */
         if (repair && c->fc.n_cached)
-            rc = stitch_alloc_any(c, bytes, heap_order(c, bytes), &s);
+            rc = stitch_alloc_any(c, bytes, heap_order(c, bytes), room, &s);
         else if (c->large_frames && bytes > c->frame_bytes)
-            rc = stitch_alloc_large(c, bytes, heap_order(c, bytes), &s);
+            rc = stitch_alloc_large(c, bytes, heap_order(c, bytes), room, &s);
         else
             rc = stitch_alloc(c, bytes, bytes, &s);
         if (n_idle && c->fc.bytes_cached > c->fc.keep_bytes)
@@ -177,7 +187,7 @@ static int backing_take(mb_client *c, size_t bytes, bool repair, void **base, si
 static int backing_get(void *ctx, size_t bytes, void **base)
 {
     size_t got;
-    return backing_take(ctx, bytes, false, base, &got);
+    return backing_take(ctx, bytes, false, 0, base, &got);
 }
 
 /* A tier gives a range back: it stays mapped, idle. */
@@ -346,13 +356,54 @@ static int heap_grow(void *ctx, size_t min_bytes, void **base, size_t *bytes)
         if (c->punch)
             heap_punch(c, want);
     }
-    int rc = backing_take(c, want, repair, base, bytes);
+    size_t room = c->extend && min_bytes > OWN_ARENA_ABOVE ? want * ARENA_ROOM : 0;
+    int rc = backing_take(c, want, repair, room, base, bytes);
     if ((rc == MB_ENOMEM || rc == MB_EQUOTA) && want > backing_bytes(c, min_bytes)) {
         /* Near the budget or the tenant's quota: an arena just big enough
          * may still fit. */
         want = backing_bytes(c, min_bytes);
-        rc = backing_take(c, want, repair, base, bytes);
+        rc = backing_take(c, want, repair, room, base, bytes);
     }
+    return rc;
+}
+
+/* A miss extends the arena at base, whose last block is free, by at least
+ * min_more: frames mapped into the room reserved after it (the cache's
+ * first, the daemon's for the rest). c->lock held; dropped while the
+ * frame layer works (the pool keeps the arena meanwhile). */
+static int heap_extend(void *ctx, void *base, size_t bytes, size_t min_more, size_t *more)
+{
+    mb_client *c = ctx;
+    struct stitched *s = ptrmap_get(&c->backing, base);
+    size_t want = backing_bytes(c, min_more);
+    if (!s || s->imported || s->mapped_async || s->bytes != bytes || want > s->reserved - s->bytes)
+        return MB_EINVAL;
+    size_t at = s->bytes, n0 = s->n;
+    pthread_mutex_unlock(&c->lock);
+    pthread_mutex_lock(&c->flock);
+    struct stitched *t = NULL;
+    int rc = stitch_take_large(c, want, &t);
+    if (rc == 0 && n0 + t->n > s->cap)
+        rc = MB_EINVAL;
+    if (rc == 0) {
+        memcpy(s->frames + n0, t->frames, t->n * sizeof(t->frames[0]));
+        rc = stitch_map(c->be, s, n0, n0 + t->n, at);
+    }
+    if (rc == 0)
+        c->fst.bytes_mapped += t->bytes;
+    else if (t)
+        for (size_t i = 0; i < t->n; i++)
+            fcache_put(c, t->frames[i]);
+    pthread_mutex_unlock(&c->flock);
+    pthread_mutex_lock(&c->lock);
+    if (rc == 0) {
+        s->n += t->n;
+        s->bytes += t->bytes;
+        *more = t->bytes;
+        c->st.heap_grants++;
+        c->st.heap_extends++;
+    }
+    free(t);
     return rc;
 }
 
@@ -377,11 +428,11 @@ static void ev_release(void *ctx, void *ev)
 }
 
 static const struct mb_pool_ops heap_ops_streams = {
-    .grow = heap_grow, .shrink = backing_put,
+    .grow = heap_grow, .shrink = backing_put, .extend = heap_extend,
     .event_record = ev_record, .event_query = ev_query, .event_release = ev_release,
 };
 /* Host memory has no streams: frees are ready for everyone at once. */
-static const struct mb_pool_ops heap_ops_host = { .grow = heap_grow, .shrink = backing_put };
+static const struct mb_pool_ops heap_ops_host = { .grow = heap_grow, .shrink = backing_put, .extend = heap_extend };
 
 int tiers_init(mb_client *c)
 {
@@ -401,6 +452,8 @@ int tiers_init(mb_client *c)
     int rc = mb_pool_new(&c->pool, host_backend(c) ? &heap_ops_host : &heap_ops_streams, c, 256, fb);
     if (rc == 0 && c->close_fit)
         mb_pool_set_close_fit(c->pool, OWN_ARENA_ABOVE);
+    if (rc == 0 && c->extend)
+        mb_pool_set_extend_min(c->pool, OWN_ARENA_ABOVE);
     return rc;
 }
 

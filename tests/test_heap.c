@@ -171,7 +171,8 @@ static size_t punch_sequence(mb_client *c, uint64_t *punched)
  * keeps a hole there) instead of asking the daemon for all of it; the live
  * block's data stays, and trim gives every frame back, hole or not. Both
  * ways the miss first stitches the idle 200 MiB arena: held 256 + 200 +
- * 312 MiB without punching, 256 + 200 + 120 with it. */
+ * 312 MiB without punching, 256 + 200 + 120 with it. Extending arenas is
+ * off here: the free end would serve the miss before any punching. */
 static void punching_reuses_stale_free_frames(void **state)
 {
     (void)state;
@@ -179,6 +180,7 @@ static void punching_reuses_stale_free_frames(void **state)
     assert_int_equal(mbt_daemon_start(&d, NULL), 0);
     setenv("MOONBRIGHT_RUNTIME_DIR", d.dir, 1);
     setenv("MOONBRIGHT_IDLE_MS", "600000", 1);
+    setenv("MOONBRIGHT_HEAP_EXTEND", "0", 1);
     const size_t M = 1u << 20;
     uint64_t punched;
     /* Off (the default): the miss is granted whole. */
@@ -193,6 +195,7 @@ static void punching_reuses_stale_free_frames(void **state)
     assert_int_equal(mb_open(&c, "punch"), 0);
     size_t held = punch_sequence(c, &punched);
     unsetenv("MOONBRIGHT_HEAP_PUNCH");
+    unsetenv("MOONBRIGHT_HEAP_EXTEND");
     assert_int_equal(punched, 6);
     assert_true(held >= 576 * M && held < 768 * M);
     assert_int_equal(mb_trim(c, 0), 0);
@@ -227,6 +230,70 @@ static void punching_with_large_units(void **state)
     assert_int_equal(mbt_daemon_stop(&d), 0);
 }
 
+/* Extending an arena: a 256 MiB block is freed, a 160 MiB one takes the
+ * low end of its arena, and a 300 MiB request then maps only what the
+ * 96 MiB free end lacks, right after it (one arena; the daemon grants
+ * about 460 MiB, not 556); every block's data stays. With
+ * $MOONBRIGHT_HEAP_EXTEND=0 the request gets an arena of its own. Trim
+ * gives everything back either way. */
+static size_t extend_sequence(mb_client *c, uint64_t *extends, bool *adjacent)
+{
+    const size_t M = 1u << 20;
+    mb_client_stats st0, st1;
+    assert_int_equal(mb_stats(c, &st0), 0);
+    void *a, *b, *x;
+    assert_int_equal(mb_malloc(c, 256 * M, &a), 0);
+    assert_int_equal(mb_free(c, a), 0);
+    assert_int_equal(mb_malloc(c, 160 * M, &b), 0);
+    assert_ptr_equal(b, a);
+    pattern_fill((uintptr_t)b, 160 * M, 3, 0, 1 << 16);
+    assert_int_equal(mb_malloc(c, 300 * M, &x), 0);
+    pattern_fill((uintptr_t)x, 300 * M, 4, 0, 1 << 16);
+    assert_int_equal(pattern_check((uintptr_t)b, 160 * M, 3, 0, 1 << 16), -1);
+    assert_int_equal(pattern_check((uintptr_t)x, 300 * M, 4, 0, 1 << 16), -1);
+    assert_int_equal(mb_stats(c, &st1), 0);
+    *extends = st1.heap_extends - st0.heap_extends;
+    *adjacent = x == (char *)a + 160 * M;
+    assert_int_equal(st1.bytes_live - st0.bytes_live, 460 * M);
+    assert_int_equal(mb_free(c, x), 0);
+    assert_int_equal(mb_free(c, b), 0);
+    return st1.bytes_granted;
+}
+
+static void extending_a_free_end(void **state)
+{
+    (void)state;
+    struct mbt_daemon d;
+    assert_int_equal(mbt_daemon_start(&d, NULL), 0);
+    setenv("MOONBRIGHT_RUNTIME_DIR", d.dir, 1);
+    setenv("MOONBRIGHT_IDLE_MS", "600000", 1);
+    const size_t M = 1u << 20;
+    uint64_t extends;
+    bool adjacent;
+    mb_client *c;
+    assert_int_equal(mb_open(&c, "extend"), 0);
+    size_t held = extend_sequence(c, &extends, &adjacent);
+    assert_int_equal(extends, 1);
+    assert_true(adjacent);
+    assert_true(held >= 460 * M && held <= 480 * M);   /* the frame plan rounds by < 3.2 % */
+    assert_int_equal(mb_trim(c, 0), 0);
+    assert_int_equal(granted(c), 0);
+    assert_int_equal(idle(c), 0);
+    mb_close(c);
+    setenv("MOONBRIGHT_HEAP_EXTEND", "0", 1);
+    assert_int_equal(mb_open(&c, "no-extend"), 0);
+    unsetenv("MOONBRIGHT_HEAP_EXTEND");
+    held = extend_sequence(c, &extends, &adjacent);
+    assert_int_equal(extends, 0);
+    assert_false(adjacent);
+    assert_true(held >= 556 * M);
+    assert_int_equal(mb_trim(c, 0), 0);
+    assert_int_equal(granted(c), 0);
+    mb_close(c);
+    assert_int_equal(mbt_status_num(&d, "frames_granted"), 0);
+    assert_int_equal(mbt_daemon_stop(&d), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -234,6 +301,7 @@ int main(void)
         cmocka_unit_test(reclaim_returns_idle),
         cmocka_unit_test(punching_reuses_stale_free_frames),
         cmocka_unit_test(punching_with_large_units),
+        cmocka_unit_test(extending_a_free_end),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -36,10 +36,12 @@ struct fake_ev {
 
 struct dev {
     size_t round;                     /* arenas rounded up to this (0: exact) */
-    int fail_grow;
+    int fail_grow, fail_extend;
+    size_t room;                      /* address space reserved past each arena for extends */
+    size_t extends;
     size_t arenas, arena_bytes;       /* outstanding */
     uintptr_t base[MAX_ARENAS];
-    size_t len[MAX_ARENAS];
+    size_t len[MAX_ARENAS], res[MAX_ARENAS];
     uint64_t clock[NSTREAMS];         /* work launched per stream so far */
     uint64_t done[NSTREAMS];          /* work completed; an event is complete once done >= its stamp */
     size_t ev_live, ev_recorded, ev_queried;
@@ -55,12 +57,14 @@ static int dev_grow(void *ctx, size_t min_bytes, void **base, size_t *bytes)
     if (d->fail_grow)
         return MB_ENOMEM;
     size_t len = d->round ? (min_bytes + d->round - 1) / d->round * d->round : min_bytes;
-    void *m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    void *m = mmap(NULL, len + d->room, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+                   -1, 0);
     if (m == MAP_FAILED)
         return MB_ENOMEM;
     assert_true(d->arenas < MAX_ARENAS);
     d->base[d->arenas] = (uintptr_t)m;
     d->len[d->arenas] = len;
+    d->res[d->arenas] = len + d->room;
     d->arenas++;
     d->arena_bytes += len;
     *base = m;
@@ -78,11 +82,31 @@ static void dev_shrink(void *ctx, void *base, size_t bytes)
     assert_int_equal(d->len[i], bytes);
     if (d->on_shrink)
         d->on_shrink((uintptr_t)base, bytes);
-    munmap(base, bytes);
+    munmap(base, d->res[i]);
     d->arenas--;
     d->base[i] = d->base[d->arenas];
     d->len[i] = d->len[d->arenas];
+    d->res[i] = d->res[d->arenas];
     d->arena_bytes -= bytes;
+}
+
+/* Arenas grow into the room reserved after them. */
+static int dev_extend(void *ctx, void *base, size_t bytes, size_t min_more, size_t *more)
+{
+    struct dev *d = ctx;
+    size_t i = 0;
+    while (i < d->arenas && d->base[i] != (uintptr_t)base)
+        i++;
+    assert_true(i < d->arenas);                   /* only arenas we handed out */
+    assert_int_equal(d->len[i], bytes);           /* the pool knows their size */
+    size_t m = d->round ? (min_more + d->round - 1) / d->round * d->round : min_more;
+    if (d->fail_extend || d->len[i] + m > d->res[i])
+        return MB_ENOMEM;
+    d->len[i] += m;
+    d->arena_bytes += m;
+    d->extends++;
+    *more = m;
+    return 0;
 }
 
 static int dev_record(void *ctx, void *stream, void **ev)
@@ -115,8 +139,9 @@ static void dev_release(void *ctx, void *ev)
     free(ev);
 }
 
-static const struct mb_pool_ops dev_ops = { dev_grow, dev_shrink, dev_record, dev_query, dev_release };
-static const struct mb_pool_ops dev_ops_nostream = { dev_grow, dev_shrink, NULL, NULL, NULL };
+static const struct mb_pool_ops dev_ops = { dev_grow, dev_shrink, dev_record, dev_query, dev_release,
+                                            dev_extend };
+static const struct mb_pool_ops dev_ops_nostream = { dev_grow, dev_shrink, NULL, NULL, NULL, dev_extend };
 
 /* The device was synchronised: device-sync fences complete. */
 static void settle(struct mb_pool *p)
@@ -301,6 +326,59 @@ static void test_close_fit(void **state)
     assert_int_equal(mb_pool_alloc(p, 4096, NULL, &small), 0);   /* below the limit: splits */
     assert_int_equal(d.arenas, 2);
     assert_int_equal(mb_pool_release(p, small, NULL), 0);
+    assert_true(mb_pool_is_valid(p));
+    mb_pool_free(p);
+    assert_int_equal(d.arenas, 0);
+}
+
+/* Extending: a miss grows the arena whose end is a free block (the
+ * largest, holding a quarter of the request at least) so that block holds
+ * it, rather than add an arena; an arena entirely free, one whose end is
+ * live, a small free end and a refused extend all leave it to a new arena. */
+static void test_extend(void **state)
+{
+    (void)state;
+    struct dev d = { .room = 64 << 20 };
+    struct mb_pool *p;
+    const size_t M = 1 << 20;
+    assert_int_equal(mb_pool_new(&p, &dev_ops_nostream, &d, 256, M), 0);
+    mb_pool_set_extend_min(p, M);
+    void *a, *b, *x, *y, *z;
+    assert_int_equal(mb_pool_alloc(p, 16 * M, NULL, &a), 0);
+    assert_int_equal(mb_pool_release(p, a, NULL), 0);
+    assert_int_equal(mb_pool_alloc(p, 10 * M, NULL, &b), 0);    /* low end; 6 MiB free after it */
+    assert_ptr_equal(b, a);
+    assert_int_equal(mb_pool_alloc(p, 20 * M, NULL, &x), 0);
+    assert_ptr_equal(x, (char *)a + 10 * M);                    /* the free end, extended */
+    assert_int_equal(d.arenas, 1);
+    assert_int_equal(d.extends, 1);
+    assert_int_equal(d.len[0], 30 * M);                         /* 14 MiB more: what was missing */
+    assert_int_equal(mb_pool_extends(p), 1);
+    assert_int_equal(mb_pool_misses(p), 1);
+    memset(x, 0x5a, 20 * M);
+    assert_true(mb_pool_is_valid(p));
+    assert_int_equal(mb_pool_alloc(p, 8 * M, NULL, &y), 0);     /* the end is live: a new arena */
+    assert_int_equal(d.arenas, 2);
+    assert_int_equal(mb_pool_release(p, x, NULL), 0);           /* a 20 MiB free end */
+    assert_int_equal(mb_pool_alloc(p, 100 * M, NULL, &z), 0);   /* 20 < 100 / 4: not worth it */
+    assert_int_equal(d.arenas, 3);
+    assert_int_equal(mb_pool_release(p, z, NULL), 0);
+    d.fail_extend = 1;
+    assert_int_equal(mb_pool_alloc(p, 40 * M, NULL, &z), 0);    /* refused: a new arena */
+    assert_true(z != (char *)a + 10 * M);
+    assert_int_equal(d.extends, 1);
+    assert_int_equal(mb_pool_release(p, z, NULL), 0);
+    d.fail_extend = 0;
+    assert_int_equal(mb_pool_release(p, b, NULL), 0);           /* the first arena, all free */
+    assert_int_equal(mb_pool_release(p, y, NULL), 0);
+    mb_pool_trim(p, 0);
+    assert_int_equal(d.arenas, 0);
+    assert_int_equal(mb_pool_alloc(p, 16 * M, NULL, &a), 0);
+    assert_int_equal(mb_pool_release(p, a, NULL), 0);
+    assert_int_equal(mb_pool_alloc(p, 32 * M, NULL, &x), 0);    /* entirely free: not extended */
+    assert_int_equal(d.extends, 1);
+    assert_int_equal(d.arenas, 2);
+    assert_int_equal(mb_pool_release(p, x, NULL), 0);
     assert_true(mb_pool_is_valid(p));
     mb_pool_free(p);
     assert_int_equal(d.arenas, 0);
@@ -665,13 +743,14 @@ static void check_all(struct model *m, struct mb_pool *p)
 }
 
 static void run_model(size_t ops, size_t target, size_t max_size, size_t align,
-                      size_t arena_bytes, size_t check_every, size_t drain_every)
+                      size_t arena_bytes, size_t check_every, size_t drain_every, size_t extend_min)
 {
-    struct dev d = { .round = 2 << 20, .on_shrink = fr_drop };
+    struct dev d = { .round = 2 << 20, .on_shrink = fr_drop, .room = extend_min ? 4 * max_size : 0 };
     struct model m = { .d = &d };
     cur_model = &m;
     struct mb_pool *p;
     assert_int_equal(mb_pool_new(&p, &dev_ops, &d, align, arena_bytes), 0);
+    mb_pool_set_extend_min(p, extend_min);
     size_t allocs = 0, frees = 0, refused = 0, trims = 0, drains = 0;
     for (size_t step = 1; step <= ops; step++) {
         uint64_t r = rnd_below(1000);
@@ -731,7 +810,10 @@ static void run_model(size_t ops, size_t target, size_t max_size, size_t align,
     assert_int_equal(d.arenas, 0);
     assert_int_equal(d.ev_live, 0);
     print_message("pool model: %zu ops (%zu allocs, %zu frees, %zu refused, %zu trims, %zu drains), "
-                  "%zu events recorded\n", ops, allocs, frees, refused, trims, drains, d.ev_recorded);
+                  "%zu events recorded, %zu arenas extended\n", ops, allocs, frees, refused, trims, drains,
+                  d.ev_recorded, d.extends);
+    if (extend_min)
+        assert_true(d.extends > 0);
     free(m.live);
     free(m.fr);
 }
@@ -740,21 +822,29 @@ static void test_model_every_step(void **state)
 {
     (void)state;
     rng_state = 0x9e3779b97f4a7c15ull;
-    run_model(OPS(120000), 64, 64 << 20, 256, 4 << 20, 1, 20000);
+    run_model(OPS(120000), 64, 64 << 20, 256, 4 << 20, 1, 20000, 0);
 }
 
 static void test_model_long(void **state)
 {
     (void)state;
     rng_state = 0x2545f4914f6cdd1dull;
-    run_model(OPS(1500000), 160, 256 << 20, 256, 32 << 20, 5000, 100000);
+    run_model(OPS(1500000), 160, 256 << 20, 256, 32 << 20, 5000, 100000, 0);
 }
 
 static void test_model_align4k(void **state)
 {
     (void)state;
     rng_state = 0xdeadbeefcafef00dull;
-    run_model(OPS(200000), 100, 32 << 20, 4096, 8 << 20, 1000, 50000);
+    run_model(OPS(200000), 100, 32 << 20, 4096, 8 << 20, 1000, 50000, 0);
+}
+
+/* The same with misses of 1 MiB and more extending arenas. */
+static void test_model_extend(void **state)
+{
+    (void)state;
+    rng_state = 0x6a09e667f3bcc909ull;
+    run_model(OPS(300000), 100, 64 << 20, 256, 4 << 20, 1000, 50000, 1 << 20);
 }
 
 int main(void)
@@ -765,11 +855,13 @@ int main(void)
         cmocka_unit_test(test_batched_fences),
         cmocka_unit_test(test_adopt_detach),
         cmocka_unit_test(test_close_fit),
+        cmocka_unit_test(test_extend),
         cmocka_unit_test(test_holes),
         cmocka_unit_test(test_no_streams),
         cmocka_unit_test(test_model_every_step),
         cmocka_unit_test(test_model_long),
         cmocka_unit_test(test_model_align4k),
+        cmocka_unit_test(test_model_extend),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

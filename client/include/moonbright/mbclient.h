@@ -68,8 +68,11 @@ MB_API int mb_grow(mb_client *c, void *ptr, size_t new_size);
 MB_API size_t mb_usable_size(mb_client *c, const void *ptr);
 
 /* Sharing between processes. mb_export makes an unguessable capability
- * (32 random bytes from the daemon) for an allocation of its own range
- * (above 8 MiB, or growable); mb_export_to restricts it to one uid. Another
+ * (32 random bytes from the daemon) for an allocation of its own range: a
+ * growable one (always; allocate memory meant to be shared with
+ * mb_malloc_growable(c, size, size, &p)), or one above 8 MiB that spans
+ * its heap arena (one that found no free memory to reuse or extend);
+ * others get MB_EBUSY. mb_export_to restricts it to one uid. Another
  * process passes it to mb_import, once, and maps the same memory. The
  * memory is released only when every holder has freed it; a token not yet
  * redeemed is revoked when the exporter frees the allocation or exits. */
@@ -123,6 +126,8 @@ typedef struct mb_client_stats {
                                       * mapped tail: they mapped before returning */
     uint64_t background_busy_us;     /* time the background memory thread spent working
                                       * (refills, tails, spares, returns) */
+    uint64_t heap_extends;           /* of heap_grants, arenas extended in place: a miss
+                                      * mapped memory after an arena's free end */
 } mb_client_stats;
 MB_API int mb_stats(mb_client *c, mb_client_stats *out);
 
