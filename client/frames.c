@@ -69,10 +69,10 @@ static int return_ids(mb_client *c, uint32_t *ids, size_t n) { return send_retur
 static void report(mb_client *c, uint64_t tier_idle, const mb_client_stats *st)
 {
     uint64_t now = c->fc.bytes_cached + tier_idle;
-    uint64_t v[7] = { 0 };
+    uint64_t v[8] = { 0 };
     if (st) {
-        const uint64_t k[7] = { st->bytes_idle, st->heap_hits, st->heap_grants, st->stitches,
-                                st->unmaps, st->vspace_refill_waits, st->grow_waits };
+        const uint64_t k[8] = { st->bytes_idle, st->heap_hits, st->heap_grants, st->stitches,
+                                st->unmaps, st->vspace_refill_waits, st->grow_waits, st->heap_extends };
         memcpy(v, k, sizeof(v));
     }
     bool counters = st && memcmp(v, c->counters_reported, sizeof(v)) != 0;
@@ -90,6 +90,7 @@ static void report(mb_client *c, uint64_t tier_idle, const mb_client_stats *st)
         cc.unmaps = v[4];
         cc.refill_waits = v[5];
         cc.grow_waits = v[6];
+        cc.heap_extends = v[7];
         m.counters = &cc;
     }
     req.body_case = MB__REQUEST__BODY_CACHE;
