@@ -114,6 +114,21 @@ replay)
   run replay_cold replay "$dir/long.jsonl" --token-bytes 32K --strategies vspace --cold
   grep -q '"prepared_pages":0,' "$dir/replay_cold.json" || {
     echo "bench_smoke: --cold prepared pages"; exit 1; }
+  # Tensor lifetimes (a training iteration, repeated): the heap and glibc
+  # complete, and nothing else runs by default; a malformed line is refused
+  # with its line number.
+  run replay_lifetimes replay "$(dirname "$trace")/alexnet_train_lifetimes.log"
+  "$check" "$dir/replay_lifetimes.json" format iterations requests steps allocations \
+    $s.ok $s.peak_live_bytes $s.reserved_over_live $s.heap.extends strategies.1.ok
+  grep -q '"format":"lifetimes","requests":193,"iterations":3,' "$dir/replay_lifetimes.json" || {
+    echo "bench_smoke: the lifetimes trace was not read as 193 tensors x 3 iterations"; exit 1; }
+  [ "$(grep -o '"strategy":' "$dir/replay_lifetimes.json" | wc -l)" -eq 2 ] || {
+    echo "bench_smoke: a lifetimes replay ran other than realloc and malloc"; exit 1; }
+  printf '0 5 100\n3 2 100\n' >"$dir/bad.log"
+  if "$bench" replay "$dir/bad.log" --quick --quiet >/dev/null 2>"$dir/bad.err"; then
+    echo "bench_smoke: a lifetimes trace ending before it starts was accepted"; exit 1
+  fi
+  grep -q 'bad.log:2: expected' "$dir/bad.err" || { echo "bench_smoke: no line number"; cat "$dir/bad.err"; exit 1; }
   ;;
 tenants)
   run tenants tenants

@@ -303,6 +303,126 @@ static int build_protocol(const struct request *rq, size_t n, double step_s, uin
     return rc;
 }
 
+/* ---- tensor lifetimes: a training iteration, replayed ---- */
+
+/* One tensor of a lifetimes trace (`start_op end_op bytes` per line, e.g.
+ * ../shared/data/alexnet_train_lifetimes.log): live from op start to op
+ * end, inclusive. */
+struct tensor {
+    uint32_t start, end;
+    uint64_t bytes;
+};
+
+/* The first data line holds three unsigned integers and nothing else. */
+static bool is_lifetimes(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return false;
+    char line[4096];
+    bool yes = false;
+    while (fgets(line, sizeof(line), f)) {
+        char *p = line;
+        while (isspace((unsigned char)*p))
+            p++;
+        if (!*p || *p == '#')
+            continue;
+        unsigned long a, b, c;
+        int used = 0;
+        yes = sscanf(p, "%lu %lu %lu %n", &a, &b, &c, &used) == 3 && p[used] == 0;
+        break;
+    }
+    fclose(f);
+    return yes;
+}
+
+static int load_lifetimes(const char *path, struct tensor **out, size_t *n_out)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        fprintf(stderr, "mbbench replay: cannot open %s: %s\n", path, strerror(errno));
+        return MB_ENOENT;
+    }
+    char line[4096];
+    size_t n = 0, cap = 0, lineno = 0;
+    struct tensor *v = NULL;
+    int rc = 0;
+    while (fgets(line, sizeof(line), f)) {
+        lineno++;
+        char *p = line;
+        while (isspace((unsigned char)*p))
+            p++;
+        if (!*p || *p == '#')
+            continue;
+        unsigned long long a, b, c;
+        int used = 0;
+        if (sscanf(p, "%llu %llu %llu %n", &a, &b, &c, &used) != 3 || p[used] != 0 || b < a ||
+            b > 10000000 || c == 0 || c > (1ull << 40)) {
+            fprintf(stderr, "mbbench replay: %s:%zu: expected 'start_op end_op bytes' with start <= end "
+                            "<= 10000000 and 0 < bytes <= 1 TiB\n", path, lineno);
+            rc = MB_EINVAL;
+            break;
+        }
+        if (n == cap) {
+            cap = cap ? cap * 2 : 256;
+            struct tensor *nv = realloc(v, cap * sizeof(*v));
+            if (!nv) {
+                rc = MB_ENOMEM;
+                break;
+            }
+            v = nv;
+        }
+        v[n++] = (struct tensor){ (uint32_t)a, (uint32_t)b, c };
+    }
+    fclose(f);
+    if (rc == 0 && n == 0) {
+        fprintf(stderr, "mbbench replay: %s holds no tensors\n", path);
+        rc = MB_EINVAL;
+    }
+    if (rc != 0) {
+        free(v);
+        return rc;
+    }
+    *out = v;
+    *n_out = n;
+    return 0;
+}
+
+/* iterations of the trace, one after the other: one step per op; in each,
+ * the tensors that start there are allocated, then those that end there
+ * freed. Request k of iteration i is i * n + k. */
+static int build_lifetimes(const struct tensor *t, size_t n, uint32_t iterations, struct protocol *p)
+{
+    memset(p, 0, sizeof(*p));
+    uint32_t ops = 0;
+    for (size_t k = 0; k < n; k++)
+        ops = t[k].end + 1 > ops ? t[k].end + 1 : ops;
+    if ((uint64_t)n * iterations > UINT32_MAX || (uint64_t)ops * iterations > UINT32_MAX)
+        return MB_EINVAL;
+    p->n_req = n * iterations;
+    p->final_bytes = calloc(p->n_req, sizeof(uint64_t));
+    int rc = p->final_bytes ? 0 : MB_ENOMEM;
+    for (uint32_t it = 0; rc == 0 && it < iterations; it++) {
+        for (uint32_t op = 0; rc == 0 && op < ops; op++) {
+            for (size_t k = 0; rc == 0 && k < n; k++) {
+                if (t[k].start != op)
+                    continue;
+                uint32_t req = (uint32_t)(it * n + k);
+                p->final_bytes[req] = t[k].bytes;
+                rc = push_op(p, OP_ALLOC, req, t[k].bytes);
+                p->allocs++;
+            }
+            for (size_t k = 0; rc == 0 && k < n; k++)
+                if (t[k].end == op)
+                    rc = push_op(p, OP_FREE, (uint32_t)(it * n + k), 0);
+            if (rc == 0)
+                rc = push_op(p, OP_STEP_END, p->steps, 0);
+            p->steps++;
+        }
+    }
+    return rc;
+}
+
 /* ---- strategies ---- */
 
 enum strat_kind { S_REALLOC, S_GROW, S_VSPACE, S_MALLOC, S_CUDA, S_COUNT };
@@ -775,15 +895,18 @@ static void usage(FILE *f)
 {
     fprintf(f, "usage: mbbench replay TRACE [options]\n"
                "  TRACE               Azure CSV (TIMESTAMP,ContextTokens,GeneratedTokens) or JSON lines\n"
-               "                      (timestamp in ms, input_length, output_length)\n"
+               "                      (timestamp in ms, input_length, output_length): a KV cache per\n"
+               "                      request; or tensor lifetimes (start_op end_op bytes per line, as\n"
+               "                      in alexnet_train_lifetimes.log): a training iteration, repeated\n"
                "  --requests N        the first N requests (default 3000; 0 = all; --quick 40)\n"
+               "  --iterations N      lifetimes traces: iterations replayed (default 50; --quick 3)\n"
                "  --compression F     trace time per decode step = 20 ms x F (default 8)\n"
                "  --step-ms MS        decode step (default 20)\n"
                "  --token-bytes SIZE  KV bytes per token (default 128K)\n"
                "  --block-tokens N    tokens per KV block (default 16)\n"
                "  --strategies LIST   realloc,grow,vspace,malloc,cudaMallocAsync (default: realloc,\n"
                "                      grow, vspace, and malloc on the host backend or\n"
-               "                      cudaMallocAsync with a GPU)\n"
+               "                      cudaMallocAsync with a GPU; lifetimes traces: no grow, vspace)\n"
                "  --jsonl-ts-unit U   s or ms for JSONL timestamps (default ms)\n"
                "  --daemon-every N    sample the daemon's status every N steps (default 1)\n"
                "  --points N          at most N points in the --json memory series (default 2000)\n"
@@ -816,7 +939,8 @@ static int parse_strategies(const char *s, bool *on)
     return 0;
 }
 
-static void print_json(const char *trace, const char *format, size_t nreq, double comp, double step_ms,
+static void print_json(const char *trace, const char *format, size_t nreq, uint32_t iterations,
+                       double comp, double step_ms,
                        uint64_t bpt, uint32_t block, const struct protocol *p, uint64_t frame_bytes,
                        const char *backend, const struct strat_result *res, int nres)
 {
@@ -827,7 +951,8 @@ static void print_json(const char *trace, const char *format, size_t nreq, doubl
     jw_u64(&w, "frame_bytes", frame_bytes);
     jw_str(&w, "trace", trace);
     jw_str(&w, "format", format);
-    jw_u64(&w, "requests", nreq);
+    jw_u64(&w, "requests", nreq);     /* lifetimes: tensors per iteration */
+    jw_u64(&w, "iterations", iterations);   /* lifetimes traces; 0 otherwise */
     jw_dbl(&w, "compression", comp);
     jw_dbl(&w, "step_ms", step_ms);
     jw_dbl(&w, "trace_s_per_step", step_ms * comp / 1000.0);
@@ -950,7 +1075,7 @@ static void print_json(const char *trace, const char *format, size_t nreq, doubl
 int bench_replay(int argc, char **argv)
 {
     enum { OPT_REQ = OPT_FIRST_OWN, OPT_COMP, OPT_STEP, OPT_TOK, OPT_BLOCK, OPT_STRAT, OPT_TSU,
-           OPT_DEVERY, OPT_POINTS, OPT_VPAGE, OPT_SLOW, OPT_COLD };
+           OPT_DEVERY, OPT_POINTS, OPT_VPAGE, OPT_SLOW, OPT_COLD, OPT_ITER };
     static const struct option lo[] = {
         BENCH_COMMON_LONGOPTS,
         { "requests", required_argument, 0, OPT_REQ },
@@ -965,10 +1090,11 @@ int bench_replay(int argc, char **argv)
         { "vspace-page", required_argument, 0, OPT_VPAGE },
         { "slow-us", required_argument, 0, OPT_SLOW },
         { "cold", no_argument, 0, OPT_COLD },
+        { "iterations", required_argument, 0, OPT_ITER },
         { "help", no_argument, 0, 'h' },
         { 0, 0, 0, 0 },
     };
-    long nreq = -1, block = 16, devery = 1, points = 2000, slow_us = 0;
+    long nreq = -1, block = 16, devery = 1, points = 2000, slow_us = 0, iters = -1;
     bool cold = false;
     double comp = 8, step_ms = 20, ts_scale = 1e-3;
     uint64_t bpt = 128 * 1024, vpage = 0;
@@ -997,6 +1123,7 @@ int bench_replay(int argc, char **argv)
         case OPT_POINTS: points = strtol(optarg, &end, 10); if (*end || points < 1) goto bad; break;
         case OPT_SLOW: slow_us = strtol(optarg, &end, 10); if (*end || slow_us < 1) goto bad; break;
         case OPT_COLD: cold = true; break;
+        case OPT_ITER: iters = strtol(optarg, &end, 10); if (*end || iters < 1 || iters > 100000) goto bad; break;
         case OPT_VPAGE:
             if (mb_parse_size(optarg, &vpage) != 0 || vpage < MB_VSPACE_MIN_PAGE ||
                 vpage > MB_VSPACE_MAX_PAGE || (vpage & (vpage - 1)))
@@ -1019,19 +1146,38 @@ int bench_replay(int argc, char **argv)
         nreq = bench_opt.quick ? 40 : 3000;
     bench_raise_nofile();
 
-    struct request *rq;
     size_t n;
     const char *format;
-    if (load_trace(trace, (size_t)nreq, ts_scale, &rq, &n, &format) != 0)
-        return 1;
     struct protocol p;
     double step_s = step_ms / 1000.0 * comp;
-    if (build_protocol(rq, n, step_s, bpt, (uint32_t)block, &p) != 0) {
-        fprintf(stderr, "mbbench replay: out of memory building the protocol\n");
+    bool lifetimes = is_lifetimes(trace);
+    if (iters < 0)
+        iters = bench_opt.quick ? 3 : 50;
+    if (lifetimes) {
+        struct tensor *tv;
+        size_t nt;
+        if (load_lifetimes(trace, &tv, &nt) != 0)
+            return 1;
+        int rc = build_lifetimes(tv, nt, (uint32_t)iters, &p);
+        free(tv);
+        if (rc != 0) {
+            fprintf(stderr, "mbbench replay: %s building the protocol\n",
+                    rc == MB_ENOMEM ? "out of memory" : "too many operations");
+            return 1;
+        }
+        n = nt;
+        format = "lifetimes";
+    } else {
+        struct request *rq;
+        if (load_trace(trace, (size_t)nreq, ts_scale, &rq, &n, &format) != 0)
+            return 1;
+        if (build_protocol(rq, n, step_s, bpt, (uint32_t)block, &p) != 0) {
+            fprintf(stderr, "mbbench replay: out of memory building the protocol\n");
+            free(rq);
+            return 1;
+        }
         free(rq);
-        return 1;
     }
-    free(rq);
 
     /* Which backend: ask the daemon (no session needed). */
     char backend[16] = "none";
@@ -1047,7 +1193,8 @@ int bench_replay(int argc, char **argv)
     }
     g_vpage = vpage ? vpage : pick_vspace_page(bpt * (uint64_t)block, frame_bytes);
     if (!explicit_strat) {
-        on[S_REALLOC] = on[S_GROW] = on[S_VSPACE] = true;
+        on[S_REALLOC] = true;
+        on[S_GROW] = on[S_VSPACE] = !lifetimes;   /* nothing grows in a training iteration */
         on[S_MALLOC] = strcmp(backend, "host") == 0;
         on[S_CUDA] = strcmp(backend, "host") != 0;
     }
@@ -1079,13 +1226,18 @@ int bench_replay(int argc, char **argv)
     }
 
     if (bench_opt.json) {
-        print_json(trace, format, n, comp, step_ms, bpt, (uint32_t)block, &p, frame_bytes, backend, res, nres);
+        print_json(trace, format, n, lifetimes ? (uint32_t)iters : 0, comp, step_ms, bpt, (uint32_t)block,
+                   &p, frame_bytes, backend, res, nres);
     } else {
         char a[32], b[32], e[32];
-        printf("mbbench replay: %s, %zu requests (%s), %u steps of %.0f ms x %.3g = %.3f s of trace, "
-               "%s per token, %ld-token blocks, %s backend\n",
-               trace, n, format, p.steps, step_ms, comp, step_s, bench_fmt_size(bpt, a, sizeof(a)), block,
-               backend);
+        if (lifetimes)
+            printf("mbbench replay: %s, %zu tensors (lifetimes) x %ld iterations, one step per op "
+                   "(%u steps), %s backend\n", trace, n, iters, p.steps, backend);
+        else
+            printf("mbbench replay: %s, %zu requests (%s), %u steps of %.0f ms x %.3g = %.3f s of trace, "
+                   "%s per token, %ld-token blocks, %s backend\n",
+                   trace, n, format, p.steps, step_ms, comp, step_s, bench_fmt_size(bpt, a, sizeof(a)),
+                   block, backend);
         printf("%llu allocations on arrival, %llu block-boundary resizes; vspace pages of %s; latency in us;\n"
                "FRAMES: most frames (handles) granted at a step end; max>1st: the slowest allocation\n"
                "after the first (cold) one; WAITS: allocations and resizes that waited on the driver\n"
