@@ -190,6 +190,8 @@ struct mb_client {
                                   * frames under old free heap blocks */
     bool extend;                 /* $MOONBRIGHT_HEAP_EXTEND (default on): a large heap miss
                                   * may extend an arena whose end is free (tiers.c) */
+    bool classes;                /* $MOONBRIGHT_HEAP_CLASSES (default on): blocks above 8 MiB
+                                  * and smaller ones use separate arenas (tiers.c) */
     bool close_fit;              /* $MOONBRIGHT_HEAP_CLOSE_FIT: large requests never split a much
                                   * larger free block (less memory, more misses) */
     int64_t next_reconnect_ms;   /* back-off: earliest next attempt */

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <stdio.h>
 
 #include "moonbright/mbclient.h"
 
@@ -21,7 +22,8 @@
 #define POOL_CHECK(p) ((void)0)
 #endif
 
-#define NBUCKETS 448                    /* 16 exact + 8 per doubling up to 2^58 units */
+#define CLASS_BUCKETS 448               /* 16 exact + 8 per doubling up to 2^58 units */
+#define NBUCKETS (2 * CLASS_BUCKETS)    /* small arenas' blocks, then large arenas' */
 #define NBWORDS ((NBUCKETS + 63) / 64)
 #define FIT_SCAN 16                     /* entries examined per bucket */
 #define FENCE_BATCH 32                  /* frees on a stream covered by one event */
@@ -44,7 +46,7 @@ struct blk {
     struct blk *hnext;           /* live: hash chain; spare: free-struct list */
     struct pstream *owner;       /* pending: the stream it was freed on; else NULL */
     uint64_t seq;                /* pending: completes with a fence of seq >= this */
-    uint32_t bucket;             /* free: == bucket_of(size) */
+    uint32_t bucket;             /* free: == bucket_in(size, its arena's class) */
     uint8_t state;               /* B_LIVE, B_READY, B_PENDING, B_HOLE */
     bool busy;                   /* hole: the owner is still unmapping it */
     uint64_t since;              /* free: p->nalloc when it (its newest part) was freed */
@@ -57,6 +59,7 @@ struct arena {
     size_t holes;                /* sum of its holes' sizes (not mapped) */
     unsigned busy;               /* holes still being unmapped: never shrunk meanwhile */
     bool extending;              /* ops->extend maps more after it: never shrunk or detached */
+    bool large;                  /* made for a request above large_min: serves only those */
     int64_t idle_since_ms;       /* when live last fell to 0 */
     struct blk *first;           /* lowest block; first->aprev == NULL */
     struct arena *prev, *next;
@@ -106,6 +109,8 @@ struct mb_pool {
     uint64_t misses;             /* allocations that needed a new arena */
     uint64_t extends;            /* misses served by extending an arena */
     size_t extend_min;           /* misses this large try extending first (0: never) */
+    size_t large_min;            /* requests above this use large arenas only, the rest
+                                  * small ones only (0: one class) */
     uint64_t nalloc;             /* allocations so far (the age of free blocks) */
     size_t close_fit_min;        /* requests this large take a block at most 1/8 larger (0: off) */
 };
@@ -126,6 +131,15 @@ static uint32_t bucket_of(const struct mb_pool *p, size_t size)
         return (uint32_t)u;
     unsigned lg = lg_floor(u);
     return 16 + (lg - 4) * 8 + (uint32_t)((u >> (lg - 3)) & 7);
+}
+
+/* Requests above large_min, and the arenas made for them, are of the large
+ * class; their free blocks are bucketed after the small class's. */
+static bool is_large(const struct mb_pool *p, size_t size) { return p->large_min && size > p->large_min; }
+
+static uint32_t bucket_in(const struct mb_pool *p, size_t size, bool large)
+{
+    return bucket_of(p, size) + (large ? CLASS_BUCKETS : 0);
 }
 
 /* ---- block structs ---- */
@@ -189,7 +203,7 @@ static int hash_reserve(struct mb_pool *p)
 
 static void fl_insert(struct mb_pool *p, struct flist *fl, struct blk *b)
 {
-    uint32_t k = bucket_of(p, b->size);
+    uint32_t k = bucket_in(p, b->size, b->arena->large);
     b->bucket = k;
     b->fprev = NULL;
     b->fnext = fl->head[k];
@@ -227,11 +241,13 @@ static struct blk *scan_bucket(struct blk *b, size_t size)
     return best;
 }
 
+/* The best fit for size among the blocks of its class. */
 static struct blk *fl_find(const struct mb_pool *p, const struct flist *fl, size_t size)
 {
-    uint32_t k = bucket_of(p, size);
+    bool large = is_large(p, size);
+    uint32_t k = bucket_in(p, size, large), end = large ? NBUCKETS : CLASS_BUCKETS;
     if (fl->head[k]) {
-        struct blk *b = k < 16 ? fl->head[k] : scan_bucket(fl->head[k], size);
+        struct blk *b = k % CLASS_BUCKETS < 16 ? fl->head[k] : scan_bucket(fl->head[k], size);
         if (b)
             return b;
     }
@@ -242,7 +258,9 @@ static struct blk *fl_find(const struct mb_pool *p, const struct flist *fl, size
             m &= k % 64 ? ~0ull << (k % 64) : ~0ull;
         if (m) {
             uint32_t j = w * 64 + (uint32_t)__builtin_ctzll(m);
-            return j < 16 ? fl->head[j] : scan_bucket(fl->head[j], size);
+            if (j >= end)
+                return NULL;   /* the other class's */
+            return j % CLASS_BUCKETS < 16 ? fl->head[j] : scan_bucket(fl->head[j], size);
         }
     }
     return NULL;
@@ -490,6 +508,7 @@ static int add_arena(struct mb_pool *p, size_t size, struct blk **out)
     a->holes = 0;
     a->busy = 0;
     a->extending = false;
+    a->large = is_large(p, size);
     a->idle_since_ms = now_ms();
     a->first = b;
     a->prev = NULL;
@@ -590,6 +609,16 @@ int mb_pool_alloc(struct mb_pool *p, size_t size, void *stream, void **ptr)
         b = extend_for(p, stream, size);
     if (!b) {
         p->misses++;
+        if (getenv("MB_DBG_MISS")) {
+            fprintf(stderr, "MISS %zu MiB (nalloc %lu) live %zu mapped %zu:", size >> 20, (unsigned long)p->nalloc, p->live >> 20, p->mapped >> 20);
+            for (struct arena *a = p->arenas; a; a = a->next) {
+                fprintf(stderr, " [%zu:", a->bytes >> 20);
+                for (struct blk *x = a->first; x; x = x->anext)
+                    fprintf(stderr, "%s%zu", x->state == B_LIVE ? " L" : " f", x->size >> 20);
+                fprintf(stderr, "]");
+            }
+            fprintf(stderr, "\n");
+        }
         if ((rc = add_arena(p, size, &b)))
             return rc;
     }
@@ -612,7 +641,7 @@ int mb_pool_alloc(struct mb_pool *p, size_t size, void *stream, void **ptr)
             b->arena->first = live;
         b->aprev = live;
         b->addr += size;
-        if (bucket_of(p, b->size - size) != old) {
+        if (bucket_in(p, b->size - size, b->arena->large) != old) {
             fl_remove(fl, b);
             b->size -= size;
             fl_insert(p, fl, b);
@@ -838,7 +867,7 @@ int mb_pool_adopt(struct mb_pool *p, void *base, size_t bytes, void *stream)
         return MB_ENOMEM;
     }
     *a = (struct arena){ .base = (uintptr_t)base, .bytes = bytes, .first = b, .next = p->arenas,
-                         .idle_since_ms = now_ms() };
+                         .idle_since_ms = now_ms(), .large = is_large(p, bytes) };
     if (p->arenas)
         p->arenas->prev = a;
     p->arenas = a;
@@ -887,6 +916,8 @@ uint64_t mb_pool_misses(const struct mb_pool *p) { return p->misses; }
 uint64_t mb_pool_extends(const struct mb_pool *p) { return p->extends; }
 
 void mb_pool_set_extend_min(struct mb_pool *p, size_t min_size) { p->extend_min = min_size; }
+
+void mb_pool_set_large_min(struct mb_pool *p, size_t min_size) { p->large_min = min_size; }
 
 void mb_pool_set_close_fit(struct mb_pool *p, size_t min_size) { p->close_fit_min = min_size; }
 
@@ -981,11 +1012,14 @@ size_t mb_pool_ready_spans(struct mb_pool *p, size_t min_size, uint64_t min_age,
     if (p->ops.event_record)
         poll_streams(p);
     size_t n = 0;
-    uint32_t lo = bucket_of(p, min_size);
-    for (uint32_t k = NBUCKETS; k-- > lo && n < max;)
-        for (const struct blk *b = p->ready.head[k]; b && n < max; b = b->fnext)
-            if (b->size >= min_size && p->nalloc - b->since >= min_age)
-                out[n++] = (struct mb_pool_span){ .arena = b->arena->base, .addr = b->addr, .size = b->size };
+    for (int cls = 1; cls >= 0; cls--) {   /* largest first within each class */
+        uint32_t lo = bucket_in(p, min_size, cls);
+        for (uint32_t k = (uint32_t)(cls + 1) * CLASS_BUCKETS; k-- > lo && n < max;)
+            for (const struct blk *b = p->ready.head[k]; b && n < max; b = b->fnext)
+                if (b->size >= min_size && p->nalloc - b->since >= min_age)
+                    out[n++] = (struct mb_pool_span){ .arena = b->arena->base, .addr = b->addr,
+                                                      .size = b->size };
+    }
     return n;
 }
 
@@ -1076,7 +1110,7 @@ static bool flist_is_valid(const struct mb_pool *p, const struct flist *fl,
             return false;
         const struct blk *prev = NULL;
         for (const struct blk *b = fl->head[k]; b; prev = b, b = b->fnext) {
-            if (b->fprev != prev || b->bucket != k || bucket_of(p, b->size) != k)
+            if (b->fprev != prev || b->bucket != k || bucket_in(p, b->size, b->arena->large) != k)
                 return false;
             if (owner ? (b->state != B_PENDING || b->owner != owner) : (b->state != B_READY || b->owner))
                 return false;

@@ -146,6 +146,11 @@ void mb_pool_punch_end(struct mb_pool *p, void *ptr, bool unmapped);
  * (ops->extend) so the block holds it: the free space at an arena's end
  * joins the new memory instead of stranding beside a new arena. */
 void mb_pool_set_extend_min(struct mb_pool *p, size_t min_size);
+/* Two classes (0: one): requests above min_size take free blocks only
+ * from arenas made for (or adopted at) such sizes, the rest only from the
+ * others, so small blocks never pin a large arena's free space and large
+ * requests never split a small arena. */
+void mb_pool_set_large_min(struct mb_pool *p, size_t min_size);
 /* Allocations that needed a new arena, and those served by extending one. */
 uint64_t mb_pool_misses(const struct mb_pool *p);
 uint64_t mb_pool_extends(const struct mb_pool *p);

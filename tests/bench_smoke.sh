@@ -124,6 +124,11 @@ replay)
     echo "bench_smoke: the lifetimes trace was not read as 193 tensors x 3 iterations"; exit 1; }
   [ "$(grep -o '"strategy":' "$dir/replay_lifetimes.json" | wc -l)" -eq 2 ] || {
     echo "bench_smoke: a lifetimes replay ran other than realloc and malloc"; exit 1; }
+  # The heap keeps its classes apart: three rounds hold 1.18 of live (1.51
+  # when small tensors may take the large ones' free space).
+  rl=$(grep -o '"reserved_over_live":[0-9.]*' "$dir/replay_lifetimes.json" | head -1 | cut -d: -f2)
+  awk -v r="$rl" 'BEGIN { exit !(r > 1 && r < 1.3) }' || {
+    echo "bench_smoke: the heap held $rl of live over three training rounds"; exit 1; }
   printf '0 5 100\n3 2 100\n' >"$dir/bad.log"
   if "$bench" replay "$dir/bad.log" --quick --quiet >/dev/null 2>"$dir/bad.err"; then
     echo "bench_smoke: a lifetimes trace ending before it starts was accepted"; exit 1

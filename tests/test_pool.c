@@ -384,6 +384,41 @@ static void test_extend(void **state)
     assert_int_equal(d.arenas, 0);
 }
 
+/* Classes: above large_min a request takes free blocks only from arenas
+ * made for such sizes, and at or below it only from the others. */
+static void test_classes(void **state)
+{
+    (void)state;
+    struct dev d = { 0 };
+    struct mb_pool *p;
+    const size_t M = 1 << 20;
+    assert_int_equal(mb_pool_new(&p, &dev_ops_nostream, &d, 256, 4 * M), 0);
+    mb_pool_set_large_min(p, M);
+    void *big, *small, *mid, *x;
+    assert_int_equal(mb_pool_alloc(p, 8 * M, NULL, &big), 0);       /* a large arena */
+    assert_int_equal(mb_pool_release(p, big, NULL), 0);
+    assert_int_equal(mb_pool_alloc(p, 512 << 10, NULL, &small), 0); /* not in it: a small arena */
+    assert_int_equal(d.arenas, 2);
+    assert_true((char *)small < (char *)big || (char *)small >= (char *)big + 8 * M);
+    assert_int_equal(mb_pool_alloc(p, 2 * M, NULL, &mid), 0);        /* large: the free 8 MiB */
+    assert_ptr_equal(mid, big);
+    assert_int_equal(d.arenas, 2);
+    /* The small arena has 3.5 MiB free, the large one 6: a 3 MiB large
+     * request takes the large one's, a 1 MiB small one the small one's. */
+    assert_int_equal(mb_pool_alloc(p, 3 * M, NULL, &x), 0);
+    assert_true((char *)x >= (char *)big && (char *)x < (char *)big + 8 * M);
+    assert_int_equal(mb_pool_release(p, x, NULL), 0);
+    assert_int_equal(mb_pool_alloc(p, M, NULL, &x), 0);
+    assert_true((char *)x < (char *)big || (char *)x >= (char *)big + 8 * M);
+    assert_int_equal(d.arenas, 2);
+    assert_true(mb_pool_is_valid(p));
+    assert_int_equal(mb_pool_release(p, x, NULL), 0);
+    assert_int_equal(mb_pool_release(p, mid, NULL), 0);
+    assert_int_equal(mb_pool_release(p, small, NULL), 0);
+    mb_pool_free(p);
+    assert_int_equal(d.arenas, 0);
+}
+
 /* Holes: only a ready block free for min_age allocations is offered; a
  * punched range is never handed out, splits its block, leaves the mapped
  * bytes, comes back as free memory when its unmapping failed, and keeps its
@@ -751,6 +786,7 @@ static void run_model(size_t ops, size_t target, size_t max_size, size_t align,
     struct mb_pool *p;
     assert_int_equal(mb_pool_new(&p, &dev_ops, &d, align, arena_bytes), 0);
     mb_pool_set_extend_min(p, extend_min);
+    mb_pool_set_large_min(p, extend_min);   /* two classes with extension */
     size_t allocs = 0, frees = 0, refused = 0, trims = 0, drains = 0;
     for (size_t step = 1; step <= ops; step++) {
         uint64_t r = rnd_below(1000);
@@ -839,7 +875,8 @@ static void test_model_align4k(void **state)
     run_model(OPS(200000), 100, 32 << 20, 4096, 8 << 20, 1000, 50000, 0);
 }
 
-/* The same with misses of 1 MiB and more extending arenas. */
+/* The same with two classes (above 1 MiB, and the rest) and misses above
+ * 1 MiB extending arenas. */
 static void test_model_extend(void **state)
 {
     (void)state;
@@ -856,6 +893,7 @@ int main(void)
         cmocka_unit_test(test_adopt_detach),
         cmocka_unit_test(test_close_fit),
         cmocka_unit_test(test_extend),
+        cmocka_unit_test(test_classes),
         cmocka_unit_test(test_holes),
         cmocka_unit_test(test_no_streams),
         cmocka_unit_test(test_model_every_step),
