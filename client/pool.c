@@ -9,7 +9,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <stdio.h>
 
 #include "moonbright/mbclient.h"
 
@@ -609,16 +608,6 @@ int mb_pool_alloc(struct mb_pool *p, size_t size, void *stream, void **ptr)
         b = extend_for(p, stream, size);
     if (!b) {
         p->misses++;
-        if (getenv("MB_DBG_MISS")) {
-            fprintf(stderr, "MISS %zu MiB (nalloc %lu) live %zu mapped %zu:", size >> 20, (unsigned long)p->nalloc, p->live >> 20, p->mapped >> 20);
-            for (struct arena *a = p->arenas; a; a = a->next) {
-                fprintf(stderr, " [%zu:", a->bytes >> 20);
-                for (struct blk *x = a->first; x; x = x->anext)
-                    fprintf(stderr, "%s%zu", x->state == B_LIVE ? " L" : " f", x->size >> 20);
-                fprintf(stderr, "]");
-            }
-            fprintf(stderr, "\n");
-        }
         if ((rc = add_arena(p, size, &b)))
             return rc;
     }
