@@ -101,29 +101,46 @@ static int cmp_req(const void *a, const void *b)
     return x->t < y->t ? -1 : x->t > y->t;
 }
 
+/* The next line holding data (blank lines and comments, such as an
+ * attribution line, skipped), from its first non-space character; NULL
+ * at the end. */
+static char *data_line(FILE *f, char *line, int len, size_t *lineno)
+{
+    while (fgets(line, len, f)) {
+        ++*lineno;
+        char *p = line;
+        while (isspace((unsigned char)*p))
+            p++;
+        if (*p && *p != '#')
+            return p;
+    }
+    return NULL;
+}
+
+static FILE *open_trace(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    if (!f)
+        fprintf(stderr, "mbbench replay: cannot open %s: %s\n", path, strerror(errno));
+    return f;
+}
+
 /* Read the first max requests (0: all). JSONL timestamps are milliseconds
  * (Mooncake) unless ts_scale says otherwise; CSV timestamps are dates or seconds. */
 static int load_trace(const char *path, size_t max, double jsonl_ts_scale, struct request **out,
                       size_t *n_out, const char **format)
 {
-    FILE *f = fopen(path, "r");
-    if (!f) {
-        fprintf(stderr, "mbbench replay: cannot open %s: %s\n", path, strerror(errno));
+    FILE *f = open_trace(path);
+    if (!f)
         return MB_ENOENT;
-    }
     char line[4096];
     size_t n = 0, cap = 0, lineno = 0;
     struct request *v = NULL;
     int cts = -1, cctx = -1, cgen = -1;
     bool jsonl = false, first = true;
     int rc = 0;
-    while ((max == 0 || n < max) && fgets(line, sizeof(line), f)) {
-        lineno++;
-        char *p = line;
-        while (isspace((unsigned char)*p))
-            p++;
-        if (!*p || *p == '#')
-            continue;   /* blank lines and comments (an attribution line) */
+    char *p;
+    while ((max == 0 || n < max) && (p = data_line(f, line, sizeof(line), &lineno))) {
         if (first) {
             first = false;
             jsonl = *p == '{';
@@ -320,40 +337,26 @@ static bool is_lifetimes(const char *path)
     if (!f)
         return false;
     char line[4096];
-    bool yes = false;
-    while (fgets(line, sizeof(line), f)) {
-        char *p = line;
-        while (isspace((unsigned char)*p))
-            p++;
-        if (!*p || *p == '#')
-            continue;
-        unsigned long a, b, c;
-        int used = 0;
-        yes = sscanf(p, "%lu %lu %lu %n", &a, &b, &c, &used) == 3 && p[used] == 0;
-        break;
-    }
+    size_t lineno = 0;
+    char *p = data_line(f, line, sizeof(line), &lineno);
+    unsigned long a, b, c;
+    int used = 0;
+    bool yes = p && sscanf(p, "%lu %lu %lu %n", &a, &b, &c, &used) == 3 && p[used] == 0;
     fclose(f);
     return yes;
 }
 
 static int load_lifetimes(const char *path, struct tensor **out, size_t *n_out)
 {
-    FILE *f = fopen(path, "r");
-    if (!f) {
-        fprintf(stderr, "mbbench replay: cannot open %s: %s\n", path, strerror(errno));
+    FILE *f = open_trace(path);
+    if (!f)
         return MB_ENOENT;
-    }
     char line[4096];
     size_t n = 0, cap = 0, lineno = 0;
     struct tensor *v = NULL;
     int rc = 0;
-    while (fgets(line, sizeof(line), f)) {
-        lineno++;
-        char *p = line;
-        while (isspace((unsigned char)*p))
-            p++;
-        if (!*p || *p == '#')
-            continue;
+    char *p;
+    while ((p = data_line(f, line, sizeof(line), &lineno))) {
         unsigned long long a, b, c;
         int used = 0;
         if (sscanf(p, "%llu %llu %llu %n", &a, &b, &c, &used) != 3 || p[used] != 0 || b < a ||
