@@ -315,6 +315,10 @@ int stitch_alloc_large(mb_client *c, size_t bytes, unsigned max_order, size_t ro
  * right after the one before), and give access to them; on failure none of
  * them stays mapped. Touches no client state (the mapper thread calls it). */
 int stitch_map(mb_backend *be, struct stitched *s, size_t from, size_t to, size_t off);
+/* Map t's frames right after what s has mapped, in t's order: MB_EPROTO,
+ * nothing mapped, when s->frames[] or s's reservation has no room for
+ * them. s->n and s->bytes are the caller's to raise once it publishes. */
+int stitch_map_after(mb_backend *be, struct stitched *s, const struct stitched *t);
 /* A new range record for up to cap frames, holding none, neither reserved
  * nor mapped (va NULL); NULL when out of memory. */
 struct stitched *stitch_new(size_t cap);

@@ -235,13 +235,7 @@ static int map_tail(mb_client *c, struct growset *g, struct growable *x, size_t 
         return rc;
     /* Largest first would break the order of a range already mapped;
      * frames are mapped in the order taken, each at a unit boundary. */
-    if (s->n + t->n > s->cap) {
-        fl_put(c, t->frames, t->n);
-        free(t);
-        return MB_EPROTO;
-    }
-    memcpy(s->frames + s->n, t->frames, t->n * sizeof(t->frames[0]));
-    rc = stitch_map(c->be, s, s->n, s->n + t->n, s->bytes);
+    rc = stitch_map_after(c->be, s, t);
     if (rc) {
         fl_put(c, t->frames, t->n);
         free(t);

@@ -27,6 +27,14 @@ int stitch_map(mb_backend *be, struct stitched *s, size_t from, size_t to, size_
     return rc;
 }
 
+int stitch_map_after(mb_backend *be, struct stitched *s, const struct stitched *t)
+{
+    if (s->n + t->n > s->cap || t->bytes > s->reserved - s->bytes)
+        return MB_EPROTO;
+    memcpy(s->frames + s->n, t->frames, t->n * sizeof(t->frames[0]));
+    return stitch_map(be, s, s->n, s->n + t->n, s->bytes);
+}
+
 static int by_size_desc(const void *a, const void *b)
 {
     size_t x = (*(struct cframe *const *)a)->mem.bytes, y = (*(struct cframe *const *)b)->mem.bytes;

@@ -378,17 +378,14 @@ static int heap_extend(void *ctx, void *base, size_t bytes, size_t min_more, siz
     size_t want = backing_bytes(c, min_more);
     if (!s || s->imported || s->mapped_async || s->bytes != bytes || want > s->reserved - s->bytes)
         return MB_EINVAL;
-    size_t at = s->bytes, n0 = s->n;
+    /* Only this thread appends to s while the pool keeps the arena
+     * extending; its n and bytes are raised under c->lock below. */
     pthread_mutex_unlock(&c->lock);
     pthread_mutex_lock(&c->flock);
     struct stitched *t = NULL;
     int rc = stitch_take_large(c, want, &t);
-    if (rc == 0 && n0 + t->n > s->cap)
-        rc = MB_EINVAL;
-    if (rc == 0) {
-        memcpy(s->frames + n0, t->frames, t->n * sizeof(t->frames[0]));
-        rc = stitch_map(c->be, s, n0, n0 + t->n, at);
-    }
+    if (rc == 0)
+        rc = stitch_map_after(c->be, s, t);   /* the plan may round past `want` */
     if (rc == 0)
         c->fst.bytes_mapped += t->bytes;
     else if (t)
