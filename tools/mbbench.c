@@ -77,16 +77,26 @@ void bench_summarize(uint64_t *v, size_t n, struct bench_summary *out)
     out->p99 = v[(n * 99 + 99) / 100 - 1];
 }
 
+int bench_reserve(void **v, size_t *cap, size_t n, size_t elem, size_t first)
+{
+    if (n < *cap)
+        return 0;
+    size_t nc = *cap ? *cap * 2 : first;
+    void *nv = realloc(*v, nc * elem);
+    if (!nv)
+        return MB_ENOMEM;
+    *v = nv;
+    *cap = nc;
+    return 0;
+}
+
 int bench_vec_push(struct bench_vec *b, uint64_t x)
 {
-    if (b->n == b->cap) {
-        size_t cap = b->cap ? b->cap * 2 : 1024;
-        uint64_t *nv = realloc(b->v, cap * sizeof(*nv));
-        if (!nv)
-            return MB_ENOMEM;
-        b->v = nv;
-        b->cap = cap;
-    }
+    void *v = b->v;
+    int rc = bench_reserve(&v, &b->cap, b->n, sizeof(*b->v), 1024);
+    b->v = v;
+    if (rc)
+        return rc;
     b->v[b->n++] = x;
     return 0;
 }

@@ -58,6 +58,10 @@ struct bench_summary {
 /* Sorts v in place. n == 0 gives an all-zero summary. */
 void bench_summarize(uint64_t *v, size_t n, struct bench_summary *out);
 
+/* Room for one more element in the array *v holding n of *cap elements of
+ * elem bytes: the capacity doubles, from `first`. MB_ENOMEM leaves it as it was. */
+int bench_reserve(void **v, size_t *cap, size_t n, size_t elem, size_t first);
+
 /* Growable sample vector. */
 struct bench_vec { uint64_t *v; size_t n, cap; };
 int bench_vec_push(struct bench_vec *b, uint64_t x);

@@ -197,15 +197,11 @@ static int load_trace(const char *path, size_t max, double jsonl_ts_scale, struc
         r.t = ts;
         r.context = (uint32_t)ctx;
         r.generated = (uint32_t)gen;
-        if (n == cap) {
-            cap = cap ? cap * 2 : 4096;
-            struct request *nv = realloc(v, cap * sizeof(*v));
-            if (!nv) {
-                rc = MB_ENOMEM;
-                break;
-            }
-            v = nv;
-        }
+        void *nv = v;
+        rc = bench_reserve(&nv, &cap, n, sizeof(*v), 4096);
+        v = nv;
+        if (rc)
+            break;
         v[n++] = r;
     }
     fclose(f);
@@ -246,14 +242,11 @@ struct protocol {
 
 static int push_op(struct protocol *p, uint32_t type, uint32_t req, uint64_t bytes)
 {
-    if (p->n_ops == p->cap) {
-        size_t cap = p->cap ? p->cap * 2 : 65536;
-        struct op *nv = realloc(p->ops, cap * sizeof(*nv));
-        if (!nv)
-            return MB_ENOMEM;
-        p->ops = nv;
-        p->cap = cap;
-    }
+    void *v = p->ops;
+    int rc = bench_reserve(&v, &p->cap, p->n_ops, sizeof(*p->ops), 65536);
+    p->ops = v;
+    if (rc)
+        return rc;
     p->ops[p->n_ops++] = (struct op){ type, req, bytes };
     return 0;
 }
@@ -366,15 +359,11 @@ static int load_lifetimes(const char *path, struct tensor **out, size_t *n_out)
             rc = MB_EINVAL;
             break;
         }
-        if (n == cap) {
-            cap = cap ? cap * 2 : 256;
-            struct tensor *nv = realloc(v, cap * sizeof(*v));
-            if (!nv) {
-                rc = MB_ENOMEM;
-                break;
-            }
-            v = nv;
-        }
+        void *nv = v;
+        rc = bench_reserve(&nv, &cap, n, sizeof(*v), 256);
+        v = nv;
+        if (rc)
+            break;
         v[n++] = (struct tensor){ (uint32_t)a, (uint32_t)b, c };
     }
     fclose(f);
