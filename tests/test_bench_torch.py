@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
-"""test_bench_torch.py: tools/bench_torch.py's train bookkeeping, without
-PyTorch: each run is compared with the torch-default run of its own round,
-the summary takes the median of those ratios and flags differing losses,
-and --rounds below 1 is refused before anything runs. Exit 0 on success."""
+"""test_bench_torch.py: tools/bench_torch.py's train and generate
+bookkeeping, without PyTorch: each run is compared with the torch-default
+run of its own round, the summary takes the median of those ratios and
+flags differing losses (or generated tokens), and bad options (--rounds
+below 1, an empty prompt range, no new tokens) are refused before anything
+runs. Exit 0 on success."""
 import os
 import subprocess
 import sys
@@ -53,6 +55,17 @@ def main():
     check(mb["first_round_peak_device_used_bytes"] == 3 * 2**30, "peak memory from the first round")
     p = subprocess.run([sys.executable, TOOL, "train", "--rounds", "0"], capture_output=True, text=True)
     check(p.returncode == 2 and "--rounds must be at least 1" in p.stderr, "--rounds 0 refused: " + p.stderr)
+    p = subprocess.run([sys.executable, TOOL, "generate", "--rounds", "0"], capture_output=True, text=True)
+    check(p.returncode == 2 and "--rounds must be at least 1" in p.stderr, "generate --rounds 0 refused: " + p.stderr)
+    p = subprocess.run([sys.executable, TOOL, "generate", "--min-prompt", "64", "--max-prompt", "32"],
+                       capture_output=True, text=True)
+    check(p.returncode == 2 and "--max-prompt must be at least --min-prompt" in p.stderr,
+          "generate's prompt range checked: " + p.stderr)
+    p = subprocess.run([sys.executable, TOOL, "generate", "--new-tokens", "0"], capture_output=True, text=True)
+    check(p.returncode == 2 and "--new-tokens must be at least 1" in p.stderr, "--new-tokens 0 refused: " + p.stderr)
+    # Generated tokens stand in for the losses: one differing token is a difference.
+    check(bt.compare_losses([5, 7, 9], [5, 7, 9])[0] == "identical", "equal token lists match")
+    check(bt.compare_losses([5, 7, 9], [5, 8, 9])[0] == "DIFFER", "one differing token is flagged")
     print("test_bench_torch: ok")
     return 0
 

@@ -4,6 +4,7 @@
   bench_torch.py latency [--sizes 256,4K,64K,2M,64M] [--pairs N]
   bench_torch.py replay TRACE [--requests 3000] [--compression 8] ...
   bench_torch.py train [--steps 50] [--warmup 5] [--rounds 1] ...
+  bench_torch.py generate [--steps 8] [--warmup 1] [--rounds 1] ...
 
 Each allocator setting runs in its own child process (PYTORCH_CUDA_ALLOC_CONF
 is read once, at CUDA initialisation; this parent never touches CUDA):
@@ -41,6 +42,18 @@ up to 30 % between runs), so with --rounds N the configs run in turn N times
 and each run is compared with the torch-default run of its own round; the
 summary gives the median of those ratios and their range, and the peak
 memory of the first round.
+
+The generation run (defaults; each has a flag) is the same decoder (12
+layers, d_model 1024, 16 heads) serving batches of 8 prompts: one prompt
+length per batch drawn from [128, 1024], a prefill, then 256 tokens decoded
+greedily one at a time, every layer's keys and values kept in a cache that
+grows by torch.cat at each token (a new, larger tensor each time and the
+old one freed, as a framework's dynamic cache does: above 8 MiB per tensor
+from about 260 tokens on). A step is one whole batch, timed between two
+torch.cuda.synchronize() calls; the tokens generated take the place of the
+losses and must be identical with every allocator. The device memory in use
+is read at the end of each batch's decoding (the cache at its largest) and
+after it. Rounds, ratios and peak memory are reported as for train.
 """
 import argparse
 import csv
@@ -434,6 +447,114 @@ def child_train(args, name):
     return [row]
 
 
+def gen_prompt_lens(args):
+    """One prompt length per batch, warm-up included: the same list in every child."""
+    rng = random.Random(args.seed)
+    return [rng.randint(args.min_prompt, args.max_prompt) for _ in range(args.warmup + args.steps)]
+
+
+def child_generate(args, name):
+    torch, dev = child_setup(args, name)
+    F = torch.nn.functional
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    for kernel in ("enable_flash_sdp", "enable_mem_efficient_sdp", "enable_cudnn_sdp"):
+        if hasattr(torch.backends.cuda, kernel):
+            getattr(torch.backends.cuda, kernel)(False)
+    torch.backends.cuda.enable_math_sdp(True)
+
+    def stat(fn):
+        try:
+            return fn(dev)
+        except RuntimeError:
+            return None
+
+    def in_use():
+        free, total = torch.cuda.mem_get_info(dev)
+        return total - free
+
+    lens = gen_prompt_lens(args)
+    torch.cuda.synchronize(dev)
+    idle_used = in_use()
+    torch.manual_seed(args.seed)
+    model = build_gpt(torch, args).to(dev).eval()
+    gen = torch.Generator().manual_seed(args.seed + 1)
+    prompts = torch.randint(0, args.vocab, (len(lens), args.batch, args.max_prompt), generator=gen).to(dev)
+    stat(torch.cuda.reset_peak_memory_stats)
+    heads = args.heads
+
+    def forward(idx, start, cache):
+        """idx's tokens at positions start..; cache: per layer [keys, values] or None."""
+        b, n = idx.shape
+        x = model.tok(idx) + model.pos(torch.arange(start, start + n, device=dev))
+        for i, blk in enumerate(model.blocks):
+            d = x.shape[2]
+            q, k, v = blk.qkv(blk.ln1(x)).view(b, n, 3, heads, d // heads).permute(2, 0, 3, 1, 4)
+            if cache[i] is not None:
+                k = torch.cat([cache[i][0], k], dim=2)   # a new tensor; the old one is freed
+                v = torch.cat([cache[i][1], v], dim=2)
+            cache[i] = (k, v)
+            a = F.scaled_dot_product_attention(q, k, v, is_causal=n > 1)
+            x = x + blk.proj(a.transpose(1, 2).reshape(b, n, d))
+            x = x + blk.out(F.gelu(blk.fc(blk.ln2(x))))
+        return model.head(model.ln(x[:, -1]))
+
+    @torch.no_grad()
+    def batch(p):
+        """The generated tokens, and the device memory in use with the cache at its largest."""
+        cache = [None] * args.layers
+        nxt = forward(p, 0, cache).argmax(-1, keepdim=True)
+        out = [nxt]
+        for t in range(args.new_tokens - 1):
+            nxt = forward(nxt, p.shape[1] + t, cache).argmax(-1, keepdim=True)
+            out.append(nxt)
+        return torch.cat(out, dim=1), in_use()
+
+    now = time.perf_counter_ns
+    times, tokens = [], []
+    peak_used = in_use()
+    err, note = None, ""
+    t_start = now()
+    for i, n in enumerate(lens):
+        try:
+            torch.cuda.synchronize(dev)
+            t0 = now()
+            toks, used = batch(prompts[i, :, :n])
+            torch.cuda.synchronize(dev)
+            t1 = now()
+        except torch.cuda.OutOfMemoryError as e:
+            err, note = "out of memory", "batch %d: %s" % (i, str(e).splitlines()[0][:190])
+            break
+        tokens += toks.flatten().tolist()
+        del toks
+        peak_used = max(peak_used, used, in_use())
+        if i >= args.warmup:
+            times.append(t1 - t0)
+    wall = (now() - t_start) / 1e9
+    peak_res, peak_alloc = stat(torch.cuda.max_memory_reserved), stat(torch.cuda.max_memory_allocated)
+    total = torch.cuda.mem_get_info(dev)[1]
+    st = summary(times)
+    st["p90"] = nearest_rank(sorted(times), 90)
+    ms = lambda v: v / 1e6
+    row = {
+        "allocator": name, "source": "bench_torch.py",
+        "what": "GPT generation batches, PYTORCH_CUDA_ALLOC_CONF=%r" % os.environ.get("PYTORCH_CUDA_ALLOC_CONF", ""),
+        "ok": err is None, "note": note, "warmup": args.warmup, "steps": len(times),
+        "step_ns": st, "step_times_ns": times,
+        "step_ms": {"median": ms(statistics.median(times)) if times else 0,
+                    "mean": ms(statistics.mean(times)) if times else 0, "p90": ms(st["p90"])},
+        "losses": tokens,
+        "device_total_bytes": total, "device_used_idle_bytes": idle_used,
+        "peak_device_used_bytes": peak_used,
+        "max_memory_reserved_bytes": peak_res, "max_memory_allocated_bytes": peak_alloc,
+        "total_s": wall,
+    }
+    print("bench_torch: %s: %d batches, median %.2f ms, peak in use %.2f GiB%s" % (
+        name, len(times), row["step_ms"]["median"], peak_used / 2**30, ", " + note if note else ""),
+        file=sys.stderr)
+    return [row]
+
+
 def compare_losses(got, ref):
     """'identical', 'within 1e-6' or 'DIFFER', and the largest relative difference."""
     if len(got) != len(ref):
@@ -489,11 +610,19 @@ def summarize_train(results, configs):
 
 
 def print_train_table(doc, f):
-    print("bench_torch train: %d layers, d_model %d, batch %d, seq %d-%d, %d warm-up + %d timed steps, "
-          "torch %s" % (doc["layers"], doc["d_model"], doc["batch"], doc["min_seq"], doc["max_seq"],
-                        doc["warmup"], doc["steps"], doc["torch"]), file=f)
+    gen = doc["bench"] == "generate"
+    if gen:
+        print("bench_torch generate: %d layers, d_model %d, batch %d, prompts %d-%d, %d new tokens, "
+              "%d warm-up + %d timed batches, torch %s" % (
+                  doc["layers"], doc["d_model"], doc["batch"], doc["min_prompt"], doc["max_prompt"],
+                  doc["new_tokens"], doc["warmup"], doc["steps"], doc["torch"]), file=f)
+    else:
+        print("bench_torch train: %d layers, d_model %d, batch %d, seq %d-%d, %d warm-up + %d timed steps, "
+              "torch %s" % (doc["layers"], doc["d_model"], doc["batch"], doc["min_seq"], doc["max_seq"],
+                            doc["warmup"], doc["steps"], doc["torch"]), file=f)
+    what = "TOKENS" if gen else "LOSSES"
     print("%-5s %-22s %9s %9s %9s %10s %12s %12s  %s" % ("ROUND", "CONFIG", "MEDIAN ms", "MEAN ms", "P90 ms", "VS DEFAULT",
-                                                  "PEAK USE GiB", "MAX RES GiB", "LOSSES MATCH DEFAULT"), file=f)
+                                                  "PEAK USE GiB", "MAX RES GiB", what + " MATCH DEFAULT"), file=f)
     for r in doc["rows"]:
         s = r["step_ms"]
         res = r["max_memory_reserved_bytes"]
@@ -505,13 +634,14 @@ def print_train_table(doc, f):
             "%.3fx" % r["step_vs_default"] if r["step_vs_default"] else "-",
             r["peak_device_used_bytes"] / 2**30, "%.3f" % (res / 2**30) if res is not None else "-",
             match, "  " + r["note"] if r["note"] else ""), file=f)
-    print("PEAK USE: total - free from torch.cuda.mem_get_info() after every step (every process on "
-          "the device, moonbrightd included); MAX RES: torch.cuda.max_memory_reserved()", file=f)
+    print("PEAK USE: total - free from torch.cuda.mem_get_info() after every %s (every process on "
+          "the device, moonbrightd included); MAX RES: torch.cuda.max_memory_reserved()"
+          % ("batch" if gen else "step"), file=f)
     if doc["rounds"] > 1:
         print("over %d rounds (each config once per round, in turn; VS DEFAULT within each round):"
               % doc["rounds"], file=f)
         print("%-22s %7s %15s %15s %17s %18s  %s" % ("CONFIG", "ROUNDS", "MEDIAN OF ms", "MEDIAN RATIO",
-                                                    "RATIO RANGE", "PEAK USE, 1st GiB", "LOSSES"), file=f)
+                                                    "RATIO RANGE", "PEAK USE, 1st GiB", what), file=f)
         for sm in doc["summary"]:
             rr = "%.3f-%.3f" % (sm["ratio_min"], sm["ratio_max"]) if sm["ratio_median"] else "-"
             print("%-22s %7d %15.2f %15s %17s %18.3f  %s" % (
@@ -591,6 +721,20 @@ def main():
     tr.add_argument("--seed", type=int, default=1234, help="weights, tokens and sequence lengths")
     tr.add_argument("--rounds", type=int, default=1,
                     help="run the configs in turn this many times, each run a new process (default 1)")
+    ge = sub.add_parser("generate", help="GPT generation batches (a KV cache grown by torch.cat) through each allocator")
+    ge.add_argument("--steps", type=int, default=None, help="timed batches (default 8; 2 with --quick)")
+    ge.add_argument("--warmup", type=int, default=None, help="untimed batches first (default 1)")
+    ge.add_argument("--batch", type=int, default=8)
+    ge.add_argument("--layers", type=int, default=12)
+    ge.add_argument("--d-model", type=int, default=1024)
+    ge.add_argument("--heads", type=int, default=16)
+    ge.add_argument("--vocab", type=int, default=8192)
+    ge.add_argument("--min-prompt", type=int, default=128)
+    ge.add_argument("--max-prompt", type=int, default=1024)
+    ge.add_argument("--new-tokens", type=int, default=256)
+    ge.add_argument("--seed", type=int, default=1234, help="weights, prompts and prompt lengths")
+    ge.add_argument("--rounds", type=int, default=1,
+                    help="run the configs in turn this many times, each run a new process (default 1)")
     argv = sys.argv[1:]
     args = ap.parse_args()
     args.configs = [c for c in args.configs.split(",") if c]
@@ -601,22 +745,26 @@ def main():
         args.sizes = [parse_size(s) for s in args.sizes.split(",")]
         if args.pairs is None:
             args.pairs = 50 if args.quick else 10000
-    elif args.cmd == "train":
+    elif args.cmd in ("train", "generate"):
+        gen = args.cmd == "generate"
         if args.steps is None:
-            args.steps = 10 if args.quick else 50
+            args.steps = (2 if args.quick else 8) if gen else (10 if args.quick else 50)
         if args.warmup is None:
-            args.warmup = 2 if args.quick else 5
-        for k in ("steps", "batch", "layers", "d_model", "heads", "vocab", "min_seq"):
+            args.warmup = 1 if gen else (2 if args.quick else 5)
+        lo, hi = ("min_prompt", "max_prompt") if gen else ("min_seq", "max_seq")
+        for k in ("steps", "batch", "layers", "d_model", "heads", "vocab", lo) + (("new_tokens",) if gen else ()):
             if getattr(args, k) < 1:
                 ap.error("--%s must be at least 1" % k.replace("_", "-"))
         if args.rounds < 1:
             ap.error("--rounds must be at least 1")
         if args.warmup < 0:
             ap.error("--warmup must not be negative")
-        if args.max_seq < args.min_seq:
-            ap.error("--max-seq must be at least --min-seq")
+        if getattr(args, hi) < getattr(args, lo):
+            ap.error("--%s must be at least --%s" % (hi.replace("_", "-"), lo.replace("_", "-")))
         if args.d_model % args.heads:
             ap.error("--d-model must be a multiple of --heads")
+        if gen:
+            args.max_seq = args.max_prompt + args.new_tokens   # the position table build_gpt makes
     else:
         if args.requests is None:
             args.requests = 40 if args.quick else 3000
@@ -635,6 +783,8 @@ def main():
             out = child_latency(args, args.child)
         elif args.cmd == "train":
             out = child_train(args, args.child)
+        elif args.cmd == "generate":
+            out = child_generate(args, args.child)
         else:
             out = child_replay(args, args.child)
         json.dump(out, sys.stdout)
@@ -657,6 +807,16 @@ def main():
                     "seed": args.seed, "warmup": args.warmup, "steps": args.steps, "seq_lens": lens,
                     "rounds": args.rounds, "rows": results,
                     "summary": summarize_train(results, args.configs)})
+    elif args.cmd == "generate":
+        judge_train(results)
+        doc.update({"model": "GPT decoder, pre-norm, causal math attention, greedy decoding, "
+                             "a KV cache grown by torch.cat per token",
+                    "layers": args.layers, "d_model": args.d_model, "heads": args.heads, "vocab": args.vocab,
+                    "batch": args.batch, "min_prompt": args.min_prompt, "max_prompt": args.max_prompt,
+                    "new_tokens": args.new_tokens, "seed": args.seed, "warmup": args.warmup,
+                    "steps": args.steps, "prompt_lens": gen_prompt_lens(args),
+                    "rounds": args.rounds, "rows": results,
+                    "summary": summarize_train(results, args.configs)})
     else:
         reqs, fmt = load_trace(args.trace, args.requests, args.jsonl_scale)
         ops, steps = build_protocol(reqs, args.step_ms / 1000.0 * args.compression, args.token_bytes,
@@ -671,9 +831,9 @@ def main():
     if args.json:
         json.dump(doc, sys.stdout)
         print()
-        if args.cmd == "train":
+        if args.cmd in ("train", "generate"):
             print_train_table(doc, sys.stderr)
-    elif args.cmd == "train":
+    elif args.cmd in ("train", "generate"):
         print_train_table(doc, sys.stdout)
     elif args.cmd == "latency":
         print("bench_torch latency: torch %s, %d pairs per row, times in us" % (torch.__version__, args.pairs))

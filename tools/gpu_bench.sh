@@ -13,7 +13,8 @@
 #   env:   OUT (default ./gpu-bench-out), TRACE (default ../shared/data/azure_llm_conv_2023.csv,
 #          else tests/data/azure_llm_conv_head.csv), BUDGET (daemon budget, default 100G),
 #          DEVICE (default 0), BACKEND (default cuda; host for a dry run), QUICK=1 (smoke sizes), STEPS="grant replay torch-replay latency
-#          torch-latency torch-train rpc tenants" (which to run, in this order; also: threads),
+#          torch-latency torch-train rpc tenants" (which to run, in this order; also: threads,
+#          torch-generate),
 #          STEP_BUDGET (default 550), REPLAY_ARGS (more options for mbbench replay, e.g. --slow-us 1000)
 set -u
 START=$(date +%s)
@@ -88,6 +89,8 @@ for step in $STEPS; do
                    latency ;;
   torch-train) run torch-train 150 python3 tools/bench_torch.py --json $Q --mb-lib "$B/client/libmbclient.so" \
                  --child-timeout 60 train ;;
+  torch-generate) run torch-generate 150 python3 tools/bench_torch.py --json $Q --mb-lib "$B/client/libmbclient.so" \
+                    --child-timeout 60 generate ;;
   rpc) run rpc 90 "$MB" rpc --json $Q --cycles "${RPC_CYCLES:-300}" ;;
   tenants) run tenants 40 "$MB" tenants --json $Q --peak 4G ;;
   *) log "unknown step $step" ;;
@@ -142,17 +145,20 @@ if d:
     print("stream destruction: %d rounds x %d threads: %s, %d bytes live after, %d device syncs" % (
         sd["rounds"], sd["threads"], "ok" if sd["ok"] else sd.get("error"), sd["bytes_live_after"],
         sd["device_syncs"]))
-d = load("torch-train")
-if d:
-    print("== torch-train (GPT, %d warm-up + %d timed steps: step ms, peak device GiB in use, losses against torch-default) ==" % (
-        d["warmup"], d["steps"]))
+for n in ("torch-train", "torch-generate"):
+  d = load(n)
+  if d:
+    print("== %s (GPT, %d warm-up + %d timed %s: ms, peak device GiB in use, %s against torch-default) ==" % (
+        n, d["warmup"], d["steps"], "batches" if n == "torch-generate" else "steps",
+        "tokens" if n == "torch-generate" else "losses"))
     for r in d.get("rows", []):
         v = r.get("step_vs_default")
-        print("%-22s median %8.2f  p90 %8.2f  %7s  peak in use %7.3f GiB  losses %s%s" % (
+        print("%-22s median %8.2f  p90 %8.2f  %7s  peak in use %7.3f GiB  %s %s%s" % (
             r["allocator"], r["step_ms"]["median"], r["step_ms"]["p90"], "%.3fx" % v if v else "-",
-            r["peak_device_used_bytes"] / 2**30, r.get("losses_vs_default"), "  " + r["note"] if r.get("note") else ""))
-    for n in d.get("notes", []):
-        print("  " + n)
+            r["peak_device_used_bytes"] / 2**30, "tokens" if n == "torch-generate" else "losses",
+            r.get("losses_vs_default"), "  " + r["note"] if r.get("note") else ""))
+    for note in d.get("notes", []):
+        print("  " + note)
 d = load("rpc")
 if d:
     print("== rpc (%s, call of %s bytes) ==" % (d["op"], d["rows"][0].get("call_bytes") if d["rows"] else "?"))
