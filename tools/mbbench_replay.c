@@ -380,6 +380,37 @@ static int load_lifetimes(const char *path, struct tensor **out, size_t *n_out)
     return 0;
 }
 
+/* The tensors of t[0..n) by op, in trace order within each: by[at[op] ..
+ * at[op + 1]) index the tensors whose start (or end, with ends) is op
+ * (a counting sort: linear in tensors and ops). */
+static int by_op(const struct tensor *t, size_t n, uint32_t ops, bool ends, uint32_t **by_out, size_t **at_out)
+{
+    size_t *at = calloc((size_t)ops + 1, sizeof(*at));
+    uint32_t *by = malloc(n * sizeof(*by));
+    if (!at || !by) {
+        free(at);
+        free(by);
+        return MB_ENOMEM;
+    }
+    for (size_t k = 0; k < n; k++)
+        at[(ends ? t[k].end : t[k].start) + 1]++;
+    for (uint32_t op = 0; op < ops; op++)
+        at[op + 1] += at[op];
+    size_t *next = malloc((size_t)ops * sizeof(*next));
+    if (!next) {
+        free(at);
+        free(by);
+        return MB_ENOMEM;
+    }
+    memcpy(next, at, (size_t)ops * sizeof(*next));
+    for (size_t k = 0; k < n; k++)
+        by[next[ends ? t[k].end : t[k].start]++] = (uint32_t)k;
+    free(next);
+    *by_out = by;
+    *at_out = at;
+    return 0;
+}
+
 /* iterations of the trace, one after the other: one step per op; in each,
  * the tensors that start there are allocated, then those that end there
  * freed. Request k of iteration i is i * n + k. */
@@ -391,27 +422,34 @@ static int build_lifetimes(const struct tensor *t, size_t n, uint32_t iterations
         ops = t[k].end + 1 > ops ? t[k].end + 1 : ops;
     if ((uint64_t)n * iterations > UINT32_MAX || (uint64_t)ops * iterations > UINT32_MAX)
         return MB_EINVAL;
+    uint32_t *starts = NULL, *ends = NULL;
+    size_t *s_at = NULL, *e_at = NULL;
+    int rc = by_op(t, n, ops, false, &starts, &s_at);
+    if (rc == 0)
+        rc = by_op(t, n, ops, true, &ends, &e_at);
     p->n_req = n * iterations;
-    p->final_bytes = calloc(p->n_req, sizeof(uint64_t));
-    int rc = p->final_bytes ? 0 : MB_ENOMEM;
+    p->final_bytes = rc == 0 ? calloc(p->n_req, sizeof(uint64_t)) : NULL;
+    if (rc == 0 && !p->final_bytes)
+        rc = MB_ENOMEM;
     for (uint32_t it = 0; rc == 0 && it < iterations; it++) {
         for (uint32_t op = 0; rc == 0 && op < ops; op++) {
-            for (size_t k = 0; rc == 0 && k < n; k++) {
-                if (t[k].start != op)
-                    continue;
-                uint32_t req = (uint32_t)(it * n + k);
+            for (size_t j = s_at[op]; rc == 0 && j < s_at[op + 1]; j++) {
+                uint32_t k = starts[j], req = (uint32_t)(it * n + k);
                 p->final_bytes[req] = t[k].bytes;
                 rc = push_op(p, OP_ALLOC, req, t[k].bytes);
                 p->allocs++;
             }
-            for (size_t k = 0; rc == 0 && k < n; k++)
-                if (t[k].end == op)
-                    rc = push_op(p, OP_FREE, (uint32_t)(it * n + k), 0);
+            for (size_t j = e_at[op]; rc == 0 && j < e_at[op + 1]; j++)
+                rc = push_op(p, OP_FREE, (uint32_t)(it * n + ends[j]), 0);
             if (rc == 0)
                 rc = push_op(p, OP_STEP_END, p->steps, 0);
             p->steps++;
         }
     }
+    free(starts);
+    free(ends);
+    free(s_at);
+    free(e_at);
     return rc;
 }
 
