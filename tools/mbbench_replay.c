@@ -759,7 +759,7 @@ static int run_strategy(struct replay_ctx *x, const struct replay_cfg *cfg, stru
                 step_daemon = ds.bytes_granted > step_daemon ? ds.bytes_granted : step_daemon;
                 if (ds.frames_granted > r->peak_daemon_frames)
                     r->peak_daemon_frames = ds.frames_granted;
-                uint64_t total = (uint64_t)ds.frames_total * ds.frame_bytes;
+                uint64_t total = ds.bytes_granted + ds.bytes_free;   /* frames of every order */
                 r->peak_daemon_total = total > r->peak_daemon_total ? total : r->peak_daemon_total;
             }
             if (step_daemon > r->peak_daemon)
