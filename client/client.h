@@ -188,8 +188,8 @@ struct mb_client {
     bool punch;                  /* $MOONBRIGHT_HEAP_PUNCH (default off): heap arenas of
                                   * 32 MiB frames, and a repair also unmaps the whole
                                   * frames under old free heap blocks */
-    bool extend;                 /* $MOONBRIGHT_HEAP_EXTEND (default on): a large heap miss
-                                  * may extend an arena whose end is free (tiers.c) */
+    bool extend;                 /* $MOONBRIGHT_HEAP_EXTEND (default on): a heap miss
+                                  * extends an arena of its class at its end (tiers.c) */
     bool classes;                /* $MOONBRIGHT_HEAP_CLASSES (default on): blocks above 8 MiB
                                   * and smaller ones use separate arenas (tiers.c) */
     bool close_fit;              /* $MOONBRIGHT_HEAP_CLOSE_FIT: large requests never split a much
@@ -219,6 +219,8 @@ struct mb_client {
     struct ptrmap backing;       /* slab chunks and heap arenas: base -> stitched */
     struct idle_range *idle;     /* backing ranges given back, still mapped */
     size_t idle_bytes;
+    uint64_t heap_allocs_seen;   /* the heap's allocations at the last release pass */
+    int64_t heap_quiet_since_ms; /* ... and since when that count has not moved */
     struct sdefer *sd_fenced, **sd_fenced_tail;   /* FIFO */
     size_t n_deferred;           /* objects in sd_fenced */
     size_t deferred_bytes;       /* their class sizes */

@@ -27,8 +27,6 @@
 #define FIT_SCAN 16                     /* entries examined per bucket */
 #define FENCE_BATCH 32                  /* frees on a stream covered by one event */
 #define FENCE_BYTES ((size_t)64 << 20)  /* ... or this many bytes of them */
-#define EXTEND_TAIL_DIV 4               /* an arena is extended for a miss when its free
-                                         * end holds at least 1/4 of the request */
 
 enum { B_LIVE, B_READY, B_PENDING, B_HOLE };
 
@@ -59,6 +57,7 @@ struct arena {
     unsigned busy;               /* holes still being unmapped: never shrunk meanwhile */
     bool extending;              /* ops->extend maps more after it: never shrunk or detached */
     bool large;                  /* made for a request above large_min: serves only those */
+    bool no_room;                /* ops->extend refused it (MB_EINVAL): never asked again */
     int64_t idle_since_ms;       /* when live last fell to 0 */
     struct blk *first;           /* lowest block; first->aprev == NULL */
     struct arena *prev, *next;
@@ -507,6 +506,7 @@ static int add_arena(struct mb_pool *p, size_t size, struct blk **out)
     a->holes = 0;
     a->busy = 0;
     a->extending = false;
+    a->no_room = false;
     a->large = is_large(p, size);
     a->idle_since_ms = now_ms();
     a->first = b;
@@ -536,24 +536,26 @@ static struct blk *last_of(const struct arena *a)
     return b;
 }
 
-/* A miss of size: the arena (at least half as large as the request, not
- * entirely free: those the owner rebuilds whole) whose last block is
- * ready, the largest such block short of size and at least
- * size / EXTEND_TAIL_DIV, is extended so that its end holds size;
- * then the best fit again (the caller's lock may have been dropped while
- * the owner mapped, so the new end is whatever fits now). NULL: none. */
+/* A miss of size: the arena of its class with the largest ready free end
+ * short of size (none at all counts: the request then starts right after
+ * the arena's last block), not refused an extension before, is extended
+ * so that its end holds size; then the best fit again (the caller's lock
+ * may have been dropped while the owner mapped, so the new end is whatever
+ * fits now). NULL: none. An arena so grows like one segment: its free
+ * blocks all merge, where separate arenas would strand them. */
 static struct blk *extend_for(struct mb_pool *p, void *stream, size_t size)
 {
     struct arena *best = NULL;
     size_t tail = 0;
+    bool large = is_large(p, size);
     for (struct arena *a = p->arenas; a; a = a->next) {
-        if (a->extending || a->bytes < size / 2)
+        if (a->extending || a->no_room || a->large != large)
             continue;
         struct blk *b = last_of(a);
-        if (b != a->first && b->state == B_READY && b->size < size && b->size > tail &&
-            b->size >= size / EXTEND_TAIL_DIV) {
+        size_t t = b->state == B_READY ? b->size : 0;
+        if (t < size && (!best || t > tail)) {
             best = a;
-            tail = b->size;
+            tail = t;
         }
     }
     struct blk *nb = best ? blk_get(p) : NULL;
@@ -564,6 +566,8 @@ static struct blk *extend_for(struct mb_pool *p, void *stream, size_t size)
     int rc = p->ops.extend(p->ctx, (void *)best->base, best->bytes, size - tail, &more);
     best->extending = false;
     if (rc != 0 || more == 0 || (more & (p->align - 1))) {
+        if (rc == MB_EINVAL)
+            best->no_room = true;   /* not extensible (no room left, or shared) */
         blk_put(p, nb);
         return NULL;
     }
@@ -685,16 +689,16 @@ int mb_pool_release(struct mb_pool *p, void *ptr, void *stream)
     if (!s) {
         ready_insert(p, b);
     } else {
-        /* pending on s with the newest seq: neighbours pending on s merge in */
+        /* Pending on s with the newest seq. Neighbours pending on s merge
+         * in, and ready ones too: their memory stays usable at once by s,
+         * and by the other streams once s's fence completes, and the block
+         * is as large as if the free had been ready at once (left apart, a
+         * request splits one part while the other strands). */
         b->state = B_PENDING;
         b->owner = s;
         b->seq = s->open_seq;
         struct blk *n;
-        if ((n = b->aprev) && n->state == B_PENDING && n->owner == s) {
-            free_unlink(p, n);
-            absorb(p, b, n);
-        }
-        if ((n = b->anext) && n->state == B_PENDING && n->owner == s) {
+        while (mergeable_for(n = b->aprev, s) || mergeable_for(n = b->anext, s)) {
             free_unlink(p, n);
             absorb(p, b, n);
         }
@@ -903,6 +907,8 @@ int mb_pool_detach(struct mb_pool *p, void *ptr, void **base, size_t *bytes)
 uint64_t mb_pool_misses(const struct mb_pool *p) { return p->misses; }
 
 uint64_t mb_pool_extends(const struct mb_pool *p) { return p->extends; }
+
+uint64_t mb_pool_allocs(const struct mb_pool *p) { return p->nalloc; }
 
 void mb_pool_set_extend_min(struct mb_pool *p, size_t min_size) { p->extend_min = min_size; }
 

@@ -145,6 +145,8 @@ void mb_pool_punch_end(struct mb_pool *p, void *ptr, bool unmapped);
  * request (holding a quarter of it at least), and extend that arena
  * (ops->extend) so the block holds it: the free space at an arena's end
  * joins the new memory instead of stranding beside a new arena. */
+/* Allocations served so far. */
+uint64_t mb_pool_allocs(const struct mb_pool *p);
 void mb_pool_set_extend_min(struct mb_pool *p, size_t min_size);
 /* Two classes (0: one): requests above min_size take free blocks only
  * from arenas made for (or adopted at) such sizes, the rest only from the

@@ -25,16 +25,18 @@
  * their own size (the frame plan's large frames). */
 #define ARENA_BYTES ((size_t)32 << 20)
 #define OWN_ARENA_ABOVE ((size_t)8 << 20)
-/* A heap arena for a request above OWN_ARENA_ABOVE reserves address space
- * for ARENA_ROOM times its size more, so that later misses can extend it
- * in place ($MOONBRIGHT_HEAP_EXTEND=0: never): free space left at its end
- * when a smaller block reused it then becomes part of a larger block. On
- * the conversation replay's realloc strategy (host backend), 1, 3 and 7
- * gave 1.146-1.175, 1.142-1.167 and 1.148-1.172 of live depending on the
- * smallest free end worth extending (1/2 to 1/6 of the request), against
- * 1.176 without; on a long-context trace 1.154-1.190, 1.130-1.140 and
- * 1.109-1.150 against 1.234 (BENCHMARKS.md). */
-#define ARENA_ROOM 7
+/* Every heap arena reserves ARENA_ROOM bytes of address space after it
+ * (address space only: nothing is mapped there), and a miss extends the
+ * arena of its class with the largest free end ($MOONBRIGHT_HEAP_EXTEND=0:
+ * never): an arena grows like one segment, whose free blocks all merge,
+ * instead of a new arena beside it whose free space could never join
+ * theirs. On PyTorch's own allocations (captured on an H200, replayed on
+ * the host backend) this takes a GPT's training steps from 1.13 to 1.10
+ * of live (1.34 to 1.12 over ten passes), text generation from 1.19 to
+ * 1.17 (1.50 to 1.17 over ten), the AlexNet loop from 1.18 to 1.03 and
+ * the conversation replay from 1.140 to 1.115, with the free-time merge
+ * of pool.c (BENCHMARKS.md, "One segment per class"). */
+#define ARENA_ROOM ((size_t)64 << 30)
 /* Punching ($MOONBRIGHT_HEAP_PUNCH=1): heap arenas are made of frames of
  * at most this size (the frame plan capped), so a free block inside an
  * arena holds whole frames; a miss that finds no free block large enough
@@ -160,7 +162,7 @@ static int backing_take(mb_client *c, size_t bytes, bool repair, size_t room, vo
         else if (c->large_frames && bytes > c->frame_bytes)
             rc = stitch_alloc_large(c, bytes, heap_order(c, bytes), room, &s);
         else
-            rc = stitch_alloc(c, bytes, bytes, &s);
+            rc = stitch_alloc(c, bytes, bytes + room, &s);
         if (n_idle && c->fc.bytes_cached > c->fc.keep_bytes)
             fcache_trim(c, c->fc.keep_bytes);   /* frames the repair left over */
         pthread_mutex_unlock(&c->flock);
@@ -264,26 +266,17 @@ static struct punched *punch_run(mb_client *c, struct stitched *s, size_t from, 
     return r;
 }
 
-/* A large heap miss found no free block that fits, and the process's idle
- * ranges and cached frames hold less than `want`: the whole frames (of at
- * least HEAP_FRAME_BYTES) under ready free blocks, largest blocks first,
- * leave their arenas as holes and go to the frame cache, up to what is
- * missing, so the miss stitches them instead of asking the daemon for
- * more. c->lock held; dropped while the frame layer unmaps. */
-static void heap_punch(mb_client *c, size_t want)
+/* The whole frames (each at least min_frame) under ready free blocks free
+ * for min_age heap allocations at least, largest blocks first, up to `need`
+ * bytes: they leave their arenas as holes and go to the frame cache.
+ * Returns the bytes punched. c->lock held; dropped while the frame layer
+ * unmaps. */
+static size_t punch_frames(mb_client *c, size_t need, size_t min_frame, uint64_t min_age)
 {
-    pthread_mutex_unlock(&c->lock);
-    pthread_mutex_lock(&c->flock);
-    size_t cached = c->fc.bytes_cached;
-    pthread_mutex_unlock(&c->flock);
-    pthread_mutex_lock(&c->lock);
-    if (cached + c->idle_bytes >= want)
-        return;
-    size_t need = want - cached - c->idle_bytes, got = 0, n = 0;
-    size_t min_frame = HEAP_FRAME_BYTES > c->frame_bytes ? HEAP_FRAME_BYTES : c->frame_bytes;
+    size_t got = 0, n = 0;
     struct mb_pool_span sp[PUNCH_SPANS];
     struct punched *runs[PUNCH_SPANS * 4];
-    size_t n_sp = mb_pool_ready_spans(c->pool, min_frame, PUNCH_MIN_AGE, sp, PUNCH_SPANS);
+    size_t n_sp = mb_pool_ready_spans(c->pool, min_frame, min_age, sp, PUNCH_SPANS);
     for (size_t k = 0; k < n_sp && got < need; k++) {
         struct stitched *s = ptrmap_get(&c->backing, (void *)sp[k].arena);
         if (!s)
@@ -314,7 +307,7 @@ static void heap_punch(mb_client *c, size_t want)
         }
     }
     if (n == 0)
-        return;
+        return 0;
     pthread_mutex_unlock(&c->lock);
     pthread_mutex_lock(&c->flock);
     for (size_t i = 0; i < n; i++) {
@@ -325,15 +318,39 @@ static void heap_punch(mb_client *c, size_t want)
     }
     pthread_mutex_unlock(&c->flock);
     pthread_mutex_lock(&c->lock);
+    size_t done = 0;
     for (size_t i = 0; i < n; i++) {
         struct punched *r = runs[i];
-        if (r->unmapped)
+        if (r->unmapped) {
             c->st.heap_punches += r->to - r->from;
-        else
+            for (size_t j = 0; j < r->to - r->from; j++)
+                done += r->fr[j]->mem.bytes;
+        } else {
             stitch_unpunch(r->s, r->from, r->to, r->fr);
+        }
         mb_pool_punch_end(c->pool, r->addr, r->unmapped);
         free(r);
     }
+    return done;
+}
+
+/* A large heap miss found no free block that fits, and the process's idle
+ * ranges and cached frames hold less than `want`: the whole frames (of at
+ * least HEAP_FRAME_BYTES) under ready free blocks old enough go to the
+ * frame cache, up to what is missing, so the miss stitches them instead
+ * of asking the daemon for more. c->lock held; dropped while the frame
+ * layer unmaps. */
+static void heap_punch(mb_client *c, size_t want)
+{
+    pthread_mutex_unlock(&c->lock);
+    pthread_mutex_lock(&c->flock);
+    size_t cached = c->fc.bytes_cached;
+    pthread_mutex_unlock(&c->flock);
+    pthread_mutex_lock(&c->lock);
+    if (cached + c->idle_bytes >= want)
+        return;
+    size_t min_frame = HEAP_FRAME_BYTES > c->frame_bytes ? HEAP_FRAME_BYTES : c->frame_bytes;
+    punch_frames(c, want - cached - c->idle_bytes, min_frame, PUNCH_MIN_AGE);
 }
 
 static int heap_grow(void *ctx, size_t min_bytes, void **base, size_t *bytes)
@@ -356,7 +373,7 @@ static int heap_grow(void *ctx, size_t min_bytes, void **base, size_t *bytes)
         if (c->punch)
             heap_punch(c, want);
     }
-    size_t room = c->extend && min_bytes > OWN_ARENA_ABOVE ? want * ARENA_ROOM : 0;
+    size_t room = c->extend ? ARENA_ROOM : 0;
     int rc = backing_take(c, want, repair, room, base, bytes);
     if ((rc == MB_ENOMEM || rc == MB_EQUOTA) && want > backing_bytes(c, min_bytes)) {
         /* Near the budget or the tenant's quota: an arena just big enough
@@ -450,7 +467,7 @@ int tiers_init(mb_client *c)
     if (rc == 0 && c->close_fit)
         mb_pool_set_close_fit(c->pool, OWN_ARENA_ABOVE);
     if (rc == 0 && c->extend)
-        mb_pool_set_extend_min(c->pool, OWN_ARENA_ABOVE);
+        mb_pool_set_extend_min(c->pool, 1);
     /* Blocks up to OWN_ARENA_ABOVE and larger ones live in arenas of their
      * own class: a small block left in a large arena's free space pins it,
      * so that the large requests of the next round find no room (a
@@ -632,6 +649,10 @@ void tiers_fence_legacy(mb_client *c)
         mb_pool_fence(c->pool, NULL);
 }
 
+/* Passes of punch_frames one trim makes at most (each looks at
+ * PUNCH_SPANS free blocks). */
+#define TRIM_PUNCH_PASSES 64
+
 void tiers_trim(mb_client *c, int64_t idle_ms)
 {
     if (c->slab) {
@@ -642,6 +663,19 @@ void tiers_trim(mb_client *c, int64_t idle_ms)
         mb_pool_trim(c->pool, 0);
     else
         mb_pool_trim_idle(c->pool, idle_ms);
+    /* Arenas grow as segments, so free memory sits inside arenas still in
+     * use: a trim, a reclaim, or an idle pass after no heap allocation for
+     * idle_ms gives back the whole frames under their free blocks. */
+    uint64_t allocs = mb_pool_allocs(c->pool);
+    int64_t now = tiers_now_ms();
+    if (allocs != c->heap_allocs_seen) {
+        c->heap_allocs_seen = allocs;
+        c->heap_quiet_since_ms = now;
+    }
+    if (idle_ms >= 0 && now - c->heap_quiet_since_ms < idle_ms)
+        return;
+    for (int i = 0; i < TRIM_PUNCH_PASSES && punch_frames(c, SIZE_MAX, c->frame_bytes, 0) > 0; i++)
+        ;
 }
 
 size_t tiers_take_idle(mb_client *c, int64_t idle_ms, int64_t since_ms, struct stitched ***out)

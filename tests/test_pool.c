@@ -90,7 +90,8 @@ static void dev_shrink(void *ctx, void *base, size_t bytes)
     d->arena_bytes -= bytes;
 }
 
-/* Arenas grow into the room reserved after them. */
+/* Arenas grow into the room reserved after them: MB_EINVAL past it (as the
+ * client's heap_extend), MB_ENOMEM when told to fail (out of memory). */
 static int dev_extend(void *ctx, void *base, size_t bytes, size_t min_more, size_t *more)
 {
     struct dev *d = ctx;
@@ -100,7 +101,9 @@ static int dev_extend(void *ctx, void *base, size_t bytes, size_t min_more, size
     assert_true(i < d->arenas);                   /* only arenas we handed out */
     assert_int_equal(d->len[i], bytes);           /* the pool knows their size */
     size_t m = d->round ? (min_more + d->round - 1) / d->round * d->round : min_more;
-    if (d->fail_extend || d->len[i] + m > d->res[i])
+    if (d->len[i] + m > d->res[i])
+        return MB_EINVAL;
+    if (d->fail_extend)
         return MB_ENOMEM;
     d->len[i] += m;
     d->arena_bytes += m;
@@ -331,10 +334,11 @@ static void test_close_fit(void **state)
     assert_int_equal(d.arenas, 0);
 }
 
-/* Extending: a miss grows the arena whose end is a free block (the
- * largest, holding a quarter of the request at least) so that block holds
- * it, rather than add an arena; an arena entirely free, one whose end is
- * live, a small free end and a refused extend all leave it to a new arena. */
+/* Extending: a miss grows the arena of its class with the largest free end
+ * (none at all counts) rather than add an arena beside it: a free end by
+ * what it lacks, a live end by the whole request. An arena with no room
+ * left is never asked again; a refused extend (out of memory) leaves that
+ * miss to a new arena and the arena extensible. */
 static void test_extend(void **state)
 {
     (void)state;
@@ -343,7 +347,7 @@ static void test_extend(void **state)
     const size_t M = 1 << 20;
     assert_int_equal(mb_pool_new(&p, &dev_ops_nostream, &d, 256, M), 0);
     mb_pool_set_extend_min(p, M);
-    void *a, *b, *x, *y, *z;
+    void *a, *b, *x, *y, *z, *w, *v, *u;
     assert_int_equal(mb_pool_alloc(p, 16 * M, NULL, &a), 0);
     assert_int_equal(mb_pool_release(p, a, NULL), 0);
     assert_int_equal(mb_pool_alloc(p, 10 * M, NULL, &b), 0);    /* low end; 6 MiB free after it */
@@ -357,31 +361,82 @@ static void test_extend(void **state)
     assert_int_equal(mb_pool_misses(p), 1);
     memset(x, 0x5a, 20 * M);
     assert_true(mb_pool_is_valid(p));
-    assert_int_equal(mb_pool_alloc(p, 8 * M, NULL, &y), 0);     /* the end is live: a new arena */
+    assert_int_equal(mb_pool_alloc(p, 8 * M, NULL, &y), 0);     /* the end is live: right after it */
+    assert_ptr_equal(y, (char *)a + 30 * M);
+    assert_int_equal(d.arenas, 1);
+    assert_int_equal(d.len[0], 38 * M);
+    assert_int_equal(mb_pool_release(p, x, NULL), 0);           /* 20 MiB free inside */
+    assert_int_equal(mb_pool_alloc(p, 60 * M, NULL, &z), 0);    /* 38 + 60 > 16 + 64: no room */
     assert_int_equal(d.arenas, 2);
-    assert_int_equal(mb_pool_release(p, x, NULL), 0);           /* a 20 MiB free end */
-    assert_int_equal(mb_pool_alloc(p, 100 * M, NULL, &z), 0);   /* 20 < 100 / 4: not worth it */
-    assert_int_equal(d.arenas, 3);
+    assert_int_equal(d.extends, 2);
     assert_int_equal(mb_pool_release(p, z, NULL), 0);
+    assert_int_equal(mb_pool_alloc(p, 70 * M, NULL, &w), 0);    /* the free 60 MiB arena grows */
+    assert_ptr_equal(w, z);
+    assert_int_equal(d.arenas, 2);
+    assert_int_equal(d.extends, 3);
+    assert_int_equal(d.len[1], 70 * M);
+    assert_int_equal(mb_pool_release(p, w, NULL), 0);
     d.fail_extend = 1;
-    assert_int_equal(mb_pool_alloc(p, 40 * M, NULL, &z), 0);    /* refused: a new arena */
-    assert_true(z != (char *)a + 10 * M);
-    assert_int_equal(d.extends, 1);
-    assert_int_equal(mb_pool_release(p, z, NULL), 0);
+    assert_int_equal(mb_pool_alloc(p, 100 * M, NULL, &v), 0);   /* refused: a new arena */
+    assert_int_equal(d.arenas, 3);
+    assert_int_equal(d.extends, 3);
     d.fail_extend = 0;
-    assert_int_equal(mb_pool_release(p, b, NULL), 0);           /* the first arena, all free */
+    /* The first arena has no room (not asked), the third's end is live,
+     * the second's free end of 70 MiB is still extended. */
+    assert_int_equal(mb_pool_alloc(p, 72 * M, NULL, &u), 0);
+    assert_ptr_equal(u, z);
+    assert_int_equal(d.extends, 4);
+    assert_int_equal(d.arenas, 3);
+    assert_true(mb_pool_is_valid(p));
+    assert_int_equal(mb_pool_release(p, u, NULL), 0);
+    assert_int_equal(mb_pool_release(p, v, NULL), 0);
+    assert_int_equal(mb_pool_release(p, b, NULL), 0);
     assert_int_equal(mb_pool_release(p, y, NULL), 0);
     mb_pool_trim(p, 0);
     assert_int_equal(d.arenas, 0);
-    assert_int_equal(mb_pool_alloc(p, 16 * M, NULL, &a), 0);
-    assert_int_equal(mb_pool_release(p, a, NULL), 0);
-    assert_int_equal(mb_pool_alloc(p, 32 * M, NULL, &x), 0);    /* entirely free: not extended */
-    assert_int_equal(d.extends, 1);
-    assert_int_equal(d.arenas, 2);
-    assert_int_equal(mb_pool_release(p, x, NULL), 0);
     assert_true(mb_pool_is_valid(p));
     mb_pool_free(p);
+}
+
+/* A block freed on a stream takes in its ready neighbours: a request of
+ * their joint size on that stream takes them rather than split a larger
+ * block, and another stream waits for the free's fence to use them. */
+static void test_merge_ready(void **state)
+{
+    (void)state;
+    struct dev d = { 0 };
+    struct mb_pool *p;
+    const size_t M = 1 << 20;
+    assert_int_equal(mb_pool_new(&p, &dev_ops, &d, 256, 4 * M), 0);
+    void *A = stream_of(0), *B = stream_of(1);
+    void *x, *y, *z, *b, *r;
+    assert_int_equal(mb_pool_alloc(p, M, A, &x), 0);          /* a 4 MiB arena */
+    assert_int_equal(mb_pool_alloc(p, M, A, &y), 0);          /* 2 MiB ready after it */
+    assert_ptr_equal(y, (char *)x + M);
+    assert_int_equal(mb_pool_alloc(p, 8 * M, A, &z), 0);      /* an arena of its own */
+    assert_int_equal(d.arenas, 2);
+    launch(&d, 0);
+    assert_int_equal(mb_pool_release(p, z, A), 0);
+    assert_int_equal(mb_pool_release(p, y, A), 0);            /* y and the 2 MiB: one block on A */
+    assert_true(mb_pool_is_valid(p));
+    assert_int_equal(mb_pool_alloc(p, 2 * M, B, &b), 0);      /* not on B before the fence */
+    assert_int_equal(d.arenas, 3);
+    assert_true((char *)b < (char *)x || (char *)b >= (char *)x + 4 * M);
+    assert_int_equal(mb_pool_alloc(p, 3 * M, A, &r), 0);      /* on A: the 3 MiB, not z's 8 */
+    assert_ptr_equal(r, y);
+    assert_int_equal(d.arenas, 3);
+    assert_int_equal(mb_pool_release(p, r, A), 0);
+    assert_int_equal(mb_pool_release(p, x, A), 0);
+    assert_int_equal(mb_pool_release(p, b, B), 0);
+    assert_int_equal(mb_pool_fence(p, A), 0);
+    assert_int_equal(mb_pool_fence(p, B), 0);
+    complete(&d, 0);
+    complete(&d, 1);
+    assert_true(mb_pool_is_valid(p));
+    mb_pool_trim(p, 0);
     assert_int_equal(d.arenas, 0);
+    mb_pool_free(p);
+    assert_int_equal(d.ev_live, 0);
 }
 
 /* Classes: above large_min a request takes free blocks only from arenas
@@ -893,6 +948,7 @@ int main(void)
         cmocka_unit_test(test_adopt_detach),
         cmocka_unit_test(test_close_fit),
         cmocka_unit_test(test_extend),
+        cmocka_unit_test(test_merge_ready),
         cmocka_unit_test(test_classes),
         cmocka_unit_test(test_holes),
         cmocka_unit_test(test_no_streams),
