@@ -35,7 +35,7 @@
  * of live (1.34 to 1.12 over ten passes), text generation from 1.19 to
  * 1.17 (1.50 to 1.17 over ten), the AlexNet loop from 1.18 to 1.03 and
  * the conversation replay from 1.140 to 1.115, with the free-time merge
- * of pool.c (BENCHMARKS.md, "One segment per class"). */
+ * of pool.c (BENCHMARKS.md, "Arenas that grow as segments"). */
 #define ARENA_ROOM ((size_t)64 << 30)
 /* Punching ($MOONBRIGHT_HEAP_PUNCH=1): heap arenas are made of frames of
  * at most this size (the frame plan capped), so a free block inside an
