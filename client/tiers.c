@@ -21,8 +21,9 @@
 #include "log.h"
 #include "protocol.h"
 
-/* Heap arenas grow by up to this much; larger requests get an arena of
- * their own size (the frame plan's large frames). */
+/* A new arena of the small class maps up to this much at first; one for a
+ * request above OWN_ARENA_ABOVE (the large class) maps the request's size
+ * (the frame plan's large frames). Both then grow at their end. */
 #define ARENA_BYTES ((size_t)32 << 20)
 #define OWN_ARENA_ABOVE ((size_t)8 << 20)
 /* Every heap arena reserves ARENA_ROOM bytes of address space after it
@@ -356,10 +357,11 @@ static void heap_punch(mb_client *c, size_t want)
 static int heap_grow(void *ctx, size_t min_bytes, void **base, size_t *bytes)
 {
     mb_client *c = ctx;
-    /* Above 8 MiB a request gets an arena of its own size: a fresh large
-     * allocation then owns its frames (and can be exported). */
-    /* Arenas grow with the heap, by a quarter of what it maps (at most
-     * ARENA_BYTES), so a small process holds little more than it uses. */
+    /* No arena of the request's class could grow (the first of its class,
+     * or none with room left): a new one, of the request's own size above
+     * 8 MiB (that allocation owns its frames and can be exported), else a
+     * quarter of what the heap maps (at most ARENA_BYTES), so a small
+     * process holds little more than it uses. */
     size_t mapped = 0, step;
     mb_pool_stats(c->pool, NULL, &mapped);
     step = mapped / 4 > ARENA_BYTES ? ARENA_BYTES : mapped / 4;
