@@ -68,7 +68,9 @@ struct mb_pool_ops {
     void (*event_release)(void *ctx, void *ev);
     /* Map at least min_more bytes more right after the arena at base (of
      * bytes); *more gets how many (a multiple of align). Nonzero: it could
-     * not, and the pool adds an arena instead. NULL: arenas never grow.
+     * not, and the pool adds an arena instead; MB_EINVAL: the arena can
+     * never grow (not asked again), MB_ELIMIT: no room for this much (not
+     * asked again for as much or more). NULL: arenas never grow.
      * Like grow, it may let other calls on the pool run meanwhile (the
      * caller's lock dropped while it maps): the arena is neither shrunk
      * nor detached until it returns. */
@@ -140,14 +142,14 @@ int  mb_pool_punch(struct mb_pool *p, void *ptr, size_t size);
 /* The caller unmapped the hole at ptr, or (unmapped false) could not: it is
  * ready again. */
 void mb_pool_punch_end(struct mb_pool *p, void *ptr, bool unmapped);
-/* Misses of at least min_size (0: none) first look for the arena whose
- * last block is free and ready, the largest such block short of the
- * request (holding a quarter of it at least), and extend that arena
- * (ops->extend) so the block holds it: the free space at an arena's end
- * joins the new memory instead of stranding beside a new arena. */
+/* Misses of at least min_size (0: none) first extend the arena of their
+ * class whose last block is the largest free one (a live last block
+ * counts as none) so that its end holds the request (ops->extend): an
+ * arena grows like a segment, and its free blocks all merge instead of
+ * stranding beside a new arena. */
+void mb_pool_set_extend_min(struct mb_pool *p, size_t min_size);
 /* Allocations served so far. */
 uint64_t mb_pool_allocs(const struct mb_pool *p);
-void mb_pool_set_extend_min(struct mb_pool *p, size_t min_size);
 /* Two classes (0: one): requests above min_size take free blocks only
  * from arenas made for (or adopted at) such sizes, the rest only from the
  * others, so small blocks never pin a large arena's free space and large

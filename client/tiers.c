@@ -231,6 +231,7 @@ struct punched {
     struct stitched *s;
     void *addr;
     size_t from, to;             /* s->frames[from..to) are holes now */
+    size_t bytes;                /* theirs (the frames go to the cache once unmapped) */
     bool unmapped;
     struct cframe *fr[];
 };
@@ -255,6 +256,7 @@ static struct punched *punch_run(mb_client *c, struct stitched *s, size_t from, 
     size_t len = 0;
     for (size_t i = from; i < to; i++)
         len += s->frames[i]->mem.bytes;
+    r->bytes = len;
     if (mb_pool_punch(c->pool, r->addr, len) != 0) {
         free(r);
         return NULL;
@@ -324,8 +326,7 @@ static size_t punch_frames(mb_client *c, size_t need, size_t min_frame, uint64_t
         struct punched *r = runs[i];
         if (r->unmapped) {
             c->st.heap_punches += r->to - r->from;
-            for (size_t j = 0; j < r->to - r->from; j++)
-                done += r->fr[j]->mem.bytes;
+            done += r->bytes;
         } else {
             stitch_unpunch(r->s, r->from, r->to, r->fr);
         }
@@ -395,16 +396,18 @@ static int heap_extend(void *ctx, void *base, size_t bytes, size_t min_more, siz
     mb_client *c = ctx;
     struct stitched *s = ptrmap_get(&c->backing, base);
     size_t want = backing_bytes(c, min_more);
-    if (!s || s->imported || s->mapped_async || s->bytes != bytes || want > s->reserved - s->bytes)
+    if (!s || s->imported || s->mapped_async || s->bytes != bytes)
         return MB_EINVAL;
+    if (want > s->reserved - s->bytes)
+        return MB_ELIMIT;
     /* Only this thread appends to s while the pool keeps the arena
      * extending; its n and bytes are raised under c->lock below. */
     pthread_mutex_unlock(&c->lock);
     pthread_mutex_lock(&c->flock);
     struct stitched *t = NULL;
     int rc = stitch_take_large(c, want, &t);
-    if (rc == 0)
-        rc = stitch_map_after(c->be, s, t);   /* the plan may round past `want` */
+    if (rc == 0 && (rc = stitch_map_after(c->be, s, t)) == MB_EPROTO)
+        rc = MB_ELIMIT;   /* the plan rounded past the room left */
     if (rc == 0)
         c->fst.bytes_mapped += t->bytes;
     else if (t)

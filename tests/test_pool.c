@@ -38,7 +38,7 @@ struct dev {
     size_t round;                     /* arenas rounded up to this (0: exact) */
     int fail_grow, fail_extend;
     size_t room;                      /* address space reserved past each arena for extends */
-    size_t extends;
+    size_t extends, extend_asks;
     size_t arenas, arena_bytes;       /* outstanding */
     uintptr_t base[MAX_ARENAS];
     size_t len[MAX_ARENAS], res[MAX_ARENAS];
@@ -90,7 +90,7 @@ static void dev_shrink(void *ctx, void *base, size_t bytes)
     d->arena_bytes -= bytes;
 }
 
-/* Arenas grow into the room reserved after them: MB_EINVAL past it (as the
+/* Arenas grow into the room reserved after them: MB_ELIMIT past it (as the
  * client's heap_extend), MB_ENOMEM when told to fail (out of memory). */
 static int dev_extend(void *ctx, void *base, size_t bytes, size_t min_more, size_t *more)
 {
@@ -101,8 +101,9 @@ static int dev_extend(void *ctx, void *base, size_t bytes, size_t min_more, size
     assert_true(i < d->arenas);                   /* only arenas we handed out */
     assert_int_equal(d->len[i], bytes);           /* the pool knows their size */
     size_t m = d->round ? (min_more + d->round - 1) / d->round * d->round : min_more;
+    d->extend_asks++;
     if (d->len[i] + m > d->res[i])
-        return MB_EINVAL;
+        return MB_ELIMIT;
     if (d->fail_extend)
         return MB_ENOMEM;
     d->len[i] += m;
@@ -337,8 +338,9 @@ static void test_close_fit(void **state)
 /* Extending: a miss grows the arena of its class with the largest free end
  * (none at all counts) rather than add an arena beside it: a free end by
  * what it lacks, a live end by the whole request. An arena with no room
- * left is never asked again; a refused extend (out of memory) leaves that
- * miss to a new arena and the arena extensible. */
+ * for an extension is not asked again for as large a one; a refused
+ * extend (out of memory) leaves that miss to a new arena and the arena
+ * extensible. */
 static void test_extend(void **state)
 {
     (void)state;
@@ -347,7 +349,7 @@ static void test_extend(void **state)
     const size_t M = 1 << 20;
     assert_int_equal(mb_pool_new(&p, &dev_ops_nostream, &d, 256, M), 0);
     mb_pool_set_extend_min(p, M);
-    void *a, *b, *x, *y, *z, *w, *v, *u;
+    void *a, *b, *x, *y, *z, *u, *v, *w;
     assert_int_equal(mb_pool_alloc(p, 16 * M, NULL, &a), 0);
     assert_int_equal(mb_pool_release(p, a, NULL), 0);
     assert_int_equal(mb_pool_alloc(p, 10 * M, NULL, &b), 0);    /* low end; 6 MiB free after it */
@@ -369,29 +371,32 @@ static void test_extend(void **state)
     assert_int_equal(mb_pool_alloc(p, 60 * M, NULL, &z), 0);    /* 38 + 60 > 16 + 64: no room */
     assert_int_equal(d.arenas, 2);
     assert_int_equal(d.extends, 2);
-    assert_int_equal(mb_pool_release(p, z, NULL), 0);
-    assert_int_equal(mb_pool_alloc(p, 70 * M, NULL, &w), 0);    /* the free 60 MiB arena grows */
-    assert_ptr_equal(w, z);
-    assert_int_equal(d.arenas, 2);
+    assert_int_equal(mb_pool_release(p, y, NULL), 0);           /* a free end of 28 MiB */
+    assert_int_equal(mb_pool_alloc(p, 65 * M, NULL, &u), 0);    /* 37 MiB more: room for that */
+    assert_ptr_equal(u, (char *)a + 10 * M);
     assert_int_equal(d.extends, 3);
-    assert_int_equal(d.len[1], 70 * M);
-    assert_int_equal(mb_pool_release(p, w, NULL), 0);
-    d.fail_extend = 1;
-    assert_int_equal(mb_pool_alloc(p, 100 * M, NULL, &v), 0);   /* refused: a new arena */
+    assert_int_equal(d.len[0], 75 * M);
+    assert_int_equal(mb_pool_release(p, u, NULL), 0);           /* a free end of 65 MiB */
+    size_t asks = d.extend_asks;
+    assert_int_equal(mb_pool_alloc(p, 200 * M, NULL, &v), 0);   /* 135 more: not asked; z's arena is */
+    assert_int_equal(d.extend_asks, asks + 1);
     assert_int_equal(d.arenas, 3);
+    assert_int_equal(mb_pool_release(p, v, NULL), 0);
+    assert_int_equal(mb_pool_release(p, z, NULL), 0);
+    d.fail_extend = 1;
+    assert_int_equal(mb_pool_alloc(p, 300 * M, NULL, &w), 0);   /* refused: a new arena */
+    assert_int_equal(d.arenas, 4);
     assert_int_equal(d.extends, 3);
     d.fail_extend = 0;
-    /* The first arena has no room (not asked), the third's end is live,
-     * the second's free end of 70 MiB is still extended. */
-    assert_int_equal(mb_pool_alloc(p, 72 * M, NULL, &u), 0);
-    assert_ptr_equal(u, z);
+    /* The 200 MiB arena (free) grows by 10 MiB: the refusal did not mark it. */
+    assert_int_equal(mb_pool_alloc(p, 210 * M, NULL, &u), 0);
+    assert_ptr_equal(u, v);
     assert_int_equal(d.extends, 4);
-    assert_int_equal(d.arenas, 3);
+    assert_int_equal(d.arenas, 4);
     assert_true(mb_pool_is_valid(p));
     assert_int_equal(mb_pool_release(p, u, NULL), 0);
-    assert_int_equal(mb_pool_release(p, v, NULL), 0);
+    assert_int_equal(mb_pool_release(p, w, NULL), 0);
     assert_int_equal(mb_pool_release(p, b, NULL), 0);
-    assert_int_equal(mb_pool_release(p, y, NULL), 0);
     mb_pool_trim(p, 0);
     assert_int_equal(d.arenas, 0);
     assert_true(mb_pool_is_valid(p));
