@@ -66,6 +66,22 @@ def main():
     # Generated tokens stand in for the losses: one differing token is a difference.
     check(bt.compare_losses([5, 7, 9], [5, 7, 9])[0] == "identical", "equal token lists match")
     check(bt.compare_losses([5, 7, 9], [5, 8, 9])[0] == "DIFFER", "one differing token is flagged")
+    # A result row, from a stand-in for torch.cuda: times, values, memory.
+    import types
+
+    def no_stats(dev):
+        raise RuntimeError("not kept by this allocator")
+    cuda = types.SimpleNamespace(mem_get_info=lambda dev: (1 << 30, 8 << 30),
+                                 max_memory_reserved=no_stats, max_memory_allocated=lambda dev: 123)
+    fake = types.SimpleNamespace(cuda=cuda)
+    args = types.SimpleNamespace(warmup=1)
+    r = bt.timed_row(fake, bt.DeviceMemory(fake, 0), args, "torch-moonbright", "GPT generation batches",
+                     "batches", [3_000_000, 1_000_000, 2_000_000], [7, 8], None, "", 5, 9, 0.5)[0]
+    check(r["ok"] and r["steps"] == 3 and r["step_ms"]["median"] == 2.0, "row times: %r" % r["step_ms"])
+    check(r["losses"] == [7, 8] and r["peak_device_used_bytes"] == 9, "row values and peak")
+    check(r["max_memory_reserved_bytes"] is None and r["max_memory_allocated_bytes"] == 123,
+          "statistics the allocator does not keep are None")
+    check(r["device_total_bytes"] == 8 << 30 and r["device_used_idle_bytes"] == 5, "device memory")
     print("test_bench_torch: ok")
     return 0
 

@@ -361,9 +361,10 @@ def build_gpt(torch, args):
     return GPT()
 
 
-def child_train(args, name):
-    torch, dev = child_setup(args, name)
-    F = torch.nn.functional
+def exact_math(torch):
+    """TF32 off, deterministic cuDNN, attention on the math kernel (the fused
+    kernels may sum in a varying order): every allocator gives the same
+    numbers."""
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     torch.backends.cudnn.deterministic = True
@@ -373,16 +374,56 @@ def child_train(args, name):
             getattr(torch.backends.cuda, kernel)(False)
     torch.backends.cuda.enable_math_sdp(True)
 
-    def stat(fn):   # PyTorch's statistics, where this allocator keeps them
+
+class DeviceMemory:
+    """The device memory in use (every process's) and PyTorch's own
+    statistics where the allocator keeps them."""
+    def __init__(self, torch, dev):
+        self.torch, self.dev = torch, dev
+
+    def in_use(self):
+        free, total = self.torch.cuda.mem_get_info(self.dev)
+        return total - free
+
+    def stat(self, fn):
         try:
-            return fn(dev)
+            return fn(self.dev)
         except RuntimeError:
             return None
 
-    def in_use():
-        free, total = torch.cuda.mem_get_info(dev)
-        return total - free
 
+def timed_row(torch, mem, args, name, what, unit, times, values, err, note, idle_used, peak_used, wall):
+    """A train or generate result row: step (or batch) times, the values
+    compared with the default allocator's (losses, tokens), memory."""
+    peak_res, peak_alloc = mem.stat(torch.cuda.max_memory_reserved), mem.stat(torch.cuda.max_memory_allocated)
+    st = summary(times)
+    st["p90"] = nearest_rank(sorted(times), 90)
+    ms = lambda v: v / 1e6
+    row = {
+        "allocator": name, "source": "bench_torch.py",
+        "what": "%s, PYTORCH_CUDA_ALLOC_CONF=%r" % (what, os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "")),
+        "ok": err is None, "note": note, "warmup": args.warmup, "steps": len(times),
+        "step_ns": st, "step_times_ns": times,
+        "step_ms": {"median": ms(statistics.median(times)) if times else 0,
+                    "mean": ms(statistics.mean(times)) if times else 0, "p90": ms(st["p90"])},
+        "losses": values,
+        "device_total_bytes": torch.cuda.mem_get_info(mem.dev)[1], "device_used_idle_bytes": idle_used,
+        "peak_device_used_bytes": peak_used,
+        "max_memory_reserved_bytes": peak_res, "max_memory_allocated_bytes": peak_alloc,
+        "total_s": wall,
+    }
+    print("bench_torch: %s: %d %s, median %.2f ms, peak in use %.2f GiB%s" % (
+        name, len(times), unit, row["step_ms"]["median"], peak_used / 2**30, ", " + note if note else ""),
+        file=sys.stderr)
+    return [row]
+
+
+def child_train(args, name):
+    torch, dev = child_setup(args, name)
+    F = torch.nn.functional
+    exact_math(torch)
+    mem = DeviceMemory(torch, dev)
+    in_use = mem.in_use
     lens = train_seq_lens(args)
     torch.cuda.synchronize(dev)
     idle_used = in_use()
@@ -391,7 +432,7 @@ def child_train(args, name):
     gen = torch.Generator().manual_seed(args.seed + 1)
     data = torch.randint(0, args.vocab, (len(lens), args.batch, args.max_seq + 1), generator=gen).to(dev)
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.1)
-    stat(torch.cuda.reset_peak_memory_stats)
+    mem.stat(torch.cuda.reset_peak_memory_stats)
 
     def step(x, y):   # every tensor of the step is freed before it returns
         opt.zero_grad(set_to_none=True)
@@ -423,28 +464,8 @@ def child_train(args, name):
         if i >= args.warmup:
             times.append(t1 - t0)
     wall = (now() - t_start) / 1e9
-    peak_res, peak_alloc = stat(torch.cuda.max_memory_reserved), stat(torch.cuda.max_memory_allocated)
-    total = torch.cuda.mem_get_info(dev)[1]
-    st = summary(times)
-    st["p90"] = nearest_rank(sorted(times), 90)
-    ms = lambda v: v / 1e6
-    row = {
-        "allocator": name, "source": "bench_torch.py",
-        "what": "GPT training steps, PYTORCH_CUDA_ALLOC_CONF=%r" % os.environ.get("PYTORCH_CUDA_ALLOC_CONF", ""),
-        "ok": err is None, "note": note, "warmup": args.warmup, "steps": len(times),
-        "step_ns": st, "step_times_ns": times,
-        "step_ms": {"median": ms(statistics.median(times)) if times else 0,
-                    "mean": ms(statistics.mean(times)) if times else 0, "p90": ms(st["p90"])},
-        "losses": losses,
-        "device_total_bytes": total, "device_used_idle_bytes": idle_used,
-        "peak_device_used_bytes": peak_used,
-        "max_memory_reserved_bytes": peak_res, "max_memory_allocated_bytes": peak_alloc,
-        "total_s": wall,
-    }
-    print("bench_torch: %s: %d steps, median %.2f ms, peak in use %.2f GiB%s" % (
-        name, len(times), row["step_ms"]["median"], peak_used / 2**30, ", " + note if note else ""),
-        file=sys.stderr)
-    return [row]
+    return timed_row(torch, mem, args, name, "GPT training steps", "steps", times, losses, err, note,
+                     idle_used, peak_used, wall)
 
 
 def gen_prompt_lens(args):
@@ -456,23 +477,9 @@ def gen_prompt_lens(args):
 def child_generate(args, name):
     torch, dev = child_setup(args, name)
     F = torch.nn.functional
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
-    for kernel in ("enable_flash_sdp", "enable_mem_efficient_sdp", "enable_cudnn_sdp"):
-        if hasattr(torch.backends.cuda, kernel):
-            getattr(torch.backends.cuda, kernel)(False)
-    torch.backends.cuda.enable_math_sdp(True)
-
-    def stat(fn):
-        try:
-            return fn(dev)
-        except RuntimeError:
-            return None
-
-    def in_use():
-        free, total = torch.cuda.mem_get_info(dev)
-        return total - free
-
+    exact_math(torch)
+    mem = DeviceMemory(torch, dev)
+    in_use = mem.in_use
     lens = gen_prompt_lens(args)
     torch.cuda.synchronize(dev)
     idle_used = in_use()
@@ -480,7 +487,7 @@ def child_generate(args, name):
     model = build_gpt(torch, args).to(dev).eval()
     gen = torch.Generator().manual_seed(args.seed + 1)
     prompts = torch.randint(0, args.vocab, (len(lens), args.batch, args.max_prompt), generator=gen).to(dev)
-    stat(torch.cuda.reset_peak_memory_stats)
+    mem.stat(torch.cuda.reset_peak_memory_stats)
     heads = args.heads
 
     def forward(idx, start, cache):
@@ -531,28 +538,8 @@ def child_generate(args, name):
         if i >= args.warmup:
             times.append(t1 - t0)
     wall = (now() - t_start) / 1e9
-    peak_res, peak_alloc = stat(torch.cuda.max_memory_reserved), stat(torch.cuda.max_memory_allocated)
-    total = torch.cuda.mem_get_info(dev)[1]
-    st = summary(times)
-    st["p90"] = nearest_rank(sorted(times), 90)
-    ms = lambda v: v / 1e6
-    row = {
-        "allocator": name, "source": "bench_torch.py",
-        "what": "GPT generation batches, PYTORCH_CUDA_ALLOC_CONF=%r" % os.environ.get("PYTORCH_CUDA_ALLOC_CONF", ""),
-        "ok": err is None, "note": note, "warmup": args.warmup, "steps": len(times),
-        "step_ns": st, "step_times_ns": times,
-        "step_ms": {"median": ms(statistics.median(times)) if times else 0,
-                    "mean": ms(statistics.mean(times)) if times else 0, "p90": ms(st["p90"])},
-        "losses": tokens,
-        "device_total_bytes": total, "device_used_idle_bytes": idle_used,
-        "peak_device_used_bytes": peak_used,
-        "max_memory_reserved_bytes": peak_res, "max_memory_allocated_bytes": peak_alloc,
-        "total_s": wall,
-    }
-    print("bench_torch: %s: %d batches, median %.2f ms, peak in use %.2f GiB%s" % (
-        name, len(times), row["step_ms"]["median"], peak_used / 2**30, ", " + note if note else ""),
-        file=sys.stderr)
-    return [row]
+    return timed_row(torch, mem, args, name, "GPT generation batches", "batches", times, tokens, err, note,
+                     idle_used, peak_used, wall)
 
 
 def compare_losses(got, ref):
