@@ -295,6 +295,61 @@ static void extending_a_free_end(void **state)
     assert_int_equal(mbt_daemon_stop(&d), 0);
 }
 
+/* An arena grown as a segment stays in use while any block in it lives:
+ * a trim gives back the whole frames under its free blocks (the arena
+ * keeps a hole), the live block's data stays and the heap goes on serving;
+ * the idle policy does the same once the heap has served nothing for
+ * $MOONBRIGHT_IDLE_MS. */
+static void segment_frames_go_back(mb_client *c, bool by_trim)
+{
+    const size_t M = 1u << 20;
+    mb_client_stats st0, st1;
+    assert_int_equal(mb_stats(c, &st0), 0);
+    void *a, *x, *y;
+    assert_int_equal(mb_malloc(c, 64 * M, &a), 0);
+    assert_int_equal(mb_malloc(c, 128 * M, &x), 0);
+    assert_ptr_equal(x, (char *)a + 64 * M);             /* the arena grew at its end */
+    pattern_fill((uintptr_t)a, 64 * M, 7, 0, 1 << 16);
+    assert_int_equal(mb_free(c, x), 0);
+    assert_true(granted(c) >= 192 * M);
+    if (by_trim)
+        assert_int_equal(mb_trim(c, 0), 0);
+    else
+        assert_true(WAIT_FOR(5000, granted(c) < 192 * M));
+    assert_true(WAIT_FOR(5000, granted(c) == 64 * M));  /* only a's frames are held */
+    assert_int_equal(mb_stats(c, &st1), 0);
+    assert_true(st1.heap_punches > st0.heap_punches);
+    assert_int_equal(pattern_check((uintptr_t)a, 64 * M, 7, 0, 1 << 16), -1);
+    assert_int_equal(mb_malloc(c, 32 * M, &y), 0);       /* past the hole, or a new arena */
+    pattern_fill((uintptr_t)y, 32 * M, 8, 0, 1 << 16);
+    assert_int_equal(pattern_check((uintptr_t)y, 32 * M, 8, 0, 1 << 16), -1);
+    assert_int_equal(pattern_check((uintptr_t)a, 64 * M, 7, 0, 1 << 16), -1);
+    assert_int_equal(mb_free(c, y), 0);
+    assert_int_equal(mb_free(c, a), 0);
+    assert_int_equal(mb_trim(c, 0), 0);
+    assert_int_equal(granted(c), 0);
+}
+
+static void trim_inside_an_arena(void **state)
+{
+    (void)state;
+    struct mbt_daemon d;
+    assert_int_equal(mbt_daemon_start(&d, NULL), 0);
+    setenv("MOONBRIGHT_RUNTIME_DIR", d.dir, 1);
+    setenv("MOONBRIGHT_IDLE_MS", "600000", 1);
+    mb_client *c;
+    assert_int_equal(mb_open(&c, "segment-trim"), 0);
+    segment_frames_go_back(c, true);
+    mb_close(c);
+    setenv("MOONBRIGHT_IDLE_MS", "200", 1);
+    assert_int_equal(mb_open(&c, "segment-idle"), 0);
+    segment_frames_go_back(c, false);
+    mb_close(c);
+    unsetenv("MOONBRIGHT_IDLE_MS");
+    assert_int_equal(mbt_status_num(&d, "frames_granted"), 0);
+    assert_int_equal(mbt_daemon_stop(&d), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -303,6 +358,7 @@ int main(void)
         cmocka_unit_test(punching_reuses_stale_free_frames),
         cmocka_unit_test(punching_with_large_units),
         cmocka_unit_test(extending_a_free_end),
+        cmocka_unit_test(trim_inside_an_arena),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
