@@ -57,9 +57,9 @@ struct arena {
     unsigned busy;               /* holes still being unmapped: never shrunk meanwhile */
     bool extending;              /* ops->extend maps more after it: never shrunk or detached */
     bool large;                  /* made for a request above large_min: serves only those */
-    bool no_room;                /* ops->extend refused it (MB_EINVAL): never asked again */
     size_t too_big;              /* ops->extend had no room for this many bytes more
-                                  * (MB_ELIMIT): not asked for as many again; 0: none */
+                                  * (MB_ELIMIT; 1: can never grow, MB_EINVAL): not asked
+                                  * for as many again; 0: none */
     int64_t idle_since_ms;       /* when live last fell to 0 */
     struct blk *first;           /* lowest block; first->aprev == NULL */
     struct arena *prev, *next;
@@ -508,7 +508,6 @@ static int add_arena(struct mb_pool *p, size_t size, struct blk **out)
     a->holes = 0;
     a->busy = 0;
     a->extending = false;
-    a->no_room = false;
     a->too_big = 0;
     a->large = is_large(p, size);
     a->idle_since_ms = now_ms();
@@ -542,18 +541,18 @@ static struct blk *last_of(const struct arena *a)
 /* A miss of size: the arena of its class with the largest ready free end
  * short of size (none at all counts: the request then starts right after
  * the arena's last block), not refused as large an extension before, is
- * extended
- * so that its end holds size; then the best fit again (the caller's lock
- * may have been dropped while the owner mapped, so the new end is whatever
- * fits now). NULL: none. An arena so grows like one segment: its free
- * blocks all merge, where separate arenas would strand them. */
+ * extended so that its end holds size; then the best fit again (the
+ * caller's lock may have been dropped while the owner mapped, so the new
+ * end is whatever fits now). NULL: none. An arena so grows like one
+ * segment: its free blocks all merge, where separate arenas would strand
+ * them. */
 static struct blk *extend_for(struct mb_pool *p, void *stream, size_t size)
 {
     struct arena *best = NULL;
     size_t tail = 0;
     bool large = is_large(p, size);
     for (struct arena *a = p->arenas; a; a = a->next) {
-        if (a->extending || a->no_room || a->large != large)
+        if (a->extending || a->large != large)
             continue;
         struct blk *b = last_of(a);
         size_t t = b->state == B_READY ? b->size : 0;
@@ -571,7 +570,7 @@ static struct blk *extend_for(struct mb_pool *p, void *stream, size_t size)
     best->extending = false;
     if (rc != 0 || more == 0 || (more & (p->align - 1))) {
         if (rc == MB_EINVAL)
-            best->no_room = true;   /* never extensible (shared, or mapped elsewhere) */
+            best->too_big = 1;             /* never extensible (shared, or mapped elsewhere) */
         else if (rc == MB_ELIMIT)
             best->too_big = size - tail;   /* no room left for this much more */
         blk_put(p, nb);
