@@ -385,7 +385,7 @@ static int load_lifetimes(const char *path, struct tensor **out, size_t *n_out)
  * (a counting sort: linear in tensors and ops). */
 static int by_op(const struct tensor *t, size_t n, uint32_t ops, bool ends, uint32_t **by_out, size_t **at_out)
 {
-    size_t *at = calloc((size_t)ops + 1, sizeof(*at));
+    size_t *at = calloc((size_t)ops + 2, sizeof(*at));
     uint32_t *by = malloc(n * sizeof(*by));
     if (!at || !by) {
         free(at);
@@ -393,19 +393,12 @@ static int by_op(const struct tensor *t, size_t n, uint32_t ops, bool ends, uint
         return MB_ENOMEM;
     }
     for (size_t k = 0; k < n; k++)
-        at[(ends ? t[k].end : t[k].start) + 1]++;
+        at[(ends ? t[k].end : t[k].start) + 2]++;
     for (uint32_t op = 0; op < ops; op++)
-        at[op + 1] += at[op];
-    size_t *next = malloc((size_t)ops * sizeof(*next));
-    if (!next) {
-        free(at);
-        free(by);
-        return MB_ENOMEM;
-    }
-    memcpy(next, at, (size_t)ops * sizeof(*next));
+        at[op + 2] += at[op + 1];
+    /* at[op + 1] is op's start while its tensors are placed, its end after */
     for (size_t k = 0; k < n; k++)
-        by[next[ends ? t[k].end : t[k].start]++] = (uint32_t)k;
-    free(next);
+        by[at[(ends ? t[k].end : t[k].start) + 1]++] = (uint32_t)k;
     *by_out = by;
     *at_out = at;
     return 0;
