@@ -592,6 +592,24 @@ static struct blk *extend_for(struct mb_pool *p, void *stream, size_t size)
     return best_fit(p, stream_find(p, stream), size);
 }
 
+/* b fits size but is larger: a block freed on the legacy stream (mb_free)
+ * that fits closer is still pending only because nothing has looked at the
+ * legacy clock since. Look now (one query for every such free of the
+ * process), and take the best fit again: left alone, b is split and the
+ * closer block strands until a miss makes it ready. */
+static struct blk *better_settled(struct mb_pool *p, struct pstream *s, size_t size, struct blk *b)
+{
+    struct pstream *legacy = stream_find(p, NULL);
+    if (!legacy || legacy == s || !legacy->fl.count)
+        return b;
+    struct blk *q = fl_find(p, &legacy->fl, size);
+    if (!q || q->size >= b->size)
+        return b;
+    if (unfenced(legacy))
+        (void)fence_stream(p, legacy, 0);
+    return poll_streams(p) ? best_fit(p, s, size) : b;
+}
+
 int mb_pool_alloc(struct mb_pool *p, size_t size, void *stream, void **ptr)
 {
     if (!p || !ptr || size == 0 || size > SIZE_MAX - p->align)
@@ -602,6 +620,8 @@ int mb_pool_alloc(struct mb_pool *p, size_t size, void *stream, void **ptr)
         return rc;
     struct pstream *s = stream_find(p, stream);
     struct blk *b = best_fit(p, s, size);
+    if (b && b->size != size && p->ops.event_record)
+        b = better_settled(p, s, size, b);
     if (!b && p->ops.event_record) {
         /* The legacy default stream is always alive: close its open group
          * so synchronous frees become reusable by everyone soon. */
