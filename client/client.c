@@ -77,6 +77,7 @@ int mb_open(mb_client **out, const char *tenant_name)
     c->punch = env_long("MOONBRIGHT_HEAP_PUNCH", 0, 0, 1) != 0;
     c->extend = env_long("MOONBRIGHT_HEAP_EXTEND", 1, 0, 1) != 0;
     c->classes = env_long("MOONBRIGHT_HEAP_CLASSES", 1, 0, 1) != 0;
+    c->fill = env_long("MOONBRIGHT_HEAP_FILL", 1, 0, 1) != 0;
     c->grow_spares = env_long("MOONBRIGHT_GROW_SPARES", 1, 0, 1) != 0;
     const char *cache = getenv("MOONBRIGHT_CACHE");
     uint64_t v;

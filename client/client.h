@@ -190,6 +190,8 @@ struct mb_client {
                                   * frames under old free heap blocks */
     bool extend;                 /* $MOONBRIGHT_HEAP_EXTEND (default on): a heap miss
                                   * extends an arena of its class at its end (tiers.c) */
+    bool fill;                   /* $MOONBRIGHT_HEAP_FILL (default on): a heap miss maps
+                                  * frames again into holes a trim left (tiers.c) */
     bool classes;                /* $MOONBRIGHT_HEAP_CLASSES (default on): blocks above 8 MiB
                                   * and smaller ones use separate arenas (tiers.c) */
     bool close_fit;              /* $MOONBRIGHT_HEAP_CLOSE_FIT: large requests never split a much
@@ -270,6 +272,10 @@ int fcache_take(mb_client *c, size_t n, struct cframe **out);
  * same bytes; falling back to order-0 frames when the grant fails for memory
  * or quota). *out is malloc'd, *n says how many. */
 int fcache_take_plan(mb_client *c, size_t bytes, unsigned max_order, struct cframe ***out, size_t *n);
+/* Exactly one frame of each of orders[0..n) into out[i]: cached ones
+ * first, the rest granted (no warm grant: other orders would not fit where
+ * the caller maps them). On failure nothing is taken. */
+int fcache_take_orders(mb_client *c, const uint8_t *orders, size_t n, struct cframe **out);
 /* At least `bytes` in frames of any size the cache holds (fragmentation
  * repair: frames of ranges given back, whatever plan made them), the rest
  * by fcache_take_plan. *out is malloc'd. */

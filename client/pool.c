@@ -56,6 +56,8 @@ struct arena {
     size_t holes;                /* sum of its holes' sizes (not mapped) */
     unsigned busy;               /* holes still being unmapped: never shrunk meanwhile */
     bool extending;              /* ops->extend maps more after it: never shrunk or detached */
+    bool filling;                /* ops->fill maps into one of its holes: neither extended,
+                                  * punched, shrunk nor detached meanwhile */
     bool large;                  /* made for a request above large_min: serves only those */
     size_t too_big;              /* ops->extend had no room for this many bytes more
                                   * (MB_ELIMIT; 1: can never grow, MB_EINVAL): not asked
@@ -108,6 +110,7 @@ struct mb_pool {
     uint64_t synced;             /* tickets <= synced are complete */
     uint64_t misses;             /* allocations that needed a new arena */
     uint64_t extends;            /* misses served by extending an arena */
+    uint64_t fills;              /* holes filled again for a miss */
     size_t extend_min;           /* misses this large try extending first (0: never) */
     size_t large_min;            /* requests above this use large arenas only, the rest
                                   * small ones only (0: one class) */
@@ -508,6 +511,7 @@ static int add_arena(struct mb_pool *p, size_t size, struct blk **out)
     a->holes = 0;
     a->busy = 0;
     a->extending = false;
+    a->filling = false;
     a->too_big = 0;
     a->large = is_large(p, size);
     a->idle_since_ms = now_ms();
@@ -552,7 +556,7 @@ static struct blk *extend_for(struct mb_pool *p, void *stream, size_t size)
     size_t tail = 0;
     bool large = is_large(p, size);
     for (struct arena *a = p->arenas; a; a = a->next) {
-        if (a->extending || a->large != large)
+        if (a->extending || a->filling || a->large != large)
             continue;
         struct blk *b = last_of(a);
         size_t t = b->state == B_READY ? b->size : 0;
@@ -610,6 +614,110 @@ static struct blk *better_settled(struct mb_pool *p, struct pstream *s, size_t s
     return poll_streams(p) ? best_fit(p, s, size) : b;
 }
 
+/* An idle hole takes in the idle holes beside it (holes are on no list). */
+static void hole_merge(struct mb_pool *p, struct blk *b)
+{
+    struct blk *n;
+    while (((n = b->aprev) && n->state == B_HOLE && !n->busy) || ((n = b->anext) && n->state == B_HOLE && !n->busy))
+        absorb(p, b, n);
+}
+
+/* The first hole that a request of size needs in the run of ready blocks
+ * and holes of its class that holds it with the fewest hole bytes (counted
+ * from the run's start until size is covered), in an arena no other call
+ * is working on; *start gets the run's start. NULL: none. */
+static struct blk *hole_to_fill(const struct mb_pool *p, size_t size, uintptr_t *start_addr)
+{
+    bool large = is_large(p, size);
+    struct blk *best = NULL;
+    size_t best_holes = SIZE_MAX;
+    for (struct arena *a = p->arenas; a; a = a->next) {
+        if (!a->holes || a->busy || a->extending || a->filling || a->large != large)
+            continue;
+        struct blk *start = NULL, *first_hole = NULL;
+        size_t run = 0, holes = 0;
+        for (struct blk *x = a->first; x; x = x->anext) {
+            bool idle_hole = x->state == B_HOLE && !x->busy;
+            if (x->state != B_READY && !idle_hole) {
+                start = NULL;
+                continue;
+            }
+            if (!start) {
+                start = x;
+                first_hole = NULL;
+                run = holes = 0;
+            }
+            if (run >= size)
+                continue;   /* covered already: this start's cost is known */
+            run += x->size;
+            if (idle_hole) {
+                holes += x->size;
+                if (!first_hole)
+                    first_hole = x;
+            }
+            if (run >= size && first_hole && holes < best_holes) {
+                best = first_hole;
+                best_holes = holes;
+                *start_addr = start->addr;
+            }
+        }
+    }
+    return best;
+}
+
+/* A miss of size: fill the holes it needs (hole_to_fill, one at a time,
+ * since other calls may run while the owner maps) while the best fit
+ * fails; then that fit, or NULL (holes filled so far stay ready). The
+ * owner learns how much of each hole the request will cover (it lands at
+ * the run's start), so that it can lay frames out to end there. */
+static struct blk *fill_for(struct mb_pool *p, void *stream, size_t size)
+{
+    struct blk *b = NULL, *h;
+    uintptr_t start = 0;
+    for (int k = 0; k < 64 && !b && (h = hole_to_fill(p, size, &start)); k++) {
+        struct arena *a = h->arena;
+        size_t covers = start + size > h->addr ? start + size - h->addr : 0;
+        h->busy = true;
+        a->busy++;
+        a->filling = true;
+        size_t filled = 0;
+        struct blk *rest = blk_get(p);
+        int rc = rest ? p->ops.fill(p->ctx, (void *)a->base, (void *)h->addr, h->size,
+                                    covers < h->size ? covers : h->size, &filled) : MB_ENOMEM;
+        a->filling = false;
+        h->busy = false;
+        a->busy--;
+        if (rc == 0 && (filled == 0 || filled > h->size || (filled & (p->align - 1))))
+            rc = MB_EBACKEND;   /* an owner's bug: the hole is left as it is */
+        if (rc != 0) {
+            if (rest)
+                blk_put(p, rest);
+            break;
+        }
+        if (filled < h->size) {   /* the rest stays a hole, after the filled part */
+            *rest = (struct blk){ .addr = h->addr + filled, .size = h->size - filled, .arena = a,
+                                  .aprev = h, .anext = h->anext, .state = B_HOLE };
+            if (rest->anext)
+                rest->anext->aprev = rest;
+            h->anext = rest;
+            h->size = filled;
+        } else {
+            blk_put(p, rest);
+            rest = NULL;
+        }
+        a->holes -= filled;
+        p->mapped += filled;
+        h->since = p->nalloc;
+        ready_insert(p, h);
+        if (rest)
+            hole_merge(p, rest);   /* with a hole after it */
+        p->fills++;
+        b = best_fit(p, stream_find(p, stream), size);
+    }
+    POOL_CHECK(p);
+    return b;
+}
+
 int mb_pool_alloc(struct mb_pool *p, size_t size, void *stream, void **ptr)
 {
     if (!p || !ptr || size == 0 || size > SIZE_MAX - p->align)
@@ -633,6 +741,8 @@ int mb_pool_alloc(struct mb_pool *p, size_t size, void *stream, void **ptr)
     }
     if (!b && s && s->ohead)
         b = gather_for(p, s, size);
+    if (!b && p->ops.fill && !(p->close_fit_min && size >= p->close_fit_min))
+        b = fill_for(p, stream, size);
     if (!b && p->extend_min && size >= p->extend_min && p->ops.extend)
         b = extend_for(p, stream, size);
     if (!b) {
@@ -772,7 +882,7 @@ static size_t trim(struct mb_pool *p, size_t keep_bytes, int64_t idle_ms, size_t
 /* Nothing live or pending in a, and no hole still being unmapped. */
 static bool arena_free(const struct arena *a)
 {
-    if (a->live || a->busy || a->extending)
+    if (a->live || a->busy || a->extending || a->filling)
         return false;
     for (const struct blk *b = a->first; b; b = b->anext)
         if (b->state != B_READY && b->state != B_HOLE)
@@ -913,7 +1023,7 @@ int mb_pool_detach(struct mb_pool *p, void *ptr, void **base, size_t *bytes)
     if (!b)
         return MB_ENOENT;
     struct arena *a = b->arena;
-    if (b->aprev || b->anext || a->extending)
+    if (b->aprev || b->anext || a->extending || a->filling)
         return MB_EBUSY;                            /* shares its arena, or grows */
     *pp = b->hnext;
     p->nlive--;
@@ -932,6 +1042,7 @@ int mb_pool_detach(struct mb_pool *p, void *ptr, void **base, size_t *bytes)
 uint64_t mb_pool_misses(const struct mb_pool *p) { return p->misses; }
 
 uint64_t mb_pool_extends(const struct mb_pool *p) { return p->extends; }
+uint64_t mb_pool_fills(const struct mb_pool *p) { return p->fills; }
 
 uint64_t mb_pool_allocs(const struct mb_pool *p) { return p->nalloc; }
 
@@ -1065,6 +1176,8 @@ int mb_pool_punch(struct mb_pool *p, void *ptr, size_t size)
     struct blk *b = block_holding(p, addr, size, B_READY);
     if (!b)
         return MB_ENOENT;
+    if (b->arena->filling)
+        return MB_EBUSY;   /* the owner is laying out one of its holes */
     struct blk *pre = NULL, *post = NULL;
     if ((b->addr < addr && !(pre = blk_get(p))) ||
         (addr + size < b->addr + b->size && !(post = blk_get(p)))) {
@@ -1114,6 +1227,8 @@ void mb_pool_punch_end(struct mb_pool *p, void *ptr, bool unmapped)
         b->arena->holes -= b->size;
         p->mapped += b->size;
         ready_insert(p, b);
+    } else {
+        hole_merge(p, b);
     }
     POOL_CHECK(p);
 }

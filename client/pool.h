@@ -75,6 +75,15 @@ struct mb_pool_ops {
      * caller's lock dropped while it maps): the arena is neither shrunk
      * nor detached until it returns. */
     int  (*extend)(void *ctx, void *base, size_t bytes, size_t min_more, size_t *more);
+    /* Map memory again into the start of the hole [addr, addr + bytes) of
+     * the arena at base (mb_pool_punch made it; the caller unmapped it): at
+     * least the `covers` bytes the request that needs it will use, *filled
+     * gets how many (a multiple of align, at most bytes); the rest stays a
+     * hole. Nonzero: it could not, and the hole stays. NULL: holes are
+     * never filled. It may let other calls on the pool run meanwhile, as
+     * extend does; until it returns, the arena is neither extended,
+     * punched, shrunk nor detached. */
+    int  (*fill)(void *ctx, void *base, void *addr, size_t bytes, size_t covers, size_t *filled);
 };
 
 struct mb_pool;
@@ -135,12 +144,16 @@ struct mb_pool_span {
 };
 size_t mb_pool_ready_spans(struct mb_pool *p, size_t min_size, uint64_t min_age, struct mb_pool_span *out,
                            size_t max);
-/* [ptr, ptr + size) must lie in one ready block (MB_ENOENT otherwise): it
- * becomes a hole, busy (its arena is not shrunk) until mb_pool_punch_end;
+/* [ptr, ptr + size) must lie in one ready block (MB_ENOENT otherwise; MB_EBUSY
+ * while a hole of its arena is being filled): it becomes a hole, busy (its arena is not shrunk) until mb_pool_punch_end;
  * the pool's mapped bytes drop by size. The caller then unmaps it. */
 int  mb_pool_punch(struct mb_pool *p, void *ptr, size_t size);
 /* The caller unmapped the hole at ptr, or (unmapped false) could not: it is
- * ready again. */
+ * ready again. A miss that finds a run of ready blocks and idle holes
+ * (before any extension) large enough fills the parts of holes that the
+ * request needs (ops->fill, the run with the fewest hole bytes first), so
+ * that an arena's address space is used again rather than extended past
+ * its holes. */
 void mb_pool_punch_end(struct mb_pool *p, void *ptr, bool unmapped);
 /* Misses of at least min_size (0: none) first extend the arena of their
  * class whose last block is the largest free one (a live last block
@@ -155,9 +168,11 @@ uint64_t mb_pool_allocs(const struct mb_pool *p);
  * others, so small blocks never pin a large arena's free space and large
  * requests never split a small arena. */
 void mb_pool_set_large_min(struct mb_pool *p, size_t min_size);
-/* Allocations that needed a new arena, and those served by extending one. */
+/* Allocations that needed a new arena, those served by extending one, and
+ * holes filled again (ops->fill). */
 uint64_t mb_pool_misses(const struct mb_pool *p);
 uint64_t mb_pool_extends(const struct mb_pool *p);
+uint64_t mb_pool_fills(const struct mb_pool *p);
 /* Would an allocation of size on stream need a new arena? (Collects
  * completed fences; otherwise changes nothing.) */
 bool mb_pool_would_miss(struct mb_pool *p, size_t size, void *stream);

@@ -426,6 +426,105 @@ static int heap_extend(void *ctx, void *base, size_t bytes, size_t min_more, siz
     return rc;
 }
 
+/* Frames one fill lays out at most, for the request's part or the rest. */
+#define FILL_FRAMES 64
+
+/* Orders of frames that tile u units exactly, largest first: 512-unit
+ * frames, then the binary digits of the rest (no rounding, unlike the
+ * frame plan: they must fit a hole). Returns how many (at most max). */
+static size_t exact_orders(size_t u, uint8_t *orders, size_t max)
+{
+    size_t n = 0;
+    for (int k = MB_MAX_ORDER; k >= 0 && n < max; k--)
+        for (; u >= ((size_t)1 << k) && n < max; u -= (size_t)1 << k)
+            orders[n++] = (uint8_t)k;
+    return u ? 0 : n;
+}
+
+/* A miss fills the start of the hole [addr, addr + bytes) of the arena at
+ * base again: the `covers` bytes its request will use, rounded up as the
+ * frame plan does, in frames that end where the request ends (so that they
+ * can leave again once it is freed, as a new arena's would), the cache's
+ * first, the daemon's for the rest, mapped where punched frames were; the
+ * rest of the hole stays one. The arena's address space is used again
+ * instead of growing past its holes. c->lock held; dropped while the frame
+ * layer works (the pool keeps the arena from being extended, punched or
+ * shrunk meanwhile, so frames[] stays as it is until the new frames and
+ * the rest's placeholders replace the hole's). */
+static int heap_fill(void *ctx, void *base, void *addr, size_t bytes, size_t covers, size_t *filled)
+{
+    mb_client *c = ctx;
+    struct stitched *s = c->fill ? ptrmap_get(&c->backing, base) : NULL;
+    size_t fb = c->frame_bytes;
+    if (!s || s->imported || s->mapped_async || (char *)addr < (char *)s->va || bytes % fb || !covers)
+        return MB_EINVAL;
+    size_t at = (size_t)((char *)addr - (char *)s->va), off = 0, from = 0;
+    while (from < s->n && off < at)
+        off += s->frames[from++]->mem.bytes;
+    size_t to = from, sum = 0;
+    while (to < s->n && sum < bytes && s->frames[to]->hole)
+        sum += s->frames[to++]->mem.bytes;
+    if (off != at || sum != bytes)
+        return MB_EINVAL;   /* not a run of punched frames */
+    size_t units = bytes / fb, head = (covers + fb - 1) / fb;
+    head = head < units ? head : units;
+    /* The new frames (the frame plan's, as a new arena would map, where
+     * the hole holds what it rounds up to; else exact), then placeholders
+     * for the rest of the hole. */
+    uint8_t orders[FILL_FRAMES], rest[FILL_FRAMES];
+    uint64_t covered = 0;
+    size_t n = mb_frame_plan((uint64_t)head * fb, fb, MB_MAX_ORDER, orders, FILL_FRAMES, &covered);
+    if (n <= FILL_FRAMES && covered / fb <= units)
+        head = (size_t)(covered / fb);
+    else
+        n = exact_orders(head, orders, FILL_FRAMES);
+    size_t nrest = units > head ? exact_orders(units - head, rest, FILL_FRAMES) : 0;
+    if (!n || (units > head && !nrest) || s->n - (to - from) + n + nrest > s->cap)
+        return MB_ELIMIT;   /* too many frames, or no room in frames[] for them */
+    struct stitched *t = stitch_new(n + nrest);
+    size_t made = 0;
+    for (; t && made < nrest; made++) {
+        struct cframe *h = calloc(1, sizeof(*h));
+        if (!h)
+            break;
+        *h = (struct cframe){ .id = UINT32_MAX, .hole = true, .mem.bytes = fb << rest[made] };
+        t->frames[n + made] = h;
+    }
+    int rc = t && made == nrest ? 0 : MB_ENOMEM;
+    if (rc == 0) {
+        pthread_mutex_unlock(&c->lock);
+        pthread_mutex_lock(&c->flock);
+        rc = fcache_take_orders(c, orders, n, t->frames);
+        if (rc == 0) {
+            t->va = addr;
+            if ((rc = stitch_map(c->be, t, 0, n, 0)) != 0)
+                for (size_t i = 0; i < n; i++)
+                    fcache_put(c, t->frames[i]);
+            else
+                c->fst.bytes_mapped += head * fb;
+        }
+        pthread_mutex_unlock(&c->flock);
+        pthread_mutex_lock(&c->lock);
+    }
+    if (rc == 0) {
+        size_t k = n + nrest;
+        for (size_t i = from; i < to; i++)
+            free(s->frames[i]);   /* the hole's placeholders */
+        memmove(s->frames + from + k, s->frames + to, (s->n - to) * sizeof(s->frames[0]));
+        memcpy(s->frames + from, t->frames, k * sizeof(t->frames[0]));
+        s->n = s->n - (to - from) + k;
+        s->holes -= head * fb;
+        *filled = head * fb;
+        c->st.heap_grants++;
+        c->st.heap_fills++;
+    } else {
+        for (size_t i = 0; i < made; i++)
+            free(t->frames[n + i]);
+    }
+    free(t);
+    return rc;
+}
+
 /* The heap's fences (lclock.c): on the legacy stream no driver event but a
  * legacy-clock token (one stream query settles every thread's frees). */
 static int ev_record(void *ctx, void *stream, void **ev)
@@ -447,11 +546,12 @@ static void ev_release(void *ctx, void *ev)
 }
 
 static const struct mb_pool_ops heap_ops_streams = {
-    .grow = heap_grow, .shrink = backing_put, .extend = heap_extend,
+    .grow = heap_grow, .shrink = backing_put, .extend = heap_extend, .fill = heap_fill,
     .event_record = ev_record, .event_query = ev_query, .event_release = ev_release,
 };
 /* Host memory has no streams: frees are ready for everyone at once. */
-static const struct mb_pool_ops heap_ops_host = { .grow = heap_grow, .shrink = backing_put, .extend = heap_extend };
+static const struct mb_pool_ops heap_ops_host = { .grow = heap_grow, .shrink = backing_put, .extend = heap_extend,
+                                                  .fill = heap_fill };
 
 int tiers_init(mb_client *c)
 {

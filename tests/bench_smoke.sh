@@ -135,6 +135,20 @@ replay)
   fi
   grep -q 'bad.log:2: expected' "$dir/bad.err" || { echo "bench_smoke: no line number"; cat "$dir/bad.err"; exit 1; }
   ;;
+trims)
+  # Both runs (holes filled, and MOONBRIGHT_HEAP_FILL=0) complete (mbbench
+  # exits 1 otherwise); the first fills holes, the second never does.
+  run trims trims --cycles 6 --sizes 9M,64M
+  "$check" "$dir/trims.json" bench cycles burst rows.0.heap rows.0.ok rows.0.peak_granted_bytes \
+    rows.0.held_over_live_end rows.0.address_space_growth_bytes rows.0.heap_extends \
+    rows.0.heap_fills rows.0.alloc_ns.p99 rows.1.ok rows.1.heap_fills
+  grep -q '"heap":"MOONBRIGHT_HEAP_FILL=0","ok":true,.*"heap_fills":0,' "$dir/trims.json" || {
+    echo "bench_smoke: the run without fills filled holes"; exit 1; }
+  grep -q '"heap":"holes filled","ok":true,.*"heap_fills":[1-9]' "$dir/trims.json" || {
+    echo "bench_smoke: no hole was filled"; exit 1; }
+  "$bench" trims --quick --quiet --sizes 9M >/dev/null 2>&1 && {
+    echo "bench_smoke: --sizes without a maximum was accepted"; exit 1; }
+  ;;
 tenants)
   run tenants tenants
   "$check" "$dir/tenants.json" bench tenants rounds frame_bytes ok starve_alloc_ns.p50 \

@@ -350,6 +350,71 @@ static void trim_inside_an_arena(void **state)
     assert_int_equal(mbt_daemon_stop(&d), 0);
 }
 
+/* A miss fills the hole a trim left inside an arena (the part it needs;
+ * the rest stays a hole) instead of extending the arena past it, so that
+ * cycles of trims and allocations reuse the arena's address space; the
+ * neighbours' data stays. With $MOONBRIGHT_HEAP_FILL=0 the arena grows. */
+static void fill_cycles(bool fill)
+{
+    const size_t M = 1u << 20;
+    mb_client *c;
+    setenv("MOONBRIGHT_HEAP_FILL", fill ? "1" : "0", 1);
+    assert_int_equal(mb_open(&c, fill ? "fill" : "no-fill"), 0);
+    void *a, *x, *b, *y;
+    assert_int_equal(mb_malloc(c, 64 * M, &a), 0);
+    assert_int_equal(mb_malloc(c, 128 * M, &x), 0);
+    assert_int_equal(mb_malloc(c, 32 * M, &b), 0);
+    assert_ptr_equal(x, (char *)a + 64 * M);
+    assert_ptr_equal(b, (char *)x + 128 * M);
+    pattern_fill((uintptr_t)a, 64 * M, 3, 0, 1 << 16);
+    pattern_fill((uintptr_t)b, 32 * M, 4, 0, 1 << 16);
+    mb_client_stats st0, st1;
+    for (int i = 0; i < 8; i++) {
+        assert_int_equal(mb_free(c, x), 0);
+        assert_int_equal(mb_trim(c, 0), 0);
+        assert_true(WAIT_FOR(5000, granted(c) == 96 * M));   /* x's frames went back */
+        assert_int_equal(mb_stats(c, &st0), 0);
+        size_t size = (100 + 3 * (size_t)i) * M + 4096;   /* within x's 128 MiB */
+        assert_int_equal(mb_malloc(c, size, &y), 0);
+        assert_int_equal(mb_stats(c, &st1), 0);
+        if (fill) {
+            assert_ptr_equal(y, x);                            /* in the hole */
+            assert_true(st1.heap_fills > st0.heap_fills);
+            assert_int_equal(st1.heap_extends, st0.heap_extends);
+            assert_true(granted(c) <= 96 * M + size + 2 * M);  /* the part it needs */
+        } else {
+            assert_true((char *)y >= (char *)b + 32 * M);      /* past b: the arena grew */
+            assert_int_equal(st1.heap_fills, 0);
+        }
+        pattern_fill((uintptr_t)y, size, 5 + i, 0, 1 << 16);
+        assert_int_equal(pattern_check((uintptr_t)y, size, 5 + i, 0, 1 << 16), -1);
+        x = y;
+    }
+    assert_int_equal(pattern_check((uintptr_t)a, 64 * M, 3, 0, 1 << 16), -1);
+    assert_int_equal(pattern_check((uintptr_t)b, 32 * M, 4, 0, 1 << 16), -1);
+    assert_int_equal(mb_free(c, x), 0);
+    assert_int_equal(mb_free(c, a), 0);
+    assert_int_equal(mb_free(c, b), 0);
+    assert_int_equal(mb_trim(c, 0), 0);
+    assert_int_equal(granted(c), 0);
+    mb_close(c);
+    unsetenv("MOONBRIGHT_HEAP_FILL");
+}
+
+static void misses_fill_holes(void **state)
+{
+    (void)state;
+    struct mbt_daemon d;
+    assert_int_equal(mbt_daemon_start(&d, NULL), 0);
+    setenv("MOONBRIGHT_RUNTIME_DIR", d.dir, 1);
+    setenv("MOONBRIGHT_IDLE_MS", "600000", 1);
+    fill_cycles(true);
+    fill_cycles(false);
+    unsetenv("MOONBRIGHT_IDLE_MS");
+    assert_int_equal(mbt_status_num(&d, "frames_granted"), 0);
+    assert_int_equal(mbt_daemon_stop(&d), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -359,6 +424,7 @@ int main(void)
         cmocka_unit_test(punching_with_large_units),
         cmocka_unit_test(extending_a_free_end),
         cmocka_unit_test(trim_inside_an_arena),
+        cmocka_unit_test(misses_fill_holes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

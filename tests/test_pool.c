@@ -36,7 +36,8 @@ struct fake_ev {
 
 struct dev {
     size_t round;                     /* arenas rounded up to this (0: exact) */
-    int fail_grow, fail_extend;
+    int fail_grow, fail_extend, fail_fill;
+    size_t fills, fill_covers;        /* holes filled, and the last fill's covers */
     size_t room;                      /* address space reserved past each arena for extends */
     size_t extends, extend_asks;
     size_t arenas, arena_bytes;       /* outstanding */
@@ -144,9 +145,26 @@ static void dev_release(void *ctx, void *ev)
     free(ev);
 }
 
+/* A hole is filled from its start in whole MiB: what the request covers. */
+static int dev_fill(void *ctx, void *base, void *addr, size_t bytes, size_t covers, size_t *filled)
+{
+    struct dev *d = ctx;
+    const size_t M = 1 << 20;
+    assert_true((uintptr_t)addr >= (uintptr_t)base);
+    assert_true(covers > 0 && covers <= bytes);
+    d->fill_covers = covers;
+    if (d->fail_fill)
+        return MB_ENOMEM;
+    d->fills++;
+    size_t f = (covers + M - 1) / M * M;
+    *filled = f < bytes ? f : bytes;
+    return 0;
+}
+
 static const struct mb_pool_ops dev_ops = { dev_grow, dev_shrink, dev_record, dev_query, dev_release,
-                                            dev_extend };
-static const struct mb_pool_ops dev_ops_nostream = { dev_grow, dev_shrink, NULL, NULL, NULL, dev_extend };
+                                            dev_extend, dev_fill };
+static const struct mb_pool_ops dev_ops_nostream = { dev_grow, dev_shrink, NULL, NULL, NULL, dev_extend,
+                                                     dev_fill };
 
 /* The device was synchronised: device-sync fences complete. */
 static void settle(struct mb_pool *p)
@@ -589,6 +607,79 @@ static void test_holes(void **state)
     assert_int_equal(d.ev_live, 0);
 }
 
+/* A miss fills the part of a hole its request needs, in the run of free
+ * blocks and holes with the fewest hole bytes, before any extension; the
+ * rest stays a hole. A fill that fails leaves the hole and the miss
+ * extends instead. */
+static void test_fill(void **state)
+{
+    (void)state;
+    struct dev d = { .room = 64 << 20 };
+    struct mb_pool *p;
+    const size_t M = 1 << 20;
+    assert_int_equal(mb_pool_new(&p, &dev_ops, &d, 256, 16 * M), 0);
+    mb_pool_set_extend_min(p, 1);
+    void *x, *y, *z, *w, *r, *r2, *r3;
+    assert_int_equal(mb_pool_alloc(p, 4 * M, MB_POOL_SYNC, &x), 0);   /* a 16 MiB arena */
+    assert_int_equal(mb_pool_alloc(p, 4 * M, MB_POOL_SYNC, &y), 0);
+    assert_int_equal(mb_pool_alloc(p, 4 * M, MB_POOL_SYNC, &z), 0);
+    assert_int_equal(mb_pool_alloc(p, 4 * M, MB_POOL_SYNC, &w), 0);
+    assert_int_equal(d.arenas, 1);
+    assert_int_equal(mb_pool_release(p, y, NULL), 0);
+    assert_int_equal(mb_pool_release(p, z, NULL), 0);
+    assert_int_equal(mb_pool_fence(p, NULL), 0);
+    struct mb_pool_span sp[2];
+    assert_int_equal(mb_pool_ready_spans(p, 8 * M, 0, sp, 2), 1);       /* y and z, merged */
+    assert_int_equal(mb_pool_punch(p, y, 8 * M), 0);
+    mb_pool_punch_end(p, y, true);
+    size_t mapped;
+    mb_pool_stats(p, NULL, &mapped);
+    assert_int_equal(mapped, 8 * M);
+    /* 5.5 MiB: the first 6 MiB of the hole are filled, 2 stay a hole. */
+    assert_int_equal(mb_pool_alloc(p, 5 * M + M / 2, MB_POOL_SYNC, &r), 0);
+    assert_ptr_equal(r, y);
+    assert_int_equal(d.fills, 1);
+    assert_int_equal(d.fill_covers, 5 * M + M / 2);
+    assert_int_equal(d.extends, 0);
+    mb_pool_stats(p, NULL, &mapped);
+    assert_int_equal(mapped, 14 * M);
+    assert_true(mb_pool_is_valid(p));
+    /* Freed, the 6 MiB do not merge with the hole; 7 MiB fill 1 more. */
+    assert_int_equal(mb_pool_release(p, r, NULL), 0);
+    assert_int_equal(mb_pool_fence(p, NULL), 0);
+    assert_int_equal(mb_pool_alloc(p, 7 * M, MB_POOL_SYNC, &r2), 0);
+    assert_ptr_equal(r2, y);
+    assert_int_equal(d.fills, 2);
+    assert_int_equal(d.fill_covers, M);
+    mb_pool_stats(p, NULL, &mapped);
+    assert_int_equal(mapped, 15 * M);
+    /* A fill that fails: the hole stays, the miss extends the arena. */
+    d.fail_fill = 1;
+    d.fill_covers = 0;
+    assert_int_equal(mb_pool_release(p, r2, NULL), 0);
+    assert_int_equal(mb_pool_fence(p, NULL), 0);
+    assert_int_equal(mb_pool_alloc(p, 8 * M, MB_POOL_SYNC, &r3), 0);   /* 7 MiB + the 1 MiB hole */
+    assert_int_equal(d.fill_covers, M);                                 /* asked, */
+    assert_int_equal(d.fills, 2);                                       /* refused */
+    assert_int_equal(d.extends, 1);
+    assert_ptr_equal(r3, (char *)x + 16 * M);
+    mb_pool_stats(p, NULL, &mapped);
+    assert_int_equal(mapped, 23 * M);
+    assert_true(mb_pool_is_valid(p));
+    d.fail_fill = 0;
+    assert_int_equal(mb_pool_release(p, x, NULL), 0);
+    assert_int_equal(mb_pool_release(p, r3, NULL), 0);
+    assert_int_equal(mb_pool_release(p, w, NULL), 0);
+    assert_int_equal(mb_pool_fence(p, NULL), 0);
+    complete(&d, LEGACY);
+    settle(p);
+    assert_true(mb_pool_is_valid(p));
+    mb_pool_trim(p, 0);
+    assert_int_equal(d.arenas, 0);   /* nothing but free blocks and a hole: it goes */
+    mb_pool_free(p);
+    assert_int_equal(d.ev_live, 0);
+}
+
 /* The stream rule, step by step. */
 static void test_streams(void **state)
 {
@@ -995,6 +1086,7 @@ int main(void)
         cmocka_unit_test(test_settle_legacy),
         cmocka_unit_test(test_classes),
         cmocka_unit_test(test_holes),
+        cmocka_unit_test(test_fill),
         cmocka_unit_test(test_no_streams),
         cmocka_unit_test(test_model_every_step),
         cmocka_unit_test(test_model_long),

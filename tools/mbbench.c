@@ -472,6 +472,8 @@ static void usage(FILE *f)
             "  threads            pairs per second from threads sharing one client, and\n"
             "                     streams destroyed under it\n"
             "  tenants            tenants with alternating peaks against static partitioning\n"
+            "  trims              bursts, frees and trims: memory held and address space used,\n"
+            "                     with the heap's holes filled again and without\n"
             "\n"
             "Every subcommand takes:\n" BENCH_COMMON_HELP
             "\n"
@@ -502,7 +504,7 @@ int main(int argc, char **argv)
         { "latency", bench_latency },     { "grant", bench_grant },
         { "rpc", bench_rpc },
         { "replay", bench_replay },       { "tenants", bench_tenants },
-        { "threads", bench_threads },
+        { "threads", bench_threads },     { "trims", bench_trims },
         { "rpc-worker", bench_rpc_worker }, { "tenants-worker", bench_tenants_worker },
     };
     for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++)

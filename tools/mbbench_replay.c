@@ -811,6 +811,7 @@ static int run_strategy(struct replay_ctx *x, const struct replay_cfg *cfg, stru
         r->delta.stitches = st1.stitches - st0.stitches;
         r->delta.heap_punches = st1.heap_punches - st0.heap_punches;
         r->delta.heap_extends = st1.heap_extends - st0.heap_extends;
+        r->delta.heap_fills = st1.heap_fills - st0.heap_fills;
         r->delta.unmaps = st1.unmaps - st0.unmaps;
         r->background_busy_s = (st1.background_busy_us - st0.background_busy_us) / 1e6;
         r->daemon_wait_s = (st1.daemon_wait_us - st0.daemon_wait_us) / 1e6;
@@ -1046,6 +1047,7 @@ static void print_json(const char *trace, const char *format, size_t nreq, uint3
             jw_u64(&w, "stitches", k->stitches);
             jw_u64(&w, "punched_frames", k->heap_punches);
             jw_u64(&w, "extends", k->heap_extends);
+            jw_u64(&w, "fills", k->heap_fills);
             jw_u64(&w, "unmaps", k->unmaps);
             jw_end(&w, '}');
         }

@@ -128,6 +128,8 @@ typedef struct mb_client_stats {
                                       * (refills, tails, spares, returns) */
     uint64_t heap_extends;           /* of heap_grants, arenas extended in place: a miss
                                       * mapped memory after an arena's free end */
+    uint64_t heap_fills;             /* of heap_grants, holes that trims had left in an
+                                      * arena mapped again for a miss */
 } mb_client_stats;
 MB_API int mb_stats(mb_client *c, mb_client_stats *out);
 
