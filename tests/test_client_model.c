@@ -160,8 +160,9 @@ static void model(void **state)
     assert_int_equal(mb_stats(c, &st), 0);
     assert_int_equal(st.bytes_live, 0);
     assert_int_equal(st.bytes_granted, 0);
-    printf("client model: %zu operations, %zu allocations, %llu daemon round trips\n", ops, allocs,
-           (unsigned long long)st.daemon_requests);
+    printf("client model: %zu operations, %zu allocations, %llu daemon round trips, %llu heap arenas "
+           "extended, %llu holes filled again\n", ops, allocs, (unsigned long long)st.daemon_requests,
+           (unsigned long long)st.heap_extends, (unsigned long long)st.heap_fills);
     mb_close(c);
     struct json *j = mbt_status(&d);
     assert_non_null(j);
