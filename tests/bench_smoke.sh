@@ -141,7 +141,8 @@ trims)
   run trims trims --cycles 6 --sizes 9M,64M
   "$check" "$dir/trims.json" bench cycles burst rows.0.heap rows.0.ok rows.0.peak_granted_bytes \
     rows.0.held_over_live_end rows.0.address_space_growth_bytes rows.0.heap_extends \
-    rows.0.heap_fills rows.0.alloc_ns.p99 rows.1.ok rows.1.heap_fills
+    rows.0.heap_fills rows.0.alloc_ns.p99 rows.0.alloc_daemon_wait_s rows.0.slowest_alloc.ns \
+    rows.0.slowest_alloc.daemon_wait_us rows.1.ok rows.1.heap_fills
   grep -q '"heap":"MOONBRIGHT_HEAP_FILL=0","ok":true,.*"heap_fills":0,' "$dir/trims.json" || {
     echo "bench_smoke: the run without fills filled holes"; exit 1; }
   grep -q '"heap":"holes filled","ok":true,.*"heap_fills":[1-9]' "$dir/trims.json" || {

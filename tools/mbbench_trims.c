@@ -7,7 +7,9 @@
  * (the default) and $MOONBRIGHT_HEAP_FILL=0 (misses extend arenas past their
  * holes). Reported: the bytes the client held at the largest burst, held
  * after the last trim against live, the address space the process reserved
- * meanwhile, the heap's extends, fills and unmaps, allocation latency. */
+ * meanwhile, the heap's extends, fills and unmaps, allocation latency and
+ * the time allocations spent on daemon round trips (the slowest one's
+ * too). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -28,6 +30,13 @@ struct trims_row {
     uint64_t peak_granted, live_end, held_end, vm_growth;
     uint64_t extends, fills, unmaps;
     struct bench_summary alloc;
+    /* the slowest allocation: its cycle, and its time waiting for the
+     * daemon's replies and importing handles (every thread's, so the
+     * background thread's round trips meanwhile count too) */
+    uint64_t slow_ns, slow_daemon_us, slow_import_us;
+    uint64_t daemon_us, import_us, requests;   /* over every allocation */
+    int slow_cycle;
+    bool slow_filled, slow_extended;
 };
 
 static uint64_t rnd(uint64_t *s)
@@ -75,12 +84,27 @@ static void run_one(const struct trims_cfg *k, bool fill, struct trims_row *r)
         r->cycle = cy;
         for (int i = 0; i < k->burst && !r->err; i++) {
             uint64_t size = k->min_size + rnd(&s) % (k->max_size - k->min_size + 1);
+            mb_client_stats a, b;
+            mb_stats(c, &a);
             uint64_t t0 = bench_now_ns();
             r->err = mb_malloc(c, size, &burst[i]);
+            uint64_t dt = bench_now_ns() - t0;
             if (!r->err)
-                r->err = bench_vec_push(&lat, bench_now_ns() - t0);
+                r->err = bench_vec_push(&lat, dt);
             else
                 burst[i] = NULL;
+            mb_stats(c, &b);
+            r->daemon_us += b.daemon_wait_us - a.daemon_wait_us;
+            r->import_us += b.import_us - a.import_us;
+            r->requests += b.daemon_requests - a.daemon_requests;
+            if (!r->err && dt > r->slow_ns) {
+                r->slow_ns = dt;
+                r->slow_cycle = cy;
+                r->slow_daemon_us = b.daemon_wait_us - a.daemon_wait_us;
+                r->slow_import_us = b.import_us - a.import_us;
+                r->slow_filled = b.heap_fills > a.heap_fills;
+                r->slow_extended = b.heap_extends > a.heap_extends;
+            }
         }
         mb_stats(c, &st);
         if (st.bytes_granted > r->peak_granted)
@@ -248,6 +272,18 @@ int bench_trims(int argc, char **argv)
             jw_u64(&w, "heap_fills", r->fills);
             jw_u64(&w, "unmaps", r->unmaps);
             jw_summary(&w, "alloc_ns", &r->alloc);
+            jw_u64(&w, "alloc_daemon_requests", r->requests);
+            jw_dbl(&w, "alloc_daemon_wait_s", (double)r->daemon_us / 1e6);
+            jw_dbl(&w, "alloc_import_s", (double)r->import_us / 1e6);
+            jw_dbl(&w, "alloc_total_s", r->alloc.mean * (double)r->alloc.n / 1e9);
+            jw_obj(&w, "slowest_alloc");
+            jw_u64(&w, "ns", r->slow_ns);
+            jw_u64(&w, "cycle", (uint64_t)r->slow_cycle);
+            jw_u64(&w, "daemon_wait_us", r->slow_daemon_us);
+            jw_u64(&w, "import_us", r->slow_import_us);
+            jw_bool(&w, "filled", r->slow_filled);
+            jw_bool(&w, "extended", r->slow_extended);
+            jw_end(&w, '}');
             jw_end(&w, '}');
         }
         jw_end(&w, ']');
@@ -274,6 +310,19 @@ int bench_trims(int argc, char **argv)
                    bench_fmt_size(r->vm_growth, d, sizeof(d)), (unsigned long long)r->extends,
                    (unsigned long long)r->fills, (unsigned long long)r->unmaps, r->alloc.mean / 1e3,
                    r->alloc.p99 / 1e3, r->alloc.max / 1e3);
+        }
+        for (int i = 0; i < 2; i++) {
+            const struct trims_row *r = &rows[i];
+            if (!r->err)
+                printf("%s: allocations took %.2f s in all, %.2f s of it waiting for %llu daemon replies, "
+                       "%.2f s importing handles\n", r->fill ? "holes filled" : "MOONBRIGHT_HEAP_FILL=0",
+                       r->alloc.mean * (double)r->alloc.n / 1e9, r->daemon_us / 1e6,
+                       (unsigned long long)r->requests, r->import_us / 1e6);
+            if (!r->err)
+                printf("%s: the slowest allocation (cycle %d, %s) took %.2f ms: %.2f ms waiting for the "
+                       "daemon, %.2f ms importing handles\n", r->fill ? "holes filled" : "MOONBRIGHT_HEAP_FILL=0",
+                       r->slow_cycle, r->slow_filled ? "filled a hole" : r->slow_extended ? "extended an arena" : "neither filled nor extended",
+                       r->slow_ns / 1e6, r->slow_daemon_us / 1e3, r->slow_import_us / 1e3);
         }
     }
     return failed ? 1 : 0;
