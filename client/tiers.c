@@ -442,11 +442,12 @@ static size_t exact_orders(size_t u, uint8_t *orders, size_t max)
 }
 
 /* A miss fills the start of the hole [addr, addr + bytes) of the arena at
- * base again: the `covers` bytes its request will use, rounded up as the
- * frame plan does, in frames that end where the request ends (so that they
- * can leave again once it is freed, as a new arena's would), the cache's
- * first, the daemon's for the rest, mapped where punched frames were; the
- * rest of the hole stays one. The arena's address space is used again
+ * base again: the `covers` bytes its request will use, in the frames of
+ * the frame plan for them as a new arena would get (cached ones first;
+ * the daemon's free frames of other sizes holding the same bytes count),
+ * exact ones where the plan would round past the hole; they end about
+ * where the request ends, so that they can leave again once it is freed.
+ * The rest of the hole stays one. The arena's address space is used again
  * instead of growing past its holes. c->lock held; dropped while the frame
  * layer works (the pool keeps the arena from being extended, punched or
  * shrunk meanwhile, so frames[] stays as it is until the new frames and
@@ -468,58 +469,66 @@ static int heap_fill(void *ctx, void *base, void *addr, size_t bytes, size_t cov
         return MB_EINVAL;   /* not a run of punched frames */
     size_t units = bytes / fb, head = (covers + fb - 1) / fb;
     head = head < units ? head : units;
-    /* The new frames (the frame plan's, as a new arena would map, where
-     * the hole holds what it rounds up to; else exact), then placeholders
-     * for the rest of the hole. */
-    uint8_t orders[FILL_FRAMES], rest[FILL_FRAMES];
     uint64_t covered = 0;
-    size_t n = mb_frame_plan((uint64_t)head * fb, fb, MB_MAX_ORDER, orders, FILL_FRAMES, &covered);
-    if (n <= FILL_FRAMES && covered / fb <= units)
-        head = (size_t)(covered / fb);
-    else
-        n = exact_orders(head, orders, FILL_FRAMES);
-    size_t nrest = units > head ? exact_orders(units - head, rest, FILL_FRAMES) : 0;
-    if (!n || (units > head && !nrest) || s->n - (to - from) + n + nrest > s->cap)
-        return MB_ELIMIT;   /* too many frames, or no room in frames[] for them */
-    struct stitched *t = stitch_new(n + nrest);
-    size_t made = 0;
-    for (; t && made < nrest; made++) {
-        struct cframe *h = calloc(1, sizeof(*h));
-        if (!h)
+    size_t planned = mb_frame_plan((uint64_t)head * fb, fb, MB_MAX_ORDER, NULL, 0, &covered);
+    uint8_t orders[FILL_FRAMES];
+    size_t n_exact = covered / fb <= units ? 0 : exact_orders(head, orders, FILL_FRAMES);
+    if (!planned || (covered / fb > units && !n_exact))
+        return MB_ELIMIT;
+    pthread_mutex_unlock(&c->lock);
+    pthread_mutex_lock(&c->flock);
+    struct stitched *t = NULL;
+    int rc;
+    if (!n_exact) {
+        rc = stitch_take_large(c, head * fb, &t);   /* largest first */
+    } else {
+        t = stitch_new(n_exact);
+        rc = t ? fcache_take_orders(c, orders, n_exact, t->frames) : MB_ENOMEM;
+        for (size_t i = 0; rc == 0 && i < n_exact; i++)
+            t->bytes += t->frames[i]->mem.bytes;
+        if (rc == 0)
+            t->n = n_exact;
+    }
+    /* Placeholders for the rest of the hole, after the new frames. */
+    size_t got = rc == 0 ? t->bytes / fb : 0, nrest = 0, made = 0;
+    uint8_t rest[FILL_FRAMES];
+    struct cframe *ph[FILL_FRAMES];
+    if (rc == 0 && (got > units || (got < units && !(nrest = exact_orders(units - got, rest, FILL_FRAMES))) ||
+                    s->n - (to - from) + t->n + nrest > s->cap))
+        rc = MB_ELIMIT;   /* past the hole, or no room in frames[] for the layout */
+    for (; rc == 0 && made < nrest; made++) {
+        if (!(ph[made] = calloc(1, sizeof(*ph[made])))) {
+            rc = MB_ENOMEM;
             break;
-        *h = (struct cframe){ .id = UINT32_MAX, .hole = true, .mem.bytes = fb << rest[made] };
-        t->frames[n + made] = h;
-    }
-    int rc = t && made == nrest ? 0 : MB_ENOMEM;
-    if (rc == 0) {
-        pthread_mutex_unlock(&c->lock);
-        pthread_mutex_lock(&c->flock);
-        rc = fcache_take_orders(c, orders, n, t->frames);
-        if (rc == 0) {
-            t->va = addr;
-            if ((rc = stitch_map(c->be, t, 0, n, 0)) != 0)
-                for (size_t i = 0; i < n; i++)
-                    fcache_put(c, t->frames[i]);
-            else
-                c->fst.bytes_mapped += head * fb;
         }
-        pthread_mutex_unlock(&c->flock);
-        pthread_mutex_lock(&c->lock);
+        *ph[made] = (struct cframe){ .id = UINT32_MAX, .hole = true, .mem.bytes = fb << rest[made] };
     }
     if (rc == 0) {
-        size_t k = n + nrest;
+        t->va = addr;
+        rc = stitch_map(c->be, t, 0, t->n, 0);
+    }
+    if (rc == 0)
+        c->fst.bytes_mapped += t->bytes;
+    else if (t)
+        for (size_t i = 0; i < t->n; i++)
+            fcache_put(c, t->frames[i]);
+    pthread_mutex_unlock(&c->flock);
+    pthread_mutex_lock(&c->lock);
+    if (rc == 0) {
+        size_t k = t->n + nrest;
         for (size_t i = from; i < to; i++)
             free(s->frames[i]);   /* the hole's placeholders */
         memmove(s->frames + from + k, s->frames + to, (s->n - to) * sizeof(s->frames[0]));
-        memcpy(s->frames + from, t->frames, k * sizeof(t->frames[0]));
+        memcpy(s->frames + from, t->frames, t->n * sizeof(t->frames[0]));
+        memcpy(s->frames + from + t->n, ph, nrest * sizeof(ph[0]));
         s->n = s->n - (to - from) + k;
-        s->holes -= head * fb;
-        *filled = head * fb;
+        s->holes -= t->bytes;
+        *filled = t->bytes;
         c->st.heap_grants++;
         c->st.heap_fills++;
     } else {
         for (size_t i = 0; i < made; i++)
-            free(t->frames[n + i]);
+            free(ph[i]);
     }
     free(t);
     return rc;
