@@ -387,6 +387,17 @@ static int heap_grow(void *ctx, size_t min_bytes, void **base, size_t *bytes)
     return rc;
 }
 
+/* Frames taken for a heap arena (t) were mapped (rc 0): count them; else
+ * they go back to the cache. c->flock held. */
+static void mapped_or_back(mb_client *c, const struct stitched *t, int rc)
+{
+    if (rc == 0)
+        c->fst.bytes_mapped += t->bytes;
+    else if (t)
+        for (size_t i = 0; i < t->n; i++)
+            fcache_put(c, t->frames[i]);
+}
+
 /* A miss extends the arena at base, whose last block is free, by at least
  * min_more: frames mapped into the room reserved after it (the cache's
  * first, the daemon's for the rest). c->lock held; dropped while the
@@ -408,11 +419,7 @@ static int heap_extend(void *ctx, void *base, size_t bytes, size_t min_more, siz
     int rc = stitch_take_large(c, want, &t);
     if (rc == 0 && (rc = stitch_map_after(c->be, s, t)) == MB_EPROTO)
         rc = MB_ELIMIT;   /* the plan rounded past the room left */
-    if (rc == 0)
-        c->fst.bytes_mapped += t->bytes;
-    else if (t)
-        for (size_t i = 0; i < t->n; i++)
-            fcache_put(c, t->frames[i]);
+    mapped_or_back(c, t, rc);
     pthread_mutex_unlock(&c->flock);
     pthread_mutex_lock(&c->lock);
     if (rc == 0) {
@@ -507,11 +514,7 @@ static int heap_fill(void *ctx, void *base, void *addr, size_t bytes, size_t cov
         t->va = addr;
         rc = stitch_map(c->be, t, 0, t->n, 0);
     }
-    if (rc == 0)
-        c->fst.bytes_mapped += t->bytes;
-    else if (t)
-        for (size_t i = 0; i < t->n; i++)
-            fcache_put(c, t->frames[i]);
+    mapped_or_back(c, t, rc);
     pthread_mutex_unlock(&c->flock);
     pthread_mutex_lock(&c->lock);
     if (rc == 0) {
