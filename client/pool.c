@@ -110,7 +110,6 @@ struct mb_pool {
     uint64_t synced;             /* tickets <= synced are complete */
     uint64_t misses;             /* allocations that needed a new arena */
     uint64_t extends;            /* misses served by extending an arena */
-    uint64_t fills;              /* holes filled again for a miss */
     size_t extend_min;           /* misses this large try extending first (0: never) */
     size_t large_min;            /* requests above this use large arenas only, the rest
                                   * small ones only (0: one class) */
@@ -596,6 +595,16 @@ static struct blk *extend_for(struct mb_pool *p, void *stream, size_t size)
     return best_fit(p, stream_find(p, stream), size);
 }
 
+/* The legacy default stream is always alive: close its open group, so
+ * that synchronous frees become reusable by everyone once it is done, and
+ * collect every completed fence. Returns the blocks made ready. */
+static size_t settle_legacy(struct mb_pool *p, struct pstream *legacy)
+{
+    if (legacy && unfenced(legacy))
+        (void)fence_stream(p, legacy, 0);
+    return poll_streams(p);
+}
+
 /* b fits size but is larger: a block freed on the legacy stream (mb_free)
  * that fits closer is still pending only because nothing has looked at the
  * legacy clock since. Look now (one query for every such free of the
@@ -609,16 +618,15 @@ static struct blk *better_settled(struct mb_pool *p, struct pstream *s, size_t s
     struct blk *q = fl_find(p, &legacy->fl, size);
     if (!q || q->size >= b->size)
         return b;
-    if (unfenced(legacy))
-        (void)fence_stream(p, legacy, 0);
-    return poll_streams(p) ? best_fit(p, s, size) : b;
+    return settle_legacy(p, legacy) ? best_fit(p, s, size) : b;
 }
 
 /* An idle hole takes in the idle holes beside it (holes are on no list). */
 static void hole_merge(struct mb_pool *p, struct blk *b)
 {
     struct blk *n;
-    while (((n = b->aprev) && n->state == B_HOLE && !n->busy) || ((n = b->anext) && n->state == B_HOLE && !n->busy))
+    while (((n = b->aprev) && n->state == B_HOLE && !n->busy) ||
+           ((n = b->anext) && n->state == B_HOLE && !n->busy))
         absorb(p, b, n);
 }
 
@@ -711,7 +719,6 @@ static struct blk *fill_for(struct mb_pool *p, void *stream, size_t size)
         ready_insert(p, h);
         if (rest)
             hole_merge(p, rest);   /* with a hole after it */
-        p->fills++;
         b = best_fit(p, stream_find(p, stream), size);
     }
     POOL_CHECK(p);
@@ -730,15 +737,8 @@ int mb_pool_alloc(struct mb_pool *p, size_t size, void *stream, void **ptr)
     struct blk *b = best_fit(p, s, size);
     if (b && b->size != size && p->ops.event_record)
         b = better_settled(p, s, size, b);
-    if (!b && p->ops.event_record) {
-        /* The legacy default stream is always alive: close its open group
-         * so synchronous frees become reusable by everyone soon. */
-        struct pstream *legacy = stream_find(p, NULL);
-        if (legacy && unfenced(legacy))
-            (void)fence_stream(p, legacy, 0);
-        if (poll_streams(p))
-            b = best_fit(p, s, size);
-    }
+    if (!b && p->ops.event_record && settle_legacy(p, stream_find(p, NULL)))
+        b = best_fit(p, s, size);
     if (!b && s && s->ohead)
         b = gather_for(p, s, size);
     if (!b && p->ops.fill && !(p->close_fit_min && size >= p->close_fit_min))
@@ -1042,7 +1042,6 @@ int mb_pool_detach(struct mb_pool *p, void *ptr, void **base, size_t *bytes)
 uint64_t mb_pool_misses(const struct mb_pool *p) { return p->misses; }
 
 uint64_t mb_pool_extends(const struct mb_pool *p) { return p->extends; }
-uint64_t mb_pool_fills(const struct mb_pool *p) { return p->fills; }
 
 uint64_t mb_pool_allocs(const struct mb_pool *p) { return p->nalloc; }
 

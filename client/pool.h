@@ -144,9 +144,10 @@ struct mb_pool_span {
 };
 size_t mb_pool_ready_spans(struct mb_pool *p, size_t min_size, uint64_t min_age, struct mb_pool_span *out,
                            size_t max);
-/* [ptr, ptr + size) must lie in one ready block (MB_ENOENT otherwise; MB_EBUSY
- * while a hole of its arena is being filled): it becomes a hole, busy (its arena is not shrunk) until mb_pool_punch_end;
- * the pool's mapped bytes drop by size. The caller then unmaps it. */
+/* [ptr, ptr + size) must lie in one ready block (MB_ENOENT otherwise;
+ * MB_EBUSY while a hole of its arena is being filled): it becomes a hole,
+ * busy (its arena is not shrunk) until mb_pool_punch_end; the pool's
+ * mapped bytes drop by size. The caller then unmaps it. */
 int  mb_pool_punch(struct mb_pool *p, void *ptr, size_t size);
 /* The caller unmapped the hole at ptr, or (unmapped false) could not: it is
  * ready again. A miss that finds a run of ready blocks and idle holes
@@ -168,11 +169,9 @@ uint64_t mb_pool_allocs(const struct mb_pool *p);
  * others, so small blocks never pin a large arena's free space and large
  * requests never split a small arena. */
 void mb_pool_set_large_min(struct mb_pool *p, size_t min_size);
-/* Allocations that needed a new arena, those served by extending one, and
- * holes filled again (ops->fill). */
+/* Allocations that needed a new arena, and those served by extending one. */
 uint64_t mb_pool_misses(const struct mb_pool *p);
 uint64_t mb_pool_extends(const struct mb_pool *p);
-uint64_t mb_pool_fills(const struct mb_pool *p);
 /* Would an allocation of size on stream need a new arena? (Collects
  * completed fences; otherwise changes nothing.) */
 bool mb_pool_would_miss(struct mb_pool *p, size_t size, void *stream);
