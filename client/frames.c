@@ -551,41 +551,19 @@ static void place_frames(mb_client *c, const uint8_t *orders, size_t n, struct c
 int fcache_take_orders(mb_client *c, const uint8_t *orders, size_t n, struct cframe **out)
 {
     struct frame_cache *fc = &c->fc;
-    size_t missing[MB_ORDERS] = { 0 }, n_missing = 0;
-    uint64_t missing_bytes = 0;
+    size_t missing[MB_ORDERS] = { 0 };
     for (size_t i = 0; i < n; i++) {
         if (orders[i] > MB_MAX_ORDER)
             return MB_EINVAL;
         out[i] = take_cached(fc, (size_t)c->frame_bytes << orders[i], c->frame_bytes);
-        if (!out[i]) {
-            missing[orders[i]]++;
-            n_missing++;
-            missing_bytes += (uint64_t)c->frame_bytes << orders[i];
-        }
+        missing[orders[i]] += !out[i];
     }
+    /* One grant per order missing: the plan of j frames of order k capped
+     * at k is those frames (frame_plan.c). */
     int rc = 0;
     struct cframe *got[MB_GRANT_MAX_FRAMES];
     uint8_t want[MB_GRANT_MAX_FRAMES];
-    /* One grant when the plan of the missing bytes is exactly the missing
-     * frames (as for a subset of one plan's frames, frame_plan.c) ... */
-    size_t m = 0;
-    for (int k = MB_MAX_ORDER; k >= 0 && n_missing <= MB_GRANT_MAX_FRAMES; k--)
-        for (size_t j = 0; j < missing[k]; j++)
-            want[m++] = (uint8_t)k;   /* largest first, as plans are */
-    uint8_t plan[MB_GRANT_MAX_FRAMES];
-    uint64_t covered = 0;
-    if (m && m == n_missing &&
-        mb_frame_plan(missing_bytes, c->frame_bytes, MB_MAX_ORDER, plan, MB_GRANT_MAX_FRAMES, &covered) == m &&
-        covered == missing_bytes && memcmp(plan, want, m) == 0) {
-        size_t g = 0;
-        rc = grant(c, missing_bytes, true, MB_MAX_ORDER, m, want, 0, got, &g);
-        if (rc == 0)
-            place_frames(c, orders, n, out, got, g);
-        n_missing = 0;
-    }
-    /* ... else one per order missing: the plan of j frames of order k
-     * capped at k is those frames. */
-    for (unsigned k = 0; k < MB_ORDERS && rc == 0 && n_missing; k++) {
+    for (unsigned k = 0; k < MB_ORDERS && rc == 0; k++) {
         while (missing[k] && rc == 0) {
             size_t j = missing[k] < MB_GRANT_MAX_FRAMES ? missing[k] : MB_GRANT_MAX_FRAMES, g = 0;
             memset(want, (int)k, j);

@@ -477,10 +477,10 @@ static int heap_fill(void *ctx, void *base, void *addr, size_t bytes, size_t cov
     size_t units = bytes / fb, head = (covers + fb - 1) / fb;
     head = head < units ? head : units;
     uint64_t covered = 0;
-    size_t planned = mb_frame_plan((uint64_t)head * fb, fb, MB_MAX_ORDER, NULL, 0, &covered);
+    mb_frame_plan((uint64_t)head * fb, fb, MB_MAX_ORDER, NULL, 0, &covered);
     uint8_t orders[FILL_FRAMES];
     size_t n_exact = covered / fb <= units ? 0 : exact_orders(head, orders, FILL_FRAMES);
-    if (!planned || (covered / fb > units && !n_exact))
+    if (covered / fb > units && !n_exact)
         return MB_ELIMIT;
     pthread_mutex_unlock(&c->lock);
     pthread_mutex_lock(&c->flock);
@@ -492,16 +492,15 @@ static int heap_fill(void *ctx, void *base, void *addr, size_t bytes, size_t cov
         t = stitch_new(n_exact);
         rc = t ? fcache_take_orders(c, orders, n_exact, t->frames) : MB_ENOMEM;
         for (size_t i = 0; rc == 0 && i < n_exact; i++)
-            t->bytes += t->frames[i]->mem.bytes;
-        if (rc == 0)
-            t->n = n_exact;
+            stitch_push(t, t->frames[i]);   /* in place: counts their bytes */
     }
     /* Placeholders for the rest of the hole, after the new frames. */
     size_t got = rc == 0 ? t->bytes / fb : 0, nrest = 0, made = 0;
     uint8_t rest[FILL_FRAMES];
     struct cframe *ph[FILL_FRAMES];
-    if (rc == 0 && (got > units || (got < units && !(nrest = exact_orders(units - got, rest, FILL_FRAMES))) ||
-                    s->n - (to - from) + t->n + nrest > s->cap))
+    if (rc == 0 && got < units)
+        nrest = exact_orders(units - got, rest, FILL_FRAMES);
+    if (rc == 0 && (got > units || (got < units && !nrest) || s->n - (to - from) + t->n + nrest > s->cap))
         rc = MB_ELIMIT;   /* past the hole, or no room in frames[] for the layout */
     for (; rc == 0 && made < nrest; made++) {
         if (!(ph[made] = calloc(1, sizeof(*ph[made])))) {
