@@ -320,7 +320,7 @@ static void segment_frames_go_back(mb_client *c, bool by_trim)
     assert_int_equal(mb_stats(c, &st1), 0);
     assert_true(st1.heap_punches > st0.heap_punches);
     assert_int_equal(pattern_check((uintptr_t)a, 64 * M, 7, 0, 1 << 16), -1);
-    assert_int_equal(mb_malloc(c, 32 * M, &y), 0);       /* past the hole, or a new arena */
+    assert_int_equal(mb_malloc(c, 32 * M, &y), 0);       /* the start of the hole, filled again */
     pattern_fill((uintptr_t)y, 32 * M, 8, 0, 1 << 16);
     assert_int_equal(pattern_check((uintptr_t)y, 32 * M, 8, 0, 1 << 16), -1);
     assert_int_equal(pattern_check((uintptr_t)a, 64 * M, 7, 0, 1 << 16), -1);
