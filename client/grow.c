@@ -5,6 +5,7 @@
  * on trim, reclaim and idleness; freed ranges kept mapped (idle) and handed
  * to the next allocation that fits, once the work before their free
  * completed. */
+#include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -28,12 +29,32 @@
 #define RECENT 32               /* allocation sizes a spare range is sized from */
 #define SPARES_PER_PASS 4       /* spare ranges one background pass maps at most */
 
+/* Driver work by kind, counted for the log line at close
+ * (MOONBRIGHT_LOG=info): how often, how many bytes, how long. */
+enum { GT_WAIT, GT_TAIL, GT_SPARE, GT_IDLE, GT_CUT, GT_STALE, GT_N };
+static const char *const gt_name[GT_N] = {
+    "maps on the caller's path", "tails mapped ahead", "spare ranges mapped",
+    "idle ranges unmapped", "tails cut", "stale cached frames returned",
+};
+struct grow_tally {
+    uint64_t n, bytes, ns, frames;
+};
+
+static void tally(struct grow_tally *t, size_t bytes, size_t frames, uint64_t t0)
+{
+    __atomic_fetch_add(&t->n, 1, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&t->frames, frames, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&t->bytes, bytes, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&t->ns, mb_now_ns() - t0, __ATOMIC_RELAXED);
+}
+
 /* A freed range, still mapped: reused once its fence completed (an event
  * recorded on the freeing stream, or a legacy-clock token). */
 struct gidle {
     struct stitched *s;
     void *fence;
     int64_t since_ms;
+    bool spare;                  /* mapped ahead by spares_work, not freed by a user */
     struct gidle *next;
 };
 
@@ -62,7 +83,8 @@ struct growset {
     size_t n, used, ahead;
     struct gidle *idle;          /* freed ranges still mapped, newest first */
     size_t n_idle, idle_bytes;   /* idle_bytes == sum of their s->bytes */
-    uint64_t waits, maps_ahead, reuses;
+    uint64_t waits, maps_ahead, reuses, reuse_kind[3], reuse_spare, drop_spare, drop_freed;
+    struct grow_tally tally[GT_N];   /* where the time goes (logged at close) */
     size_t recent[RECENT];       /* the first sizes of the latest allocations (a ring) */
     unsigned n_recent;           /* allocations recorded (the ring's next slot mod RECENT) */
 };
@@ -289,7 +311,9 @@ static void tail_unmap(mb_client *c, struct growset *g, const struct tail_cut *c
 {
     struct growable *x = cut->x;
     struct stitched *s = x->s;
+    uint64_t t0 = mb_now_ns();
     bool ok = c->be->ops->unmap(c->be, (char *)s->va + cut->off, cut->gone) == 0;
+    tally(&g->tally[GT_CUT], cut->gone, cut->n - cut->k, t0);
     if (ok) {
         for (size_t i = cut->k; i < cut->n; i++)
             fcache_put(c, s->frames[i]);
@@ -381,6 +405,8 @@ static struct stitched *idle_take(mb_client *c, struct growset *g, size_t need_r
     struct gidle *i = *best;
     *best = i->next;
     struct stitched *s = i->s;
+    g->reuse_kind[idle_fit(s->bytes, size, limit)]++;
+    g->reuse_spare += i->spare;
     g->n_idle--;
     g->idle_bytes -= s->bytes;
     fence_drop(c, i->fence);
@@ -420,6 +446,10 @@ static struct gidle *idle_detach_held(mb_client *c, struct growset *g, int64_t n
         *pp = i->next;
         g->n_idle--;
         g->idle_bytes -= i->s->bytes;
+        if (i->spare)
+            g->drop_spare++;
+        else
+            g->drop_freed++;
         fence_drop(c, i->fence);
         i->next = gone;
         gone = i;
@@ -428,12 +458,16 @@ static struct gidle *idle_detach_held(mb_client *c, struct growset *g, int64_t n
 }
 
 /* Unmap the ranges idle_detach_held took; fl_lock held. */
-static void idle_unmap(mb_client *c, struct gidle *gone)
+static void idle_unmap(mb_client *c, struct growset *g, struct gidle *gone)
 {
     while (gone) {
         struct gidle *i = gone;
         gone = i->next;
-        if (stitch_free(c, i->s, NULL) != 0)
+        uint64_t t0 = mb_now_ns();
+        size_t bytes = i->s->bytes, nf = i->s->n;
+        int rc = stitch_free(c, i->s, NULL);
+        tally(&g->tally[GT_IDLE], bytes, nf, t0);
+        if (rc != 0)
             mb_log(MB_LOG_ERR, "failed to unmap an idle growable range at %p", i->s->va);
         free(i);
     }
@@ -441,7 +475,7 @@ static void idle_unmap(mb_client *c, struct gidle *gone)
 
 static void idle_release_held(mb_client *c, struct growset *g, int64_t now, int64_t idle_ms)
 {
-    idle_unmap(c, idle_detach_held(c, g, now, idle_ms));
+    idle_unmap(c, g, idle_detach_held(c, g, now, idle_ms));
 }
 
 static size_t pow2_at_least(size_t x)
@@ -524,7 +558,10 @@ int grow_alloc(mb_client *c, size_t size, size_t max, void **ptr)
     bool waited = s->bytes < size;   /* mapped on this call */
     if (waited) {
         x->busy = true;   /* no other thread knows x yet */
+        uint64_t t0 = mb_now_ns();
+        size_t had = s->bytes, had_n = s->n;
         rc = map_tail(c, g, x, size - s->bytes, size - s->bytes);
+        tally(&g->tally[GT_WAIT], s->bytes - had, s->n - had_n, t0);
         x->busy = false;
     }
     bool kick = false;
@@ -596,9 +633,12 @@ int grow_extend(mb_client *c, void *ptr, size_t new_size)
                 if (more > x->limit - x->s->bytes)
                     more = x->limit - x->s->bytes;
                 x->busy = true;
+                size_t had = x->s->bytes, had_n = x->s->n;
                 pthread_mutex_unlock(&g->lock);
-                rc = map_tail(c, g, x, new_size - x->s->bytes, more);
+                uint64_t t0 = mb_now_ns();
+                rc = map_tail(c, g, x, new_size - had, more);
                 pthread_mutex_lock(&g->lock);
+                tally(&g->tally[GT_WAIT], x->s->bytes - had, x->s->n - had_n, t0);
                 x->busy = false;
                 pthread_cond_broadcast(&g->not_busy);
             }
@@ -745,6 +785,7 @@ static void spares_work(mb_client *c, struct growset *g)
         if (!room)
             return;
         struct stitched *t = NULL, *s = NULL;
+        uint64_t t0 = mb_now_ns();
         if (fl_take(c, want, want, plan_bytes(want, unit), &t) != 0)
             return;   /* no memory or quota for it now: none made */
         size_t got = t->bytes, n = t->n;
@@ -769,8 +810,10 @@ static void spares_work(mb_client *c, struct growset *g)
         c->fst.bytes_mapped += got;
         fl_unlock(c);
         pthread_mutex_lock(&g->lock);
+        i->spare = true;
         idle_push_held(g, i, s);
         pthread_mutex_unlock(&g->lock);
+        tally(&g->tally[GT_SPARE], got, n, t0);
     }
 }
 
@@ -795,8 +838,12 @@ void grow_work(mb_client *c, struct growset *g, int64_t now, int idle_ms)
         x->busy = true;
         pthread_mutex_unlock(&g->lock);
         size_t want = target < room ? target : room;
+        uint64_t t0 = mb_now_ns();
+        size_t had_n = s->n;
         int rc = map_tail(c, g, x, want, want);
         pthread_mutex_lock(&g->lock);
+        if (rc == 0)
+            tally(&g->tally[GT_TAIL], want, s->n - had_n, t0);
         x->busy = false;
         pthread_cond_broadcast(&g->not_busy);
         if (rc == 0)
@@ -827,7 +874,7 @@ void grow_work(mb_client *c, struct growset *g, int64_t now, int idle_ms)
             ncut += tail_cut_held(g, x, x->used + target_of(c, x), &cuts[ncut]);
     }
     pthread_mutex_unlock(&g->lock);
-    idle_unmap(c, gone);
+    idle_unmap(c, g, gone);
     for (size_t i = 0; i < ncut; i++)
         tail_unmap(c, g, &cuts[i], false);
     free(cuts);
@@ -835,8 +882,12 @@ void grow_work(mb_client *c, struct growset *g, int64_t now, int idle_ms)
      * take them whatever their size. Past the cache's usual bytes, frames
      * nobody took within CACHE_STALE_MS go back to the daemon now rather
      * than at the next idle trim. */
-    if (c->fc.bytes_cached > c->fc.keep_bytes)
+    if (c->fc.bytes_cached > c->fc.keep_bytes) {
+        uint64_t t0 = mb_now_ns();
+        size_t had = c->fc.bytes_cached, had_n = c->fc.n_cached;
         fcache_trim_stale(c, c->fc.keep_bytes, CACHE_STALE_MS);
+        tally(&g->tally[GT_STALE], had - c->fc.bytes_cached, had_n - c->fc.n_cached, t0);
+    }
     fl_unlock(c);
 }
 
@@ -858,10 +909,31 @@ void grow_trim_held(mb_client *c, struct growset *g)
     pthread_mutex_unlock(&g->lock);
 }
 
+/* What the ranges' driver work was, at close (MOONBRIGHT_LOG=info): where
+ * a growing workload's time went, and how freed ranges were used again. */
+static void log_work(const struct growset *g)
+{
+    if (!g->reuses && !g->tally[GT_WAIT].n && !g->tally[GT_TAIL].n)
+        return;
+    mb_log(MB_LOG_INFO,
+           "growable ranges: %" PRIu64 " reused (%" PRIu64 " within their limit, %" PRIu64
+           " past it, %" PRIu64 " short; %" PRIu64 " of them spares); idle ranges unmapped: %"
+           PRIu64 " freed, %" PRIu64 " spares",
+           g->reuses, g->reuse_kind[0], g->reuse_kind[1], g->reuse_kind[2], g->reuse_spare,
+           g->drop_freed, g->drop_spare);
+    for (int k = 0; k < GT_N; k++)
+        if (g->tally[k].n)
+            mb_log(MB_LOG_INFO,
+                   "growable ranges, %s: %" PRIu64 " times, %" PRIu64 " frames, %.1f MiB, %.1f ms",
+                   gt_name[k], g->tally[k].n, g->tally[k].frames,
+                   (double)g->tally[k].bytes / (1 << 20), (double)g->tally[k].ns / 1e6);
+}
+
 void growset_free(mb_client *c, struct growset *g)
 {
     if (!g)
         return;
+    log_work(g);
     fl_lock(c);
     idle_release_held(c, g, 0, -1);   /* the device is idle by now */
     while (g->idle) {                  /* a fence that failed: unmap anyway */
