@@ -69,10 +69,11 @@ static int return_ids(mb_client *c, uint32_t *ids, size_t n) { return send_retur
 static void report(mb_client *c, uint64_t tier_idle, const mb_client_stats *st)
 {
     uint64_t now = c->fc.bytes_cached + tier_idle;
-    uint64_t v[8] = { 0 };
+    uint64_t v[9] = { 0 };
     if (st) {
-        const uint64_t k[8] = { st->bytes_idle, st->heap_hits, st->heap_grants, st->stitches,
-                                st->unmaps, st->vspace_refill_waits, st->grow_waits, st->heap_extends };
+        const uint64_t k[9] = { st->bytes_idle, st->heap_hits,   st->heap_grants,
+                                st->stitches,   st->unmaps,      st->vspace_refill_waits,
+                                st->grow_waits, st->heap_extends, st->heap_fills };
         memcpy(v, k, sizeof(v));
     }
     bool counters = st && memcmp(v, c->counters_reported, sizeof(v)) != 0;
@@ -91,6 +92,7 @@ static void report(mb_client *c, uint64_t tier_idle, const mb_client_stats *st)
         cc.refill_waits = v[5];
         cc.grow_waits = v[6];
         cc.heap_extends = v[7];
+        cc.heap_fills = v[8];
         m.counters = &cc;
     }
     req.body_case = MB__REQUEST__BODY_CACHE;

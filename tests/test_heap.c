@@ -354,7 +354,7 @@ static void trim_inside_an_arena(void **state)
  * the rest stays a hole) instead of extending the arena past it, so that
  * cycles of trims and allocations reuse the arena's address space; the
  * neighbours' data stays. With $MOONBRIGHT_HEAP_FILL=0 the arena grows. */
-static void fill_cycles(bool fill)
+static void fill_cycles(const struct mbt_daemon *d, bool fill)
 {
     const size_t M = 1u << 20;
     mb_client *c;
@@ -392,6 +392,11 @@ static void fill_cycles(bool fill)
     }
     assert_int_equal(pattern_check((uintptr_t)a, 64 * M, 3, 0, 1 << 16), -1);
     assert_int_equal(pattern_check((uintptr_t)b, 32 * M, 4, 0, 1 << 16), -1);
+    /* mbctl tenants shows the process's count. */
+    assert_int_equal(mb_stats(c, &st1), 0);
+    assert_true(fill ? st1.heap_fills >= 8 : st1.heap_fills == 0);
+    assert_true(WAIT_FOR(2000, tenant_num(d, fill ? "fill" : "no-fill", "heap_fills") ==
+                                   (double)st1.heap_fills));
     assert_int_equal(mb_free(c, x), 0);
     assert_int_equal(mb_free(c, a), 0);
     assert_int_equal(mb_free(c, b), 0);
@@ -408,8 +413,8 @@ static void misses_fill_holes(void **state)
     assert_int_equal(mbt_daemon_start(&d, NULL), 0);
     setenv("MOONBRIGHT_RUNTIME_DIR", d.dir, 1);
     setenv("MOONBRIGHT_IDLE_MS", "600000", 1);
-    fill_cycles(true);
-    fill_cycles(false);
+    fill_cycles(&d, true);
+    fill_cycles(&d, false);
     unsetenv("MOONBRIGHT_IDLE_MS");
     assert_int_equal(mbt_status_num(&d, "frames_granted"), 0);
     assert_int_equal(mbt_daemon_stop(&d), 0);

@@ -464,12 +464,14 @@ static int cli_tenants(struct ctl *ctl, int argc, char **argv)
             const Mb__ClientCounters *k = ti->counters ? ti->counters : &no_counters;
             printf(",\"min\":%llu,\"cached\":%llu,\"idle\":%llu,\"heap_hits\":%llu,"
                    "\"heap_grants\":%llu,\"stitches\":%llu,\"unmaps\":%llu,"
-                   "\"refill_waits\":%llu,\"grow_waits\":%llu,\"heap_extends\":%llu}",
+                   "\"refill_waits\":%llu,\"grow_waits\":%llu,\"heap_extends\":%llu,"
+                   "\"heap_fills\":%llu}",
                    (unsigned long long)ti->min, (unsigned long long)ti->cached,
                    (unsigned long long)k->bytes_idle, (unsigned long long)k->heap_hits,
                    (unsigned long long)k->heap_grants, (unsigned long long)k->stitches,
                    (unsigned long long)k->unmaps, (unsigned long long)k->refill_waits,
-                   (unsigned long long)k->grow_waits, (unsigned long long)k->heap_extends);
+                   (unsigned long long)k->grow_waits, (unsigned long long)k->heap_extends,
+                   (unsigned long long)k->heap_fills);
         }
         printf("]}\n");
     } else {
