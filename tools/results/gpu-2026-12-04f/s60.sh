@@ -1,0 +1,33 @@
+#!/bin/sh
+# grow's background churn: variants of the idle cap, spare gate, fit order (XP_* knobs of a scratch build)
+. tools/gpu/use-deps.sh .gpudeps >/dev/null 2>&1
+date -u
+B=$PWD/build-gpu
+cmake -S . -B $B -DCMAKE_BUILD_TYPE=Release -DCMAKE_C_FLAGS= >/dev/null && cmake --build $B -j16 2>&1 | grep -E "error|warning: "
+(cd $B && timeout 150 ctest -L gpu 2>&1 | grep -E "tests passed|Failed|\*\*\*")
+O=$OUT
+run() { # name, env...
+  n=$1; shift
+  RT=$(mktemp -d)
+  $B/daemon/moonbrightd --foreground --backend cuda --runtime-dir $RT --budget 100G >$O/daemon-$n.log 2>&1 & DP=$!; i=0; while [ ! -S $RT/gpu0.fds ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done
+  env "$@" MOONBRIGHT_LOG=info MOONBRIGHT_RUNTIME_DIR=$RT timeout 100 $B/tools/mbbench replay .gpu/azure_llm_conv_2023.csv --strategies grow --json --quiet > $O/$n.json 2>$O/$n.err
+  echo "== $n $* rc=$?"
+  python3 - $O/$n.json <<'PY'
+import json,sys
+d=json.load(open(sys.argv[1]))
+for r in d["strategies"]:
+    a=r.get("alloc_ns",{}); p=r.get("at_peak",{})
+    print(" ", r.get("strategy"), "ok",r.get("ok"), "r/l=%.3f"%r.get("reserved_over_live",0), "frames",r.get("peak_daemon_frames"), "mean %.1f"%(a.get("mean",0)/1e3), "p99 %.0f"%(a.get("p99",0)/1e3),"max %.2f ms"%(a.get("max",0)/1e6), "waits", r.get("driver_waits"), "busy %.2f/%.2f"%(r.get("background_busy_s",0), r.get("total_s",0)), "idle %.2f ahead %.2f cached %.2f GB"%(p.get("idle",0)/1e9,p.get("grow_ahead",0)/1e9,p.get("cached",0)/1e9), "creates", r.get("daemon_grant_creates"))
+PY
+  grep growable $O/$n.err | sed 's/mbclient: growable ranges: /   /'
+  kill $DP; wait $DP
+}
+for k in 1 2; do
+run A$k XP_NONE=1
+run B$k XP_CAPSHIFT=4 XP_SPARE_GATE=2
+run C$k XP_CAPSHIFT=5 XP_SPARE_GATE=2
+run D$k XP_CAPSHIFT=4 XP_SPARE_GATE=2 XP_FITMOST=1
+run E$k XP_CAPSHIFT=5 XP_SPARE_GATE=2 XP_OLDEST=1
+done
+grep -il "error\|warn" $O/daemon-*.log | head -3
+date -u
