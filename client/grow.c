@@ -817,24 +817,55 @@ static void spares_work(mb_client *c, struct growset *g)
     }
 }
 
+/* Does x's tail want refilling: below half its target, room left, and in
+ * use within idle_ms? g->lock held. */
+static bool tail_due(const mb_client *c, const struct growable *x, int64_t now, int idle_ms)
+{
+    const struct stitched *s = x->s;
+    return !x->busy && s->bytes < x->limit && s->bytes - x->used < target_of(c, x) / 2 &&
+           now - x->last_ms < idle_ms;
+}
+
+/* A range due for a refill, and how many of its growth steps its tail
+ * still holds: the fewest first. */
+struct due {
+    void *va;
+    size_t steps;
+};
+
+static int cmp_due(const void *a, const void *b)
+{
+    size_t x = ((const struct due *)a)->steps, y = ((const struct due *)b)->steps;
+    return x < y ? -1 : x > y;
+}
+
 void grow_work(mb_client *c, struct growset *g, int64_t now, int idle_ms)
 {
+    /* The tails due, the closest to a wait first: when the driver is the
+     * bottleneck, the ranges that would otherwise map on their caller's
+     * path are served before those with steps to spare. */
     pthread_mutex_lock(&g->lock);
-    for (size_t i = 0; i < g->map.cap; i++) {
+    struct due *due = g->n ? malloc(g->n * sizeof(*due)) : NULL;
+    size_t n_due = 0;
+    for (size_t i = 0; due && i < g->map.cap && n_due < g->n; i++) {
         struct ptrmap_slot *sl = &g->map.slots[i];
-        if (sl->key <= 1)
+        struct growable *x = sl->key > 1 ? sl->val : NULL;
+        if (!x || !tail_due(c, x, now, idle_ms))
             continue;
-        struct growable *x = sl->val;
-        struct stitched *s = x->s;
-        size_t target = target_of(c, x), ahead = s->bytes - x->used;
-        if (x->busy || s->bytes >= x->limit || ahead >= target / 2 ||
-            now - x->last_ms >= idle_ms)
+        size_t step = x->step > c->frame_bytes ? x->step : c->frame_bytes;
+        due[n_due++] = (struct due){ x->s->va, (x->s->bytes - x->used) / step };
+    }
+    if (n_due > 1)
+        qsort(due, n_due, sizeof(*due), cmp_due);
+    for (size_t k = 0; k < n_due; k++) {
+        /* Looked up again: it may have been freed or grown meanwhile. */
+        struct growable *x = ptrmap_get(&g->map, due[k].va);
+        if (!x || !tail_due(c, x, now, idle_ms))
             continue;
         /* Map one target's worth; busy holds off frees and grows of this
-         * range meanwhile. The map may be rehashed by then: the scan goes
-         * on from the same slot of the new table (a range skipped waits
-         * for the next pass). */
-        size_t room = x->limit - s->bytes;
+         * range meanwhile. */
+        struct stitched *s = x->s;
+        size_t target = target_of(c, x), room = x->limit - s->bytes;
         x->busy = true;
         pthread_mutex_unlock(&g->lock);
         size_t want = target < room ? target : room;
@@ -851,6 +882,7 @@ void grow_work(mb_client *c, struct growset *g, int64_t now, int idle_ms)
         else
             x->last_ms = now - idle_ms;   /* out of memory: leave it until it grows again */
     }
+    free(due);
     bool tails = g->ahead > 0 || g->idle;   /* idle tails, excess, idle ranges */
     pthread_mutex_unlock(&g->lock);
     spares_work(c, g);
