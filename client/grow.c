@@ -839,11 +839,11 @@ static int cmp_due(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-void grow_work(mb_client *c, struct growset *g, int64_t now, int idle_ms)
+/* Refill the tails due, the closest to a wait first: when the driver is
+ * the bottleneck, the ranges that would otherwise map on their caller's
+ * path are served before those with steps to spare. */
+static void refill_tails(mb_client *c, struct growset *g, int64_t now, int idle_ms)
 {
-    /* The tails due, the closest to a wait first: when the driver is the
-     * bottleneck, the ranges that would otherwise map on their caller's
-     * path are served before those with steps to spare. */
     pthread_mutex_lock(&g->lock);
     struct due *due = g->n ? malloc(g->n * sizeof(*due)) : NULL;
     size_t n_due = 0;
@@ -883,9 +883,17 @@ void grow_work(mb_client *c, struct growset *g, int64_t now, int idle_ms)
             x->last_ms = now - idle_ms;   /* out of memory: leave it until it grows again */
     }
     free(due);
+    pthread_mutex_unlock(&g->lock);
+}
+
+/* Give back what the ranges hold past their need: tails idle for idle_ms,
+ * reused ranges' excess, freed ranges idle for idle_ms or past the idle
+ * cap; then cached frames nobody took. */
+static void give_back(mb_client *c, struct growset *g, int64_t now, int idle_ms)
+{
+    pthread_mutex_lock(&g->lock);
     bool tails = g->ahead > 0 || g->idle;   /* idle tails, excess, idle ranges */
     pthread_mutex_unlock(&g->lock);
-    spares_work(c, g);
     if (!tails)
         return;
     /* Tails and freed ranges idle for idle_ms go back: taken under g->lock,
@@ -921,6 +929,17 @@ void grow_work(mb_client *c, struct growset *g, int64_t now, int idle_ms)
         tally(&g->tally[GT_STALE], had - c->fc.bytes_cached, had_n - c->fc.n_cached, t0);
     }
     fl_unlock(c);
+}
+
+/* One background pass. What the ranges hold past their need goes first:
+ * unmapping is the driver's cheaper half, and the frames it puts in the
+ * cache feed the tails mapped next without a grant. Then the tails, the
+ * closest to a wait first; spare ranges last. */
+void grow_work(mb_client *c, struct growset *g, int64_t now, int idle_ms)
+{
+    give_back(c, g, now, idle_ms);
+    refill_tails(c, g, now, idle_ms);
+    spares_work(c, g);
 }
 
 void grow_trim_held(mb_client *c, struct growset *g)

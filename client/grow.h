@@ -53,8 +53,10 @@ struct stitched *grow_find_held(mb_client *c, const void *ptr);
 
 /* For refill.c: the growable ranges of a client. */
 struct growset *growset_new(void);
-/* The background step: tails below their target mapped ahead, tails idle
- * since now - idle_ms returned. */
+/* The background step: what ranges hold past their need returned (tails
+ * idle since now - idle_ms, reused ranges' excess, freed ranges past the
+ * idle cap), then tails below their target mapped ahead (the closest to a
+ * wait first), then spare ranges. */
 void grow_work(mb_client *c, struct growset *g, int64_t now, int idle_ms);
 /* Return every tail (c->lock held). */
 void grow_trim_held(mb_client *c, struct growset *g);
