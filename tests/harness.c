@@ -501,6 +501,21 @@ void mbt_write_config(char *path, size_t len, const char *text)
     chmod(path, 0644);
 }
 
+double mbt_tenant_num(const struct mbt_daemon *d, const char *name, const char *key)
+{
+    const char *args[] = { "tenants", NULL };
+    struct json *j = mbt_ctl_json(d, NULL, args);
+    const struct json *t = j ? json_get(j, "tenants") : NULL;
+    double v = -1;
+    for (size_t i = 0; t && i < t->n; i++) {
+        const struct json *n = json_get(&t->kids[i], "name");
+        if (n && n->str && strcmp(n->str, name) == 0)
+            v = json_num(&t->kids[i], key);
+    }
+    json_free(j);
+    return v;
+}
+
 double mbt_status_num(const struct mbt_daemon *d, const char *key)
 {
     struct json *j = mbt_status(d);

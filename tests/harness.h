@@ -58,6 +58,9 @@ int mbt_read_line(int fd, char *buf, size_t len, int timeout_ms);
 struct json *mbt_status(const struct mbt_daemon *d);
 /* One number of the status (-1 when the daemon did not answer). */
 double mbt_status_num(const struct mbt_daemon *d, const char *key);
+/* One number of tenant `name` in mbctl tenants --json (-1 when the daemon
+ * did not answer or lists no such tenant). */
+double mbt_tenant_num(const struct mbt_daemon *d, const char *name, const char *key);
 /* A config file holding text in a fresh temporary path (mode 0644); the
  * caller unlinks it. Aborts when it cannot be written. */
 void mbt_write_config(char *path, size_t len, const char *text);

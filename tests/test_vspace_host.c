@@ -278,24 +278,6 @@ static double status_num(const char *key)
     return v;
 }
 
-/* The bytes the daemon's books give tenant `name` (mbctl tenants). */
-static size_t tenant_bytes(const char *name)
-{
-    const char *args[] = { "tenants", NULL };
-    struct json *j = mbt_ctl_json(&g_d, NULL, args);
-    assert_non_null(j);
-    const struct json *t = json_get(j, "tenants");
-    double v = -1;
-    for (size_t i = 0; t && i < t->n; i++) {
-        const struct json *n = json_get(&t->kids[i], "name");
-        if (n && n->str && strcmp(n->str, name) == 0)
-            v = json_num(&t->kids[i], "bytes");
-    }
-    json_free(j);
-    assert_true(v >= 0);
-    return (size_t)v;
-}
-
 /* Threads of this process now. */
 static int n_threads(void)
 {
@@ -1071,7 +1053,8 @@ static void test_grant_swaps_out_cached_frames(void **state)
         assert_int_equal(mb_free(c, p[i]), 0);
     assert_int_equal(mb_trim(c, (size_t)1 << 30), 0);   /* unmapped; the frames stay cached */
     mb_client_stats st0 = stats_of(c);
-    size_t daemon0 = tenant_bytes("grow-swap");   /* this session's, in the daemon's books */
+    double daemon0 = mbt_tenant_num(&g_d, "grow-swap", "bytes");   /* in the daemon's books */
+    assert_true(daemon0 >= 0);
     assert_int_equal(st0.bytes_cached, 24 * mib);
     /* 2 MiB at most: no cached frame fits, so a grant; the cache (1 GiB)
      * keeps its frames. */
@@ -1096,8 +1079,8 @@ static void test_grant_swaps_out_cached_frames(void **state)
      * frames between the two reads.) */
     bool agree = false;
     for (int i = 0; i < 200 && !agree; i++) {
-        size_t now = tenant_bytes("grow-swap");
-        agree = daemon0 - now == st0.bytes_granted - stats_of(c).bytes_granted;
+        double now = mbt_tenant_num(&g_d, "grow-swap", "bytes");
+        agree = daemon0 - now == (double)st0.bytes_granted - (double)stats_of(c).bytes_granted;
         if (!agree)
             mbt_sleep_ms(10);
     }
