@@ -28,6 +28,8 @@
                                  * (spare ranges are made from the daemon's frames too) */
 #define RECENT 32               /* allocation sizes a spare range is sized from */
 #define SPARES_PER_PASS 4       /* spare ranges one background pass maps at most */
+#define TAILS_PER_PASS 16       /* tails one pass refills at most; the next pass comes at
+                                 * once, after what freed meanwhile went back */
 
 /* Driver work by kind, counted for the log line at close
  * (MOONBRIGHT_LOG=info): how often, how many bytes, how long. */
@@ -839,10 +841,11 @@ static int cmp_due(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-/* Refill the tails due, the closest to a wait first: when the driver is
- * the bottleneck, the ranges that would otherwise map on their caller's
- * path are served before those with steps to spare. */
-static void refill_tails(mb_client *c, struct growset *g, int64_t now, int idle_ms)
+/* Refill the tails due, the closest to a wait first (at most
+ * TAILS_PER_PASS): when the driver is the bottleneck, the ranges that would
+ * otherwise map on their caller's path are served before those with steps
+ * to spare. True when some were left for the next pass. */
+static bool refill_tails(mb_client *c, struct growset *g, int64_t now, int idle_ms)
 {
     pthread_mutex_lock(&g->lock);
     struct due *due = g->n ? malloc(g->n * sizeof(*due)) : NULL;
@@ -857,7 +860,8 @@ static void refill_tails(mb_client *c, struct growset *g, int64_t now, int idle_
     }
     if (n_due > 1)
         qsort(due, n_due, sizeof(*due), cmp_due);
-    for (size_t k = 0; k < n_due; k++) {
+    size_t k = 0;
+    for (; k < n_due && k < TAILS_PER_PASS; k++) {
         /* Looked up again: it may have been freed or grown meanwhile. */
         struct growable *x = ptrmap_get(&g->map, due[k].va);
         if (!x || !tail_due(c, x, now, idle_ms))
@@ -884,6 +888,7 @@ static void refill_tails(mb_client *c, struct growset *g, int64_t now, int idle_
     }
     free(due);
     pthread_mutex_unlock(&g->lock);
+    return k < n_due;
 }
 
 /* Give back what the ranges hold past their need: tails idle for idle_ms,
@@ -934,12 +939,15 @@ static void give_back(mb_client *c, struct growset *g, int64_t now, int idle_ms)
 /* One background pass. What the ranges hold past their need goes first:
  * unmapping is the driver's cheaper half, and the frames it puts in the
  * cache feed the tails mapped next without a grant. Then the tails, the
- * closest to a wait first; spare ranges last. */
-void grow_work(mb_client *c, struct growset *g, int64_t now, int idle_ms)
+ * closest to a wait first, TAILS_PER_PASS at most, so that ranges freed
+ * while the driver is slow do not pile up idle; spare ranges last. True
+ * when tails are still due: the next pass should start at once. */
+bool grow_work(mb_client *c, struct growset *g, int64_t now, int idle_ms)
 {
     give_back(c, g, now, idle_ms);
-    refill_tails(c, g, now, idle_ms);
+    bool more = refill_tails(c, g, now, idle_ms);
     spares_work(c, g);
+    return more;
 }
 
 void grow_trim_held(mb_client *c, struct growset *g)

@@ -56,8 +56,9 @@ struct growset *growset_new(void);
 /* The background step: what ranges hold past their need returned (tails
  * idle since now - idle_ms, reused ranges' excess, freed ranges past the
  * idle cap), then tails below their target mapped ahead (the closest to a
- * wait first), then spare ranges. */
-void grow_work(mb_client *c, struct growset *g, int64_t now, int idle_ms);
+ * wait first, a few per step), then spare ranges. True when tails are
+ * still due (the next step should come at once). */
+bool grow_work(mb_client *c, struct growset *g, int64_t now, int idle_ms);
 /* Return every tail (c->lock held). */
 void grow_trim_held(mb_client *c, struct growset *g);
 /* Free every range still live, then the set. No lock held. */

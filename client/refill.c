@@ -39,11 +39,12 @@ static void *refill_main(void *arg)
         /* Pools live until refill_close, which stops this thread first. */
         uint64_t t0 = mb_now_ns();
         int64_t now = mb_now_ms();
-        bool again = false;   /* a pool still short after its extent: no sleep before the next pass */
+        bool again = false;   /* a pool short after its extent, or tails still due: no sleep */
         for (int k = 0; k < REFILL_PAGE_SIZES; k++)
             if (pools[k] && pagepool_work(pools[k], now, r->idle_ms, r->test_delay_us))
                 again = true;
-        grow_work(r->c, r->grow, now, r->idle_ms);
+        if (grow_work(r->c, r->grow, now, r->idle_ms))
+            again = true;
         vsnodes_work(r->nodes);
         __atomic_fetch_add(&r->busy_ns, mb_now_ns() - t0, __ATOMIC_RELAXED);
         pthread_mutex_lock(&r->lock);
