@@ -344,7 +344,7 @@ static void test_pool_extents_and_trim(void **state)
 static mb_client_stats wait_free(mb_client *c, size_t want)
 {
     mb_client_stats st = stats_of(c);
-    for (int i = 0; i < 400 && st.vspace_free_bytes < want; i++) {
+    for (int i = 0; i < 1000 && st.vspace_free_bytes < want; i++) {
         mbt_sleep_ms(10);
         st = stats_of(c);
     }
@@ -441,7 +441,9 @@ static void test_map_during_refill(void **state)
 {
     (void)state;
     const size_t page = 64 << 10, vpages = 16384;
-    setenv("MOONBRIGHT_TEST_REFILL_DELAY_US", "400000", 1);
+    /* Each refill is held 1.5 s: long enough for the calls below to land
+     * inside it on a loaded machine. */
+    setenv("MOONBRIGHT_TEST_REFILL_DELAY_US", "1500000", 1);
     mb_client *c;
     assert_int_equal(mb_open(&c, "vspace-refill"), 0);
     mb_vspace *v[2];
@@ -454,7 +456,6 @@ static void test_map_during_refill(void **state)
     size_t ext = st.vspace_extents;
     size_t left = st.vspace_free_bytes / page, a_pages = 6400 + left - 10;
     assert_int_equal(mb_vspace_map_async(v[0], 6400, left - 10, NULL), 0);
-    tag_pages(v[0], tag[0], 0, a_pages);
     /* Under the watermark now: the thread's next refill starts and is held
      * (a loaded machine may take seconds to run it). */
     for (int i = 0; i < 2000 && growers(c, page) == 0; i++)
@@ -469,6 +470,7 @@ static void test_map_during_refill(void **state)
     st = stats_of(c);
     assert_int_equal(st.vspace_refill_waits, waits + 1);
     assert_int_equal(st.vspace_extents, ext + 1);   /* the thread's extent, none of its own */
+    tag_pages(v[0], tag[0], 0, a_pages);
     tag_pages(v[1], tag[1], 0, 508);
     check_owners(v, tag, 2, vpages);
     /* Maps use the refill's pages without a wait. */
