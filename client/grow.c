@@ -85,7 +85,9 @@ struct growset {
     size_t n, used, ahead;
     struct gidle *idle;          /* freed ranges still mapped, newest first */
     size_t n_idle, idle_bytes;   /* idle_bytes == sum of their s->bytes */
-    uint64_t waits, maps_ahead, reuses, reuse_kind[3], reuse_spare, drop_spare, drop_freed;
+    uint64_t waits;
+    uint64_t reuse_kind[3];      /* freed ranges reused, by idle_fit: within, past, short */
+    uint64_t reuse_spare, drop_spare, drop_freed;
     struct grow_tally tally[GT_N];   /* where the time goes (logged at close) */
     size_t recent[RECENT];       /* the first sizes of the latest allocations (a ring) */
     unsigned n_recent;           /* allocations recorded (the ring's next slot mod RECENT) */
@@ -546,10 +548,8 @@ int grow_alloc(mb_client *c, size_t size, size_t max, void **ptr)
     pthread_mutex_lock(&g->lock);
     g->recent[g->n_recent++ % RECENT] = first;
     struct stitched *s = g->idle ? idle_take(c, g, need_res, x->limit, size) : NULL;
-    if (s) {
+    if (s)
         g->ahead += s->bytes;   /* counted as used below */
-        g->reuses++;
-    }
     pthread_mutex_unlock(&g->lock);
     bool reused = s != NULL;
     if (!s && (rc = range_new(c, need_res, &s)) != 0) {
@@ -877,12 +877,10 @@ static bool refill_tails(mb_client *c, struct growset *g, int64_t now, int idle_
         size_t had_n = s->n;
         int rc = map_tail(c, g, x, want, want);
         pthread_mutex_lock(&g->lock);
-        if (rc == 0)
-            tally(&g->tally[GT_TAIL], want, s->n - had_n, t0);
         x->busy = false;
         pthread_cond_broadcast(&g->not_busy);
         if (rc == 0)
-            g->maps_ahead++;
+            tally(&g->tally[GT_TAIL], want, s->n - had_n, t0);
         else
             x->last_ms = now - idle_ms;   /* out of memory: leave it until it grows again */
     }
@@ -972,13 +970,14 @@ void grow_trim_held(mb_client *c, struct growset *g)
  * a growing workload's time went, and how freed ranges were used again. */
 static void log_work(const struct growset *g)
 {
-    if (!g->reuses && !g->tally[GT_WAIT].n && !g->tally[GT_TAIL].n)
+    uint64_t reuses = g->reuse_kind[0] + g->reuse_kind[1] + g->reuse_kind[2];
+    if (!reuses && !g->tally[GT_WAIT].n && !g->tally[GT_TAIL].n)
         return;
     mb_log(MB_LOG_INFO,
            "growable ranges: %" PRIu64 " reused (%" PRIu64 " within their limit, %" PRIu64
            " past it, %" PRIu64 " short; %" PRIu64 " of them spares); idle ranges unmapped: %"
            PRIu64 " freed, %" PRIu64 " spares",
-           g->reuses, g->reuse_kind[0], g->reuse_kind[1], g->reuse_kind[2], g->reuse_spare,
+           reuses, g->reuse_kind[0], g->reuse_kind[1], g->reuse_kind[2], g->reuse_spare,
            g->drop_freed, g->drop_spare);
     for (int k = 0; k < GT_N; k++)
         if (g->tally[k].n)
