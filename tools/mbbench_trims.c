@@ -39,6 +39,15 @@ struct trims_row {
     bool slow_filled, slow_extended;
 };
 
+/* A row's name in the table and the JSON. */
+static const char *row_name(const struct trims_row *r)
+{
+    return r->fill ? "holes filled" : "MOONBRIGHT_HEAP_FILL=0";
+}
+
+/* Seconds all of a row's allocations took. */
+static double alloc_total_s(const struct trims_row *r) { return r->alloc.mean * (double)r->alloc.n / 1e9; }
+
 static uint64_t rnd(uint64_t *s)
 {
     *s ^= *s << 13;
@@ -259,7 +268,7 @@ int bench_trims(int argc, char **argv)
         for (int i = 0; i < 2; i++) {
             const struct trims_row *r = &rows[i];
             jw_obj(&w, NULL);
-            jw_str(&w, "heap", r->fill ? "holes filled" : "MOONBRIGHT_HEAP_FILL=0");
+            jw_str(&w, "heap", row_name(r));
             jw_ok(&w, r->err);
             if (r->err)
                 jw_u64(&w, "stopped_at_cycle", (uint64_t)r->cycle);
@@ -275,7 +284,7 @@ int bench_trims(int argc, char **argv)
             jw_u64(&w, "alloc_daemon_requests", r->requests);
             jw_dbl(&w, "alloc_daemon_wait_s", (double)r->daemon_us / 1e6);
             jw_dbl(&w, "alloc_import_s", (double)r->import_us / 1e6);
-            jw_dbl(&w, "alloc_total_s", r->alloc.mean * (double)r->alloc.n / 1e9);
+            jw_dbl(&w, "alloc_total_s", alloc_total_s(r));
             jw_obj(&w, "slowest_alloc");
             jw_u64(&w, "ns", r->slow_ns);
             jw_u64(&w, "cycle", (uint64_t)r->slow_cycle);
@@ -299,12 +308,10 @@ int bench_trims(int argc, char **argv)
         for (int i = 0; i < 2; i++) {
             const struct trims_row *r = &rows[i];
             if (r->err) {
-                printf("| %s | failed at cycle %d: %s |\n", r->fill ? "holes filled" : "MOONBRIGHT_HEAP_FILL=0",
-                       r->cycle, mb_strerror(r->err));
+                printf("| %s | failed at cycle %d: %s |\n", row_name(r), r->cycle, mb_strerror(r->err));
                 continue;
             }
-            printf("| %s | %s | %.3f | %s | %llu | %llu | %llu | %.1f | %.1f | %.1f |\n",
-                   r->fill ? "holes filled" : "MOONBRIGHT_HEAP_FILL=0",
+            printf("| %s | %s | %.3f | %s | %llu | %llu | %llu | %.1f | %.1f | %.1f |\n", row_name(r),
                    bench_fmt_size(r->peak_granted, a, sizeof(a)),
                    r->live_end ? (double)r->held_end / (double)r->live_end : 0,
                    bench_fmt_size(r->vm_growth, d, sizeof(d)), (unsigned long long)r->extends,
@@ -313,16 +320,19 @@ int bench_trims(int argc, char **argv)
         }
         for (int i = 0; i < 2; i++) {
             const struct trims_row *r = &rows[i];
-            if (!r->err)
-                printf("%s: allocations took %.2f s in all, %.2f s of it waiting for %llu daemon replies, "
-                       "%.2f s importing handles\n", r->fill ? "holes filled" : "MOONBRIGHT_HEAP_FILL=0",
-                       r->alloc.mean * (double)r->alloc.n / 1e9, r->daemon_us / 1e6,
-                       (unsigned long long)r->requests, r->import_us / 1e6);
-            if (!r->err)
-                printf("%s: the slowest allocation (cycle %d, %s) took %.2f ms: %.2f ms waiting for the "
-                       "daemon, %.2f ms importing handles\n", r->fill ? "holes filled" : "MOONBRIGHT_HEAP_FILL=0",
-                       r->slow_cycle, r->slow_filled ? "filled a hole" : r->slow_extended ? "extended an arena" : "neither filled nor extended",
-                       r->slow_ns / 1e6, r->slow_daemon_us / 1e3, r->slow_import_us / 1e3);
+            if (r->err)
+                continue;
+            const char *what = r->slow_filled     ? "filled a hole"
+                               : r->slow_extended ? "extended an arena"
+                                                  : "neither filled nor extended";
+            printf("%s: allocations took %.2f s in all, %.2f s of it waiting for %llu daemon replies, "
+                   "%.2f s importing handles\n",
+                   row_name(r), alloc_total_s(r), r->daemon_us / 1e6, (unsigned long long)r->requests,
+                   r->import_us / 1e6);
+            printf("%s: the slowest allocation (cycle %d, %s) took %.2f ms: %.2f ms waiting for the "
+                   "daemon, %.2f ms importing handles\n",
+                   row_name(r), r->slow_cycle, what, r->slow_ns / 1e6, r->slow_daemon_us / 1e3,
+                   r->slow_import_us / 1e3);
         }
     }
     return failed ? 1 : 0;
