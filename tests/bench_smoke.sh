@@ -94,6 +94,19 @@ replay)
     0 700 40  100 1500 20  250 90 64  400 3000 10  900 33 100 >"$dir/trace.jsonl"
   run replay_jsonl replay "$dir/trace.jsonl" --strategies realloc,grow
   "$check" "$dir/replay_jsonl.json" format requests $s.peak_live_bytes strategies.1.peak_live_bytes
+  # A JSON line longer than any fixed buffer (Mooncake's hash_ids), and
+  # BurstGPT's column names with a zero-token response: every request read.
+  awk 'BEGIN { printf "{\"timestamp\": 5, \"input_length\": 900, \"output_length\": 30, \"hash_ids\": [0";
+    for (i = 1; i < 3000; i++) printf ", %d", i; printf "]}\n" }' >>"$dir/trace.jsonl"
+  run replay_longline replay "$dir/trace.jsonl" --strategies realloc
+  grep -q '"requests":6,' "$dir/replay_longline.json" || {
+    echo "bench_smoke: a 17 KiB JSON line was not read as one request"; exit 1; }
+  printf 'Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n%s\n%s\n%s\n' \
+    '0.5,ChatGPT,472,18,490,Conversation log' '1.25,GPT-4,1020,0,1020,API log' \
+    '2.0,ChatGPT,30,200,230,Conversation log' >"$dir/burst.csv"
+  run replay_burst replay "$dir/burst.csv" --strategies realloc,grow
+  grep -q '"format":"csv","requests":3,' "$dir/replay_burst.json" || {
+    echo "bench_smoke: BurstGPT's columns were not read"; cat "$dir/replay_burst.json"; exit 1; }
   # --slow-us names what slow operations waited on (at 1 us, nearly all are)
   "$bench" replay "$dir/trace.jsonl" --strategies grow --quick --quiet --slow-us 1 \
     >/dev/null 2>"$dir/slow.log"

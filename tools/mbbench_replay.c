@@ -49,6 +49,14 @@ static int parse_timestamp(const char *s, double *out)
     return 0;
 }
 
+/* The names each field goes by (case-insensitive): the Azure LLM traces'
+ * columns, BurstGPT's, Mooncake's JSON keys and the common alternatives. */
+static const char *const TS_NAMES[] = { "TIMESTAMP", "arrival_time", "time", NULL };
+static const char *const CTX_NAMES[] = { "ContextTokens", "input_length", "Request tokens", "input_tokens",
+                                         "prompt_tokens", "context_tokens", NULL };
+static const char *const GEN_NAMES[] = { "GeneratedTokens", "output_length", "Response tokens",
+                                         "output_tokens", "completion_tokens", "generated_tokens", NULL };
+
 /* Index of name among the comma-separated header fields, or -1. */
 static int csv_col(const char *hdr, const char *name)
 {
@@ -66,12 +74,21 @@ static int csv_col(const char *hdr, const char *name)
     }
 }
 
+/* Index of the first of names among the header fields, or -1. */
+static int csv_col_any(const char *hdr, const char *const *names)
+{
+    int i = -1;
+    for (; *names && i < 0; names++)
+        i = csv_col(hdr, *names);
+    return i;
+}
+
 /* The number after "key": in a JSON object line; MB_ENOENT when absent. */
 static int json_num(const char *line, const char *key, double *out)
 {
     char pat[64];
     snprintf(pat, sizeof(pat), "\"%s\"", key);
-    const char *p = strstr(line, pat);
+    const char *p = strcasestr(line, pat);
     if (!p)
         return MB_ENOENT;
     p += strlen(pat);
@@ -95,6 +112,15 @@ static int json_num(const char *line, const char *key, double *out)
     return end == p ? MB_EINVAL : 0;
 }
 
+/* The number under the first of names present in a JSON object line. */
+static int json_num_any(const char *line, const char *const *names, double *out)
+{
+    int rc = MB_ENOENT;
+    for (; *names && rc == MB_ENOENT; names++)
+        rc = json_num(line, *names, out);
+    return rc;
+}
+
 static int cmp_req(const void *a, const void *b)
 {
     const struct request *x = a, *y = b;
@@ -104,11 +130,11 @@ static int cmp_req(const void *a, const void *b)
 /* The next line holding data (blank lines and comments, such as an
  * attribution line, skipped), from its first non-space character; NULL
  * at the end. */
-static char *data_line(FILE *f, char *line, int len, size_t *lineno)
+static char *data_line(FILE *f, char **line, size_t *cap, size_t *lineno)
 {
-    while (fgets(line, len, f)) {
+    while (getline(line, cap, f) >= 0) {
         ++*lineno;
-        char *p = line;
+        char *p = *line;
         while (isspace((unsigned char)*p))
             p++;
         if (*p && *p != '#')
@@ -133,24 +159,26 @@ static int load_trace(const char *path, size_t max, double jsonl_ts_scale, struc
     FILE *f = open_trace(path);
     if (!f)
         return MB_ENOENT;
-    char line[4096];
-    size_t n = 0, cap = 0, lineno = 0;
+    char *line = NULL;
+    size_t n = 0, cap = 0, lcap = 0, lineno = 0;
     struct request *v = NULL;
     int cts = -1, cctx = -1, cgen = -1;
     bool jsonl = false, first = true;
     int rc = 0;
     char *p;
-    while ((max == 0 || n < max) && (p = data_line(f, line, sizeof(line), &lineno))) {
+    while ((max == 0 || n < max) && (p = data_line(f, &line, &lcap, &lineno))) {
         if (first) {
             first = false;
             jsonl = *p == '{';
             if (!jsonl) {
-                cts = csv_col(p, "TIMESTAMP");
-                cctx = csv_col(p, "ContextTokens");
-                cgen = csv_col(p, "GeneratedTokens");
+                cts = csv_col_any(p, TS_NAMES);
+                cctx = csv_col_any(p, CTX_NAMES);
+                cgen = csv_col_any(p, GEN_NAMES);
                 if (cts < 0 || cctx < 0 || cgen < 0) {
-                    fprintf(stderr, "mbbench replay: %s:1: expected a CSV header with "
-                                    "TIMESTAMP,ContextTokens,GeneratedTokens or JSON lines\n", path);
+                    fprintf(stderr, "mbbench replay: %s:%zu: expected a CSV header with "
+                                    "TIMESTAMP,ContextTokens,GeneratedTokens (or another name "
+                                    "for each, as mbbench replay --help lists) or JSON lines\n",
+                            path, lineno);
                     rc = MB_EINVAL;
                     break;
                 }
@@ -160,18 +188,19 @@ static int load_trace(const char *path, size_t max, double jsonl_ts_scale, struc
         struct request r = { 0 };
         double ts, ctx, gen;
         if (jsonl) {
-            if (json_num(p, "timestamp", &ts) || json_num(p, "input_length", &ctx) ||
-                json_num(p, "output_length", &gen)) {
-                fprintf(stderr, "mbbench replay: %s:%zu: expected timestamp, input_length, output_length\n",
+            if (json_num_any(p, TS_NAMES, &ts) || json_num_any(p, CTX_NAMES, &ctx) ||
+                json_num_any(p, GEN_NAMES, &gen)) {
+                fprintf(stderr, "mbbench replay: %s:%zu: expected timestamp, input_length, output_length "
+                                "(or another name for each, as mbbench replay --help lists)\n",
                         path, lineno);
                 rc = MB_EINVAL;
                 break;
             }
             ts *= jsonl_ts_scale;
         } else {
-            char *fld[16] = { 0 };
+            char *fld[64] = { 0 };
             int nf = 0;
-            for (char *s = p; nf < 16;) {
+            for (char *s = p; nf < 64;) {
                 fld[nf++] = s;
                 s += strcspn(s, ",\r\n");
                 if (*s != ',') {
@@ -204,6 +233,7 @@ static int load_trace(const char *path, size_t max, double jsonl_ts_scale, struc
             break;
         v[n++] = r;
     }
+    free(line);
     fclose(f);
     if (rc == 0 && n == 0) {
         fprintf(stderr, "mbbench replay: %s holds no requests\n", path);
@@ -329,12 +359,13 @@ static bool is_lifetimes(const char *path)
     FILE *f = fopen(path, "r");
     if (!f)
         return false;
-    char line[4096];
-    size_t lineno = 0;
-    char *p = data_line(f, line, sizeof(line), &lineno);
+    char *line = NULL;
+    size_t cap = 0, lineno = 0;
+    char *p = data_line(f, &line, &cap, &lineno);
     unsigned long a, b, c;
     int used = 0;
     bool yes = p && sscanf(p, "%lu %lu %lu %n", &a, &b, &c, &used) == 3 && p[used] == 0;
+    free(line);
     fclose(f);
     return yes;
 }
@@ -344,12 +375,12 @@ static int load_lifetimes(const char *path, struct tensor **out, size_t *n_out)
     FILE *f = open_trace(path);
     if (!f)
         return MB_ENOENT;
-    char line[4096];
-    size_t n = 0, cap = 0, lineno = 0;
+    char *line = NULL;
+    size_t n = 0, cap = 0, lcap = 0, lineno = 0;
     struct tensor *v = NULL;
     int rc = 0;
     char *p;
-    while ((p = data_line(f, line, sizeof(line), &lineno))) {
+    while ((p = data_line(f, &line, &lcap, &lineno))) {
         unsigned long long a, b, c;
         int used = 0;
         if (sscanf(p, "%llu %llu %llu %n", &a, &b, &c, &used) != 3 || p[used] != 0 || b < a ||
@@ -366,6 +397,7 @@ static int load_lifetimes(const char *path, struct tensor **out, size_t *n_out)
             break;
         v[n++] = (struct tensor){ (uint32_t)a, (uint32_t)b, c };
     }
+    free(line);
     fclose(f);
     if (rc == 0 && n == 0) {
         fprintf(stderr, "mbbench replay: %s holds no tensors\n", path);
@@ -921,7 +953,12 @@ static void usage(FILE *f)
                "  TRACE               Azure CSV (TIMESTAMP,ContextTokens,GeneratedTokens) or JSON lines\n"
                "                      (timestamp in ms, input_length, output_length): a KV cache per\n"
                "                      request; or tensor lifetimes (start_op end_op bytes per line, as\n"
-               "                      in alexnet_train_lifetimes.log): a training iteration, repeated\n"
+               "                      in alexnet_train_lifetimes.log): a training iteration, repeated.\n"
+               "                      Names taken for the fields (CSV columns or JSON keys, any case):\n"
+               "                      TIMESTAMP, arrival_time, time; ContextTokens, input_length,\n"
+               "                      'Request tokens' (BurstGPT), input_tokens, prompt_tokens,\n"
+               "                      context_tokens; GeneratedTokens, output_length, 'Response tokens',\n"
+               "                      output_tokens, completion_tokens, generated_tokens\n"
                "  --requests N        the first N requests (default 3000; 0 = all; --quick 40)\n"
                "  --iterations N      lifetimes traces: iterations replayed (default 50; --quick 3)\n"
                "  --compression F     trace time per decode step = 20 ms x F (default 8)\n"
