@@ -128,6 +128,23 @@ def parse_ts(s):
     return float(s)
 
 
+# The names each field goes by, in any case (mbbench replay takes the same).
+TS_NAMES = ("TIMESTAMP", "arrival_time", "time")
+CTX_NAMES = ("ContextTokens", "input_length", "Request tokens", "input_tokens", "prompt_tokens",
+             "context_tokens")
+GEN_NAMES = ("GeneratedTokens", "output_length", "Response tokens", "output_tokens",
+             "completion_tokens", "generated_tokens")
+
+
+def first_of(names, keys):
+    """The index in keys of the first of names present (case-insensitive)."""
+    low = [k.lower() for k in keys]
+    for n in names:
+        if n.lower() in low:
+            return low.index(n.lower())
+    raise SystemExit("bench_torch.py: the trace has none of " + ", ".join(names))
+
+
 def load_trace(path, max_req, jsonl_scale):
     reqs = []
     with open(path) as f:
@@ -137,12 +154,14 @@ def load_trace(path, max_req, jsonl_scale):
             fmt = "jsonl"
             for line in [first] + list(lines) if max_req == 0 else _head([first], lines, max_req):
                 o = json.loads(line)
-                reqs.append((float(o["timestamp"]) * jsonl_scale, int(o["input_length"]),
-                             int(o["output_length"])))
+                keys = list(o)
+                ts, ctx, gen = (o[keys[first_of(n, keys)]] for n in (TS_NAMES, CTX_NAMES, GEN_NAMES))
+                t = parse_ts(ts) if isinstance(ts, str) and ":" in ts else float(ts) * jsonl_scale
+                reqs.append((t, int(float(ctx)), int(float(gen))))
         else:
             fmt = "csv"
             cols = [c.strip() for c in first.split(",")]
-            it, ic, ig = (cols.index(c) for c in ("TIMESTAMP", "ContextTokens", "GeneratedTokens"))
+            it, ic, ig = (first_of(n, cols) for n in (TS_NAMES, CTX_NAMES, GEN_NAMES))
             for row in csv.reader(lines):
                 if max_req and len(reqs) >= max_req:
                     break

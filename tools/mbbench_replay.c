@@ -83,8 +83,9 @@ static int csv_col_any(const char *hdr, const char *const *names)
     return i;
 }
 
-/* The number after "key": in a JSON object line; MB_ENOENT when absent. */
-static int json_num(const char *line, const char *key, double *out)
+/* The number after "key": in a JSON object line, times scale (a quoted date
+ * is seconds, unscaled); MB_ENOENT when absent. */
+static int json_num(const char *line, const char *key, double scale, double *out)
 {
     char pat[64];
     snprintf(pat, sizeof(pat), "\"%s\"", key);
@@ -106,18 +107,20 @@ static int json_num(const char *line, const char *key, double *out)
             return MB_EINVAL;
         memcpy(buf, p + 1, len);
         buf[len] = 0;
-        return parse_timestamp(buf, out);
+        if (strchr(buf, ':'))
+            return parse_timestamp(buf, out);
+        p++;   /* a quoted number */
     }
-    *out = strtod(p, &end);
+    *out = strtod(p, &end) * scale;
     return end == p ? MB_EINVAL : 0;
 }
 
 /* The number under the first of names present in a JSON object line. */
-static int json_num_any(const char *line, const char *const *names, double *out)
+static int json_num_any(const char *line, const char *const *names, double scale, double *out)
 {
     int rc = MB_ENOENT;
     for (; *names && rc == MB_ENOENT; names++)
-        rc = json_num(line, *names, out);
+        rc = json_num(line, *names, scale, out);
     return rc;
 }
 
@@ -188,15 +191,14 @@ static int load_trace(const char *path, size_t max, double jsonl_ts_scale, struc
         struct request r = { 0 };
         double ts, ctx, gen;
         if (jsonl) {
-            if (json_num_any(p, TS_NAMES, &ts) || json_num_any(p, CTX_NAMES, &ctx) ||
-                json_num_any(p, GEN_NAMES, &gen)) {
+            if (json_num_any(p, TS_NAMES, jsonl_ts_scale, &ts) || json_num_any(p, CTX_NAMES, 1, &ctx) ||
+                json_num_any(p, GEN_NAMES, 1, &gen)) {
                 fprintf(stderr, "mbbench replay: %s:%zu: expected timestamp, input_length, output_length "
                                 "(or another name for each, as mbbench replay --help lists)\n",
                         path, lineno);
                 rc = MB_EINVAL;
                 break;
             }
-            ts *= jsonl_ts_scale;
         } else {
             char *fld[64] = { 0 };
             int nf = 0;
