@@ -17,11 +17,14 @@
 
 /* Tail target: used / 2^AHEAD_SHIFT (about 1.6 % of the range), at least
  * TAIL_MIN (half the size used, for ranges under twice that: a small range
- * keeps a tail its own size's order, one unit at least) and twice the last
- * growth step, in whole units; refilled by one target's worth when it
- * falls under half of it. */
+ * keeps a tail its own size's order, one unit at least; and no more than
+ * TAIL_STEPS growth steps, so ranges that grow by little keep little ahead)
+ * and twice the last growth step, in whole units; refilled by one target's
+ * worth when it falls under half of it. A range not yet grown takes the
+ * latest step of any range. */
 #define AHEAD_SHIFT 6
 #define TAIL_MIN ((size_t)8 << 20)   /* fewer, larger frames: fewer descriptors and grants */
+#define TAIL_STEPS 4
 #define IDLE_MAX 256            /* idle ranges kept mapped at most */
 #define RESERVE_MIN ((size_t)1 << 30)   /* address space a range reserves at least */
 #define CACHE_STALE_MS 50       /* cached frames past the cache's size go back after this
@@ -71,7 +74,7 @@ struct growable {
     size_t limit;                /* mapping stops here: max, or the plan of the first
                                   * size if larger (the reservation may be larger still,
                                   * so that the range fits later requests once freed) */
-    size_t step;                 /* the last growth (bytes) */
+    size_t step;                 /* the last growth (bytes); at first, any range's latest */
     int64_t last_ms;             /* last allocation or growth */
     bool busy;
 };
@@ -83,6 +86,7 @@ struct growset {
     pthread_cond_t not_busy;     /* a range stopped being busy */
     struct ptrmap map;           /* va -> struct growable */
     size_t n, used, ahead;
+    size_t last_step;            /* the latest growth of any range (bytes) */
     struct gidle *idle;          /* freed ranges still mapped, newest first */
     size_t n_idle, idle_bytes;   /* idle_bytes == sum of their s->bytes */
     uint64_t waits;
@@ -118,6 +122,8 @@ static size_t round_unit(size_t b, size_t unit) { return (b + unit - 1) / unit *
 static size_t target_for(size_t used, size_t step, size_t unit)
 {
     size_t t = used >> AHEAD_SHIFT, floor = used / 2 < TAIL_MIN ? used / 2 : TAIL_MIN;
+    if (step && floor > TAIL_STEPS * step)
+        floor = TAIL_STEPS * step;
     if (t < 2 * step)
         t = 2 * step;
     if (t < floor)
@@ -542,8 +548,9 @@ int grow_alloc(mb_client *c, size_t size, size_t max, void **ptr)
     x->max = round_unit(max, unit);
     x->limit = need_res;
     x->last_ms = mb_now_ms();
+    x->step = __atomic_load_n(&g->last_step, __ATOMIC_RELAXED);
     /* The first bytes and a tail ahead of them. */
-    size_t first = size + target_for(size, 0, unit);
+    size_t first = size + target_for(size, x->step, unit);
     /* A freed range that fits is reused, mapped as it is. */
     pthread_mutex_lock(&g->lock);
     g->recent[g->n_recent++ % RECENT] = first;
@@ -647,6 +654,7 @@ int grow_extend(mb_client *c, void *ptr, size_t new_size)
         }
         if (rc == 0) {
             x->step = new_size - x->used;
+            __atomic_store_n(&g->last_step, x->step, __ATOMIC_RELAXED);
             g->ahead -= new_size - x->used;
             g->used += new_size - x->used;
             x->used = new_size;

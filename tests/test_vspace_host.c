@@ -795,6 +795,38 @@ static void test_grow_tail(void **state)
     assert_true(st.bytes_mapped < mapped);
     memset(p, 7, 32 * mib);   /* the used part stays mapped */
     assert_int_equal(mb_free(g_c, p), 0);
+
+    /* Ranges that grow by little keep little ahead: after grows of 64 KiB
+     * (a KV cache of small tokens), a new 64 MiB range's tail is one or two
+     * units (at most 4 growth steps, rounded up), not the 8 MiB of ranges
+     * that grow by whole units; growing through it still keeps data. */
+    const size_t small = 64 << 10;
+    assert_int_equal(mb_malloc_growable(g_c, 64 * mib, max, &p), 0);
+    for (size_t u = 64 * mib; u < 66 * mib; u += small)
+        assert_int_equal(mb_grow(g_c, p, u + small), 0);
+    assert_int_equal(mb_free(g_c, p), 0);
+    assert_int_equal(mb_trim(g_c, 0), 0);
+    assert_int_equal(mb_malloc_growable(g_c, 64 * mib, max, &p), 0);
+    memset(p, 0x55, 64 * mib);
+    used = 64 * mib;
+    for (int k = 0; k < 100; k++) {
+        assert_int_equal(mb_grow(g_c, p, used + small), 0);
+        memset((char *)p + used, 0x56, small);
+        used += small;
+        if (k % 10 == 0)
+            mbt_sleep_ms(5);   /* time for the thread to keep the tail ahead */
+    }
+    for (int i = 0, quiet = 0; i < 200 && quiet < 5; i++) {   /* refills settle */
+        mbt_sleep_ms(20);
+        mb_client_stats now = stats_of(g_c);
+        quiet = now.daemon_requests == st.daemon_requests ? quiet + 1 : 0;
+        st = now;
+    }
+    assert_true(st.grow_mapped_ahead > 0);
+    assert_true(st.grow_mapped_ahead <= 2 * st.frame_bytes);
+    assert_int_equal(((unsigned char *)p)[0], 0x55);
+    assert_int_equal(((unsigned char *)p)[used - 1], 0x56);
+    assert_int_equal(mb_free(g_c, p), 0);
 }
 
 /* On the host backend the slow path maps before it returns. */
