@@ -28,7 +28,10 @@ causal attention), batch 16, a sequence length drawn per step from [32, 256]
 entropy on random tokens; weights and tokens come from fixed seeds. TF32 is
 off and attention runs on the math kernel (the fused kernels may sum
 gradients in a varying order), so every allocator must produce the same
-losses. After the warm-up steps, each step is timed between two
+losses. `train --model cnn` trains a ResNet-18-style network instead (basic
+residual blocks of 64-512 channels, batch norm, 100 classes) on random
+images whose side is drawn per step from [--min-image, --max-image] (64-192,
+a multiple of 16), cuDNN deterministic. After the warm-up steps, each step is timed between two
 torch.cuda.synchronize() calls; after every step the device memory in use is
 read with torch.cuda.mem_get_info() (total - free: every process on the
 device counts, so a running moonbrightd's context is in every row and the
@@ -345,6 +348,40 @@ def train_seq_lens(args):
     return [rng.randint(args.min_seq, args.max_seq) for _ in range(args.warmup + args.steps)]
 
 
+def train_image_sides(args):
+    """--model cnn: one image side per step (a multiple of 16), warm-up included."""
+    rng = random.Random(args.seed)
+    return [rng.randint(args.min_image, args.max_image) // 16 * 16 for _ in range(args.warmup + args.steps)]
+
+
+def build_cnn(torch, args):
+    """A ResNet-18-style network: basic residual blocks, 64-512 channels,
+    batch norm, 100 classes."""
+    nn = torch.nn
+
+    class Basic(nn.Module):
+        def __init__(self, cin, cout, stride):
+            super().__init__()
+            self.c1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
+            self.b1 = nn.BatchNorm2d(cout)
+            self.c2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
+            self.b2 = nn.BatchNorm2d(cout)
+            self.skip = (nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
+                         if stride != 1 or cin != cout else nn.Identity())
+
+        def forward(self, x):
+            y = torch.relu(self.b1(self.c1(x)))
+            return torch.relu(self.b2(self.c2(y)) + self.skip(x))
+
+    layers = [nn.Conv2d(3, 64, 3, 1, 1, bias=False), nn.BatchNorm2d(64), nn.ReLU()]
+    cin = 64
+    for i, cout in enumerate((64, 128, 256, 512)):
+        layers += [Basic(cin, cout, 1 if i == 0 else 2), Basic(cout, cout, 1)]
+        cin = cout
+    layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(512, 100)]
+    return nn.Sequential(*layers)
+
+
 def build_gpt(torch, args):
     nn, F = torch.nn, torch.nn.functional
 
@@ -443,20 +480,27 @@ def child_train(args, name):
     exact_math(torch)
     mem = DeviceMemory(torch, dev)
     in_use = mem.in_use
-    lens = train_seq_lens(args)
+    cnn = args.model == "cnn"
+    lens = train_image_sides(args) if cnn else train_seq_lens(args)
     torch.cuda.synchronize(dev)
     idle_used = in_use()
     torch.manual_seed(args.seed)
-    model = build_gpt(torch, args).to(dev)   # initialised on the host: the same weights everywhere
+    # initialised on the host: the same weights everywhere
+    model = (build_cnn(torch, args) if cnn else build_gpt(torch, args)).to(dev)
     gen = torch.Generator().manual_seed(args.seed + 1)
-    data = torch.randint(0, args.vocab, (len(lens), args.batch, args.max_seq + 1), generator=gen).to(dev)
+    if cnn:   # one batch of images per step, cropped to the step's side; labels from 100 classes
+        data = torch.randn((len(lens), args.batch, 3, args.max_image, args.max_image), generator=gen).to(dev)
+        labels = torch.randint(0, 100, (len(lens), args.batch), generator=gen).to(dev)
+    else:
+        data = torch.randint(0, args.vocab, (len(lens), args.batch, args.max_seq + 1), generator=gen).to(dev)
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.1)
     mem.stat(torch.cuda.reset_peak_memory_stats)
+    classes = 100 if cnn else args.vocab
 
     def step(x, y):   # every tensor of the step is freed before it returns
         opt.zero_grad(set_to_none=True)
         logits = model(x)
-        loss = F.cross_entropy(logits.reshape(-1, args.vocab), y.reshape(-1))
+        loss = F.cross_entropy(logits.reshape(-1, classes), y.reshape(-1))
         loss.backward()
         opt.step()
         return loss.detach()
@@ -467,7 +511,10 @@ def child_train(args, name):
     err, note = None, ""
     t_start = now()
     for i, n in enumerate(lens):
-        x, y = data[i, :, :n], data[i, :, 1:n + 1]
+        if cnn:
+            x, y = data[i, :, :, :n, :n], labels[i]
+        else:
+            x, y = data[i, :, :n], data[i, :, 1:n + 1]
         try:
             torch.cuda.synchronize(dev)
             t0 = now()
@@ -483,8 +530,8 @@ def child_train(args, name):
         if i >= args.warmup:
             times.append(t1 - t0)
     wall = (now() - t_start) / 1e9
-    return timed_row(torch, mem, args, name, "GPT training steps", "steps", times, losses, err, note,
-                     idle_used, peak_used, wall)
+    return timed_row(torch, mem, args, name, "CNN training steps" if cnn else "GPT training steps", "steps",
+                     times, losses, err, note, idle_used, peak_used, wall)
 
 
 def gen_prompt_lens(args):
@@ -622,6 +669,10 @@ def print_train_table(doc, f):
               "%d warm-up + %d timed batches, torch %s" % (
                   doc["layers"], doc["d_model"], doc["batch"], doc["min_prompt"], doc["max_prompt"],
                   doc["new_tokens"], doc["warmup"], doc["steps"], doc["torch"]), file=f)
+    elif doc.get("model_kind") == "cnn":
+        print("bench_torch train --model cnn: ResNet-18-style, batch %d, images %d-%d px square, "
+              "%d warm-up + %d timed steps, torch %s" % (doc["batch"], doc["min_image"], doc["max_image"],
+                                                         doc["warmup"], doc["steps"], doc["torch"]), file=f)
     else:
         print("bench_torch train: %d layers, d_model %d, batch %d, seq %d-%d, %d warm-up + %d timed steps, "
               "torch %s" % (doc["layers"], doc["d_model"], doc["batch"], doc["min_seq"], doc["max_seq"],
@@ -716,6 +767,11 @@ def main():
     tr = sub.add_parser("train", help="GPT training steps through each allocator")
     tr.add_argument("--steps", type=int, default=None, help="timed steps (default 50; 10 with --quick)")
     tr.add_argument("--warmup", type=int, default=None, help="untimed steps first (default 5; 2 with --quick)")
+    tr.add_argument("--model", choices=["gpt", "cnn"], default="gpt",
+                    help="gpt (default), or cnn: a ResNet-18-style network on images whose side is drawn "
+                         "per step from [--min-image, --max-image]")
+    tr.add_argument("--min-image", type=int, default=64)
+    tr.add_argument("--max-image", type=int, default=192)
     tr.add_argument("--batch", type=int, default=16)
     tr.add_argument("--layers", type=int, default=6)
     tr.add_argument("--d-model", type=int, default=512)
@@ -771,6 +827,8 @@ def main():
             ap.error("--d-model must be a multiple of --heads")
         if gen:
             args.max_seq = args.max_prompt + args.new_tokens   # the position table build_gpt makes
+        elif args.model == "cnn" and not 16 <= args.min_image <= args.max_image:
+            ap.error("--min-image must be at least 16 and at most --max-image")
     else:
         if args.requests is None:
             args.requests = 40 if args.quick else 3000
@@ -804,10 +862,17 @@ def main():
     if args.cmd == "latency":
         doc["pairs"] = args.pairs
         doc["rows"] = results
+    elif args.cmd == "train" and args.model == "cnn":
+        judge_train(results)
+        doc.update({"model": "ResNet-18-style CNN, batch norm, AdamW, random images and labels",
+                    "model_kind": "cnn", "batch": args.batch, "min_image": args.min_image,
+                    "max_image": args.max_image, "lr": args.lr, "seed": args.seed, "warmup": args.warmup,
+                    "steps": args.steps, "image_sides": train_image_sides(args), "rounds": args.rounds,
+                    "rows": results, "summary": summarize_train(results, args.configs)})
     elif args.cmd == "train":
         judge_train(results)
         lens = train_seq_lens(args)
-        doc.update({"model": "GPT decoder, pre-norm, causal math attention, AdamW, random tokens",
+        doc.update({"model_kind": "gpt", "model": "GPT decoder, pre-norm, causal math attention, AdamW, random tokens",
                     "layers": args.layers, "d_model": args.d_model, "heads": args.heads, "vocab": args.vocab,
                     "batch": args.batch, "min_seq": args.min_seq, "max_seq": args.max_seq, "lr": args.lr,
                     "seed": args.seed, "warmup": args.warmup, "steps": args.steps, "seq_lens": lens,
