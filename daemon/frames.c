@@ -493,26 +493,35 @@ static bool release_surplus(struct frame_pool *p, const uint32_t *need, uid_t ui
     return false;
 }
 
+static void path_creating_add(struct frame_pool *p, int d)
+{
+    pthread_mutex_lock(&p->lock);
+    p->path_creating += d;
+    if (d < 0)
+        pthread_cond_broadcast(&p->wake);   /* the workers may go on */
+    pthread_mutex_unlock(&p->lock);
+}
+
 /* Create one frame of an order on the request path (neither the free list
- * nor the reserve had one), making room by re-creation when needed. */
+ * nor the reserve had one), making room by re-creation when needed. The
+ * reserve's workers hold off from the first release on: else each release
+ * would hand its budget to a worker's new frame, and the grant would
+ * release again (hundreds of frames for one grant with the budget full). */
 static int create_frame(struct frame_pool *p, unsigned order, const uint32_t *need, uid_t uid)
 {
     uint64_t bytes = obytes(p, order);
     int rc;
+    path_creating_add(p, 1);
     while ((rc = commit(p, bytes)) == MB_ENOMEM || rc == MB_ELIMIT)
         if (!release_surplus(p, need, uid))
-            return rc;
-    if (rc != 0)
+            break;
+    if (rc != 0) {
+        path_creating_add(p, -1);
         return rc;
+    }
     struct mb_mem m;
-    pthread_mutex_lock(&p->lock);
-    p->path_creating++;
-    pthread_mutex_unlock(&p->lock);
     rc = make_mem(p, order, &m, p->last.step_ns);
-    pthread_mutex_lock(&p->lock);
-    p->path_creating--;
-    pthread_cond_broadcast(&p->wake);   /* the workers may go on */
-    pthread_mutex_unlock(&p->lock);
+    path_creating_add(p, -1);
     if (rc != 0) {
         uncommit(p, bytes);
         return rc;

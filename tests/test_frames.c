@@ -234,6 +234,42 @@ static void warm_reserve_fills_in_background(void **state)
     mb_backend_close(b);
 }
 
+/* With the budget full of the reserve's order-0 frames, a grant that must
+ * create a larger frame releases only what it needs: the workers refill the
+ * reserve only after it, not with each release's budget (which made a
+ * grant release hundreds of frames before its own could fit). */
+static void room_made_once_with_reserve_full(void **state)
+{
+    mb_backend *b;
+    assert_int_equal(mb_backend_host_open(0, &b), 0);
+    for (int round = 0; round < 20; round++) {
+        struct frame_pool p;
+        assert_int_equal(frame_pool_init(&p, b, FB, 16 * FB), 0);
+        assert_int_equal(frame_pool_prefill(&p, 16 * FB), 0);
+        uint32_t ready = 0;
+        for (int i = 0; i < 400 && ready < 16; i++) {
+            pthread_mutex_lock(&p.lock);
+            ready = p.n_ready;
+            pthread_mutex_unlock(&p.lock);
+            if (ready < 16)
+                usleep(2000);
+        }
+        assert_int_equal(ready, 16);
+        uint8_t orders[1] = { 2 };   /* 4 units: 4 order-0 frames must go */
+        uint32_t id;
+        assert_int_equal(frame_pool_grant_orders(&p, orders, 1, 1, 0, 1, &id), 0);
+        assert_int_equal(frame_pool_bytes(&p, id), 4 * FB);
+        assert_true(p.recreated >= 4);
+        assert_true(p.recreated <= 4 + 2);   /* a worker's frame in flight may take one release */
+        pthread_mutex_lock(&p.lock);
+        assert_true(p.committed <= p.budget_bytes);
+        pthread_mutex_unlock(&p.lock);
+        assert_true(frame_pool_is_valid(&p));
+        frame_pool_destroy(&p);
+    }
+    mb_backend_close(b);
+}
+
 /* The frame plan: covers the request, wastes < 3.2 % (nothing below 64
  * units), at most 6 frames below 512 units, largest first, and the plan of
  * any subset of a plan's frames is that subset (clients rely on it). */
@@ -466,6 +502,7 @@ int main(void)
         cmocka_unit_test(scrubbed_between_tenants),
         cmocka_unit_test(descriptor_cap_is_an_error_not_a_crash),
         cmocka_unit_test(warm_reserve_fills_in_background),
+        cmocka_unit_test(room_made_once_with_reserve_full),
         cmocka_unit_test(frame_plan_policy),
         cmocka_unit_test(mixed_orders_recreate_within_budget),
         cmocka_unit_test(warm_plan_takes_free_frames_only),
