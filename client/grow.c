@@ -20,8 +20,8 @@
  * keeps a tail its own size's order, one unit at least; and no more than
  * TAIL_STEPS growth steps, so ranges that grow by little keep little ahead)
  * and twice the last growth step, in whole units; refilled by one target's
- * worth when it falls under half of it. A range not yet grown takes the
- * latest step of any range. */
+ * worth when it falls under half of it. A range not yet grown caps its
+ * floor by the latest step of any range (its hint). */
 #define AHEAD_SHIFT 6
 #define TAIL_MIN ((size_t)8 << 20)   /* fewer, larger frames: fewer descriptors and grants */
 #define TAIL_STEPS 4
@@ -74,7 +74,8 @@ struct growable {
     size_t limit;                /* mapping stops here: max, or the plan of the first
                                   * size if larger (the reservation may be larger still,
                                   * so that the range fits later requests once freed) */
-    size_t step;                 /* the last growth (bytes); at first, any range's latest */
+    size_t step;                 /* the last growth (bytes), 0 before the first */
+    size_t hint;                 /* any range's latest growth when this one was made */
     int64_t last_ms;             /* last allocation or growth */
     bool busy;
 };
@@ -119,11 +120,12 @@ static bool growable_is_valid(const mb_client *c, const struct growable *x)
 static size_t round_unit(size_t b, size_t unit) { return (b + unit - 1) / unit * unit; }
 
 /* The tail a range of `used` bytes growing by `step` keeps ahead. */
-static size_t target_for(size_t used, size_t step, size_t unit)
+static size_t target_for(size_t used, size_t step, size_t hint, size_t unit)
 {
     size_t t = used >> AHEAD_SHIFT, floor = used / 2 < TAIL_MIN ? used / 2 : TAIL_MIN;
-    if (step && floor > TAIL_STEPS * step)
-        floor = TAIL_STEPS * step;
+    size_t by = step ? step : hint;
+    if (by && floor > TAIL_STEPS * by)
+        floor = TAIL_STEPS * by;
     if (t < 2 * step)
         t = 2 * step;
     if (t < floor)
@@ -133,7 +135,7 @@ static size_t target_for(size_t used, size_t step, size_t unit)
 
 static size_t target_of(const mb_client *c, const struct growable *x)
 {
-    return target_for(x->used, x->step, c->frame_bytes);
+    return target_for(x->used, x->step, x->hint, c->frame_bytes);
 }
 
 /* ---- the frame layer: every call grow.c makes into it ---- */
@@ -548,9 +550,9 @@ int grow_alloc(mb_client *c, size_t size, size_t max, void **ptr)
     x->max = round_unit(max, unit);
     x->limit = need_res;
     x->last_ms = mb_now_ms();
-    x->step = __atomic_load_n(&g->last_step, __ATOMIC_RELAXED);
+    x->hint = __atomic_load_n(&g->last_step, __ATOMIC_RELAXED);
     /* The first bytes and a tail ahead of them. */
-    size_t first = size + target_for(size, x->step, unit);
+    size_t first = size + target_for(size, 0, x->hint, unit);
     /* A freed range that fits is reused, mapped as it is. */
     pthread_mutex_lock(&g->lock);
     g->recent[g->n_recent++ % RECENT] = first;
@@ -638,7 +640,7 @@ int grow_extend(mb_client *c, void *ptr, size_t new_size)
             if (new_size > x->s->bytes) {
                 /* What is missing and the tail ahead of it, in one mapping. */
                 size_t more = new_size - x->s->bytes +
-                              target_for(new_size, new_size - x->used, c->frame_bytes);
+                              target_for(new_size, new_size - x->used, 0, c->frame_bytes);
                 if (more > x->limit - x->s->bytes)
                     more = x->limit - x->s->bytes;
                 x->busy = true;
