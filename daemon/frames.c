@@ -465,32 +465,59 @@ static uint32_t usable(const struct frame_pool *p, const struct free_list *own, 
     return p->fresh.n[k] + (own ? own->n[k] : 0);
 }
 
+/* The order of the frame to release among n[k] candidates when `deficit`
+ * bytes are missing: the smallest that covers it alone, else the largest
+ * (a release costs the same whatever the size: fewer is faster); -1 when
+ * there is none. */
+static int release_order(const struct frame_pool *p, const uint32_t *n, uint64_t deficit)
+{
+    for (unsigned k = 0; k < MB_ORDERS; k++)
+        if (n[k] && obytes(p, k) >= deficit)
+            return (int)k;
+    for (int k = MB_ORDERS - 1; k >= 0; k--)
+        if (n[k])
+            return k;
+    return -1;
+}
+
 /* Make room in the budget for a grant to `uid` (need[k]: frames of order k
- * it still takes): release one free frame another uid held last (it can
- * never serve this uid), else one of the grant's own usable frames it does
- * not need, smallest order first. False when there is none. */
-static bool release_surplus(struct frame_pool *p, const uint32_t *need, uid_t uid)
+ * it still takes; deficit: the bytes missing, 0 when a frame count is the
+ * limit): release one free frame another uid held last (it can never serve
+ * this uid), else one of the grant's own usable frames it does not need,
+ * chosen by release_order. False when there is none. */
+static bool release_surplus(struct frame_pool *p, const uint32_t *need, uid_t uid, uint64_t deficit)
 {
     for (uint32_t i = 0; i < p->n_by_uid; i++) {
         struct free_list *l = p->by_uid[i];
-        if (l->uid == uid)
-            continue;
-        for (unsigned k = 0; k < MB_ORDERS; k++)
-            if (l->n[k]) {
-                end_frame(p, pop_free(p, l, k));
-                p->released_isolation++;
-                return true;
-            }
-    }
-    struct free_list *own = uid_list(p, uid, false);
-    for (unsigned k = 0; k < MB_ORDERS; k++) {
-        if (usable(p, own, k) > need[k]) {
-            end_frame(p, pop_free(p, own && own->n[k] ? own : &p->fresh, k));
-            p->recreated++;
+        int k = l->uid == uid ? -1 : release_order(p, l->n, deficit);
+        if (k >= 0) {
+            end_frame(p, pop_free(p, l, (unsigned)k));
+            p->released_isolation++;
             return true;
         }
     }
-    return false;
+    struct free_list *own = uid_list(p, uid, false);
+    uint32_t spare[MB_ORDERS];
+    for (unsigned k = 0; k < MB_ORDERS; k++) {
+        uint32_t u = usable(p, own, k);
+        spare[k] = u > need[k] ? u - need[k] : 0;
+    }
+    int k = release_order(p, spare, deficit);
+    if (k < 0)
+        return false;
+    end_frame(p, pop_free(p, own && own->n[k] ? own : &p->fresh, (unsigned)k));
+    p->recreated++;
+    return true;
+}
+
+/* Bytes a commit of `bytes` lacks under the budget (0: it fits, or only
+ * the frame count stops it). */
+static uint64_t deficit_of(struct frame_pool *p, uint64_t bytes)
+{
+    pthread_mutex_lock(&p->lock);
+    uint64_t d = p->committed + bytes > p->budget_bytes ? p->committed + bytes - p->budget_bytes : 0;
+    pthread_mutex_unlock(&p->lock);
+    return d;
 }
 
 static void path_creating_add(struct frame_pool *p, int d)
@@ -513,7 +540,7 @@ static int create_frame(struct frame_pool *p, unsigned order, const uint32_t *ne
     int rc;
     path_creating_add(p, 1);
     while ((rc = commit(p, bytes)) == MB_ENOMEM || rc == MB_ELIMIT)
-        if (!release_surplus(p, need, uid))
+        if (!release_surplus(p, need, uid, deficit_of(p, bytes)))
             break;
     if (rc != 0) {
         path_creating_add(p, -1);

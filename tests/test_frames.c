@@ -267,6 +267,30 @@ static void room_made_once_with_reserve_full(void **state)
         assert_true(frame_pool_is_valid(&p));
         frame_pool_destroy(&p);
     }
+    /* Room is made with as few releases as can be: one free frame that
+     * covers the deficit goes, not four of the reserve's. */
+    struct frame_pool p;
+    assert_int_equal(frame_pool_init(&p, b, FB, 32 * FB), 0);
+    uint8_t big[1] = { 3 }, mid[1] = { 2 };
+    uint32_t id;
+    assert_int_equal(frame_pool_grant_orders(&p, big, 1, 1, 0, 1, &id), 0);
+    assert_int_equal(frame_pool_return(&p, &id, 1, 1), 0);
+    assert_int_equal(frame_pool_prefill(&p, 24 * FB), 0);
+    uint32_t ready = 0;
+    for (int i = 0; i < 400 && ready < 24; i++) {
+        pthread_mutex_lock(&p.lock);
+        ready = p.n_ready;
+        pthread_mutex_unlock(&p.lock);
+        if (ready < 24)
+            usleep(2000);
+    }
+    assert_int_equal(ready, 24);
+    uint64_t before = p.recreated;
+    assert_int_equal(frame_pool_grant_orders(&p, mid, 1, 1, 0, 1, &id), 0);
+    assert_int_equal(frame_pool_bytes(&p, id), 4 * FB);
+    assert_int_equal(p.recreated - before, 1);
+    assert_true(frame_pool_is_valid(&p));
+    frame_pool_destroy(&p);
     mb_backend_close(b);
 }
 
