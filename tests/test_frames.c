@@ -201,6 +201,22 @@ static void idle_frames_released(void **state)
     mb_backend_close(b);
 }
 
+/* The reserve's workers' frames made and waiting to be adopted, once
+ * there are n of them (or 2 s have passed). */
+static uint32_t wait_ready(struct frame_pool *p, uint32_t n)
+{
+    uint32_t ready = 0;
+    for (int i = 0; i < 400; i++) {
+        pthread_mutex_lock(&p->lock);
+        ready = p->n_ready;
+        pthread_mutex_unlock(&p->lock);
+        if (ready >= n)
+            break;
+        usleep(5000);
+    }
+    return ready;
+}
+
 static void warm_reserve_fills_in_background(void **state)
 {
     mb_backend *b;
@@ -209,15 +225,7 @@ static void warm_reserve_fills_in_background(void **state)
     assert_int_equal(frame_pool_init(&p, b, FB, 12 * FB), 0);
     assert_int_equal(frame_pool_prefill(&p, 8 * FB), 0);
     /* The workers create 8 frames without any grant asking. */
-    uint32_t ready = 0;
-    for (int i = 0; i < 400 && ready < 8; i++) {
-        pthread_mutex_lock(&p.lock);
-        ready = p.n_ready;
-        pthread_mutex_unlock(&p.lock);
-        if (ready < 8)
-            usleep(5000);
-    }
-    assert_int_equal(ready, 8);
+    assert_int_equal(wait_ready(&p, 8), 8);
     assert_int_equal(p.n_total, 0);   /* not in the books until adopted */
     uint32_t ids[12];
     assert_int_equal(frame_pool_grant(&p, 6, 1, 0, 1, ids), 0);
@@ -246,15 +254,7 @@ static void room_made_once_with_reserve_full(void **state)
         struct frame_pool p;
         assert_int_equal(frame_pool_init(&p, b, FB, 16 * FB), 0);
         assert_int_equal(frame_pool_prefill(&p, 16 * FB), 0);
-        uint32_t ready = 0;
-        for (int i = 0; i < 400 && ready < 16; i++) {
-            pthread_mutex_lock(&p.lock);
-            ready = p.n_ready;
-            pthread_mutex_unlock(&p.lock);
-            if (ready < 16)
-                usleep(2000);
-        }
-        assert_int_equal(ready, 16);
+        assert_int_equal(wait_ready(&p, 16), 16);
         uint8_t orders[1] = { 2 };   /* 4 units: 4 order-0 frames must go */
         uint32_t id;
         assert_int_equal(frame_pool_grant_orders(&p, orders, 1, 1, 0, 1, &id), 0);
@@ -276,15 +276,7 @@ static void room_made_once_with_reserve_full(void **state)
     assert_int_equal(frame_pool_grant_orders(&p, big, 1, 1, 0, 1, &id), 0);
     assert_int_equal(frame_pool_return(&p, &id, 1, 1), 0);
     assert_int_equal(frame_pool_prefill(&p, 24 * FB), 0);
-    uint32_t ready = 0;
-    for (int i = 0; i < 400 && ready < 24; i++) {
-        pthread_mutex_lock(&p.lock);
-        ready = p.n_ready;
-        pthread_mutex_unlock(&p.lock);
-        if (ready < 24)
-            usleep(2000);
-    }
-    assert_int_equal(ready, 24);
+    assert_int_equal(wait_ready(&p, 24), 24);
     uint64_t before = p.recreated;
     assert_int_equal(frame_pool_grant_orders(&p, mid, 1, 1, 0, 1, &id), 0);
     assert_int_equal(frame_pool_bytes(&p, id), 4 * FB);
