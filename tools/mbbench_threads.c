@@ -21,7 +21,7 @@
 #include "mbbench.h"
 
 #define LIVE 8
-#define MAX_THREADS 64
+#define MAX_THREADS 1024
 #define MAX_REPEAT 99
 static const size_t g_sizes[4] = { 256, 4096, 64 << 10, 1 << 20 };
 
