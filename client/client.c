@@ -75,7 +75,10 @@ int mb_open(mb_client **out, const char *tenant_name)
     c->close_fit = env_long("MOONBRIGHT_HEAP_CLOSE_FIT", 0, 0, 1) != 0;
     c->repair = env_long("MOONBRIGHT_HEAP_REPAIR", 1, 0, 1) != 0;
     c->punch = env_long("MOONBRIGHT_HEAP_PUNCH", 0, 0, 1) != 0;
-    c->extend = env_long("MOONBRIGHT_HEAP_EXTEND", 1, 0, 1) != 0;
+    /* Close fit rebuilds arenas from the frames of free ones; extending an
+     * arena past the free blocks a close fit refused would keep them
+     * mapped and grow the heap without bound. */
+    c->extend = env_long("MOONBRIGHT_HEAP_EXTEND", 1, 0, 1) != 0 && !c->close_fit;
     c->classes = env_long("MOONBRIGHT_HEAP_CLASSES", 1, 0, 1) != 0;
     c->fill = env_long("MOONBRIGHT_HEAP_FILL", 1, 0, 1) != 0;
     c->grow_spares = env_long("MOONBRIGHT_GROW_SPARES", 1, 0, 1) != 0;

@@ -189,6 +189,55 @@ static void punching_reuses_stale_free_frames(void **state)
     assert_int_equal(mbt_daemon_stop(&d), 0);
 }
 
+/* $MOONBRIGHT_HEAP_CLOSE_FIT=1 with arenas that extend (the default): a
+ * KV cache grown by reallocation (each step a block 2 MiB larger, then the
+ * old one freed) for 6 requests at once holds little more than it uses.
+ * A close-fit miss must not extend an arena past the free blocks it
+ * refused: they stayed mapped, and the heap grew to 2.9x its live bytes
+ * on a replay. */
+static void close_fit_holds_its_footprint(void **state)
+{
+    (void)state;
+    struct mbt_daemon d;
+    assert_int_equal(mbt_daemon_start(&d, NULL), 0);
+    setenv("MOONBRIGHT_RUNTIME_DIR", d.dir, 1);
+    setenv("MOONBRIGHT_IDLE_MS", "600000", 1);
+    setenv("MOONBRIGHT_HEAP_CLOSE_FIT", "1", 1);
+    mb_client *c;
+    assert_int_equal(mb_open(&c, "close-fit"), 0);
+    unsetenv("MOONBRIGHT_HEAP_CLOSE_FIT");
+    const size_t M = 1u << 20;
+    enum { R = 6, STEPS = 40 };
+    void *p[R];
+    size_t size[R], peak_live = 0, peak_granted = 0;
+    for (int r = 0; r < R; r++) {
+        size[r] = (size_t)(12 + 6 * r) * M;
+        assert_int_equal(mb_malloc(c, size[r], &p[r]), 0);
+    }
+    for (int k = 0; k < STEPS; k++) {
+        size_t live = 0;
+        for (int r = 0; r < R; r++) {
+            void *q;
+            assert_int_equal(mb_malloc(c, size[r] + 2 * M, &q), 0);
+            assert_int_equal(mb_free(c, p[r]), 0);
+            p[r] = q;
+            size[r] += 2 * M;
+            live += size[r];
+        }
+        peak_live = live > peak_live ? live : peak_live;
+        size_t g = granted(c);
+        peak_granted = g > peak_granted ? g : peak_granted;
+    }
+    assert_true(peak_granted < 2 * peak_live);
+    for (int r = 0; r < R; r++)
+        assert_int_equal(mb_free(c, p[r]), 0);
+    assert_int_equal(mb_trim(c, 0), 0);
+    assert_int_equal(granted(c), 0);
+    mb_close(c);
+    assert_int_equal(mbt_status_num(&d, "frames_granted"), 0);
+    assert_int_equal(mbt_daemon_stop(&d), 0);
+}
+
 /* Punching with a daemon unit of 32 MiB: the heap's frames are whole
  * units, asked for as a plain grant (a capped grant of order 0 would read
  * as no cap on the wire, and larger frames would come back). */
@@ -411,6 +460,7 @@ int main(void)
         cmocka_unit_test(reclaim_returns_idle),
         cmocka_unit_test(punching_reuses_stale_free_frames),
         cmocka_unit_test(punching_with_large_units),
+        cmocka_unit_test(close_fit_holds_its_footprint),
         cmocka_unit_test(extending_a_free_end),
         cmocka_unit_test(trim_inside_an_arena),
         cmocka_unit_test(misses_fill_holes),
