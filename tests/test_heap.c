@@ -39,6 +39,15 @@ static size_t idle(mb_client *c)
     return st.bytes_idle;
 }
 
+/* A daemon of its own for a test, and the clients opened next pointed at
+ * it, with their idle policy at idle_ms. */
+static void start_daemon(struct mbt_daemon *d, const char *const *args, const char *idle_ms)
+{
+    assert_int_equal(mbt_daemon_start(d, args), 0);
+    setenv("MOONBRIGHT_RUNTIME_DIR", d->dir, 1);
+    setenv("MOONBRIGHT_IDLE_MS", idle_ms, 1);
+}
+
 /* Allocate and free a mix of heap sizes; the memory stays mapped. */
 static void churn(mb_client *c)
 {
@@ -56,9 +65,7 @@ static void idle_policy_and_trim(void **state)
 {
     (void)state;
     struct mbt_daemon d;
-    assert_int_equal(mbt_daemon_start(&d, NULL), 0);
-    setenv("MOONBRIGHT_RUNTIME_DIR", d.dir, 1);
-    setenv("MOONBRIGHT_IDLE_MS", "400", 1);
+    start_daemon(&d, NULL, "400");
     mb_client *c;
     assert_int_equal(mb_open(&c, "heap-idle"), 0);
     churn(c);
@@ -97,9 +104,7 @@ static void reclaim_returns_idle(void **state)
     (void)state;
     struct mbt_daemon d;
     static const char *const args[] = { "--budget", "128M", "--reserve", "0", NULL };
-    assert_int_equal(mbt_daemon_start(&d, args), 0);
-    setenv("MOONBRIGHT_RUNTIME_DIR", d.dir, 1);
-    setenv("MOONBRIGHT_IDLE_MS", "600000", 1);   /* only the notice can move it */
+    start_daemon(&d, args, "600000");   /* only the notice can move it */
     mb_client *a, *b;
     assert_int_equal(mb_open(&a, "holder"), 0);
     void *p;
@@ -160,9 +165,7 @@ static void punching_reuses_stale_free_frames(void **state)
 {
     (void)state;
     struct mbt_daemon d;
-    assert_int_equal(mbt_daemon_start(&d, NULL), 0);
-    setenv("MOONBRIGHT_RUNTIME_DIR", d.dir, 1);
-    setenv("MOONBRIGHT_IDLE_MS", "600000", 1);
+    start_daemon(&d, NULL, "600000");
     setenv("MOONBRIGHT_HEAP_EXTEND", "0", 1);
     const size_t M = 1u << 20;
     uint64_t punched;
@@ -199,9 +202,7 @@ static void close_fit_holds_its_footprint(void **state)
 {
     (void)state;
     struct mbt_daemon d;
-    assert_int_equal(mbt_daemon_start(&d, NULL), 0);
-    setenv("MOONBRIGHT_RUNTIME_DIR", d.dir, 1);
-    setenv("MOONBRIGHT_IDLE_MS", "600000", 1);
+    start_daemon(&d, NULL, "600000");
     setenv("MOONBRIGHT_HEAP_CLOSE_FIT", "1", 1);
     mb_client *c;
     assert_int_equal(mb_open(&c, "close-fit"), 0);
@@ -296,9 +297,7 @@ static void extending_a_free_end(void **state)
 {
     (void)state;
     struct mbt_daemon d;
-    assert_int_equal(mbt_daemon_start(&d, NULL), 0);
-    setenv("MOONBRIGHT_RUNTIME_DIR", d.dir, 1);
-    setenv("MOONBRIGHT_IDLE_MS", "600000", 1);
+    start_daemon(&d, NULL, "600000");
     const size_t M = 1u << 20;
     uint64_t extends;
     bool adjacent;
@@ -367,9 +366,7 @@ static void trim_inside_an_arena(void **state)
 {
     (void)state;
     struct mbt_daemon d;
-    assert_int_equal(mbt_daemon_start(&d, NULL), 0);
-    setenv("MOONBRIGHT_RUNTIME_DIR", d.dir, 1);
-    setenv("MOONBRIGHT_IDLE_MS", "600000", 1);
+    start_daemon(&d, NULL, "600000");
     mb_client *c;
     assert_int_equal(mb_open(&c, "segment-trim"), 0);
     segment_frames_go_back(c, true);
@@ -443,9 +440,7 @@ static void misses_fill_holes(void **state)
 {
     (void)state;
     struct mbt_daemon d;
-    assert_int_equal(mbt_daemon_start(&d, NULL), 0);
-    setenv("MOONBRIGHT_RUNTIME_DIR", d.dir, 1);
-    setenv("MOONBRIGHT_IDLE_MS", "600000", 1);
+    start_daemon(&d, NULL, "600000");
     fill_cycles(&d, true);
     fill_cycles(&d, false);
     unsetenv("MOONBRIGHT_IDLE_MS");
