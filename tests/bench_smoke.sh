@@ -107,6 +107,15 @@ replay)
   run replay_burst replay "$dir/burst.csv" --strategies realloc,grow
   grep -q '"format":"csv","requests":3,' "$dir/replay_burst.json" || {
     echo "bench_smoke: BurstGPT's columns were not read"; cat "$dir/replay_burst.json"; exit 1; }
+  # Other keys, a quoted date (seconds, never scaled as milliseconds) and a
+  # quoted count: 2.5 s apart at 8 x 20 ms a step is 15 steps, not 0.
+  printf '%s\n%s\n' '{"arrival_time": "2024-05-01 10:00:00.5", "prompt_tokens": 300, "completion_tokens": 4}' \
+    '{"arrival_time": "2024-05-01 10:00:03", "prompt_tokens": "500", "completion_tokens": 2}' >"$dir/dates.jsonl"
+  run replay_dates replay "$dir/dates.jsonl" --strategies realloc
+  grep -q '"format":"jsonl","requests":2,' "$dir/replay_dates.json" || {
+    echo "bench_smoke: JSON lines with arrival_time and prompt_tokens were not read"; exit 1; }
+  steps=$(grep -o '"steps":[0-9]*' "$dir/replay_dates.json" | head -1 | cut -d: -f2)
+  [ "$steps" -ge 15 ] || { echo "bench_smoke: quoted dates read as $steps steps apart"; exit 1; }
   # --slow-us names what slow operations waited on (at 1 us, nearly all are)
   "$bench" replay "$dir/trace.jsonl" --strategies grow --quick --quiet --slow-us 1 \
     >/dev/null 2>"$dir/slow.log"
