@@ -138,6 +138,14 @@ static size_t target_of(const mb_client *c, const struct growable *x)
     return target_for(x->used, x->step, x->hint, c->frame_bytes);
 }
 
+/* Is x's tail below half its target, with room left to map and no thread
+ * mapping it? g->lock held. */
+static bool tail_short(const mb_client *c, const struct growable *x)
+{
+    const struct stitched *s = x->s;
+    return !x->busy && s->bytes < x->limit && s->bytes - x->used < target_of(c, x) / 2;
+}
+
 /* ---- the frame layer: every call grow.c makes into it ---- */
 
 /* The bytes the frame plan's frames for `bytes` hold. */
@@ -663,8 +671,7 @@ int grow_extend(mb_client *c, void *ptr, size_t new_size)
             x->last_ms = mb_now_ms();
         }
     }
-    bool kick = rc == 0 && !x->busy && x->s->bytes < x->limit &&
-                x->s->bytes - x->used < target_of(c, x) / 2;
+    bool kick = rc == 0 && tail_short(c, x);
     GROW_CHECK(c, x);
     pthread_mutex_unlock(&g->lock);
     if (kick)
@@ -829,13 +836,11 @@ static void spares_work(mb_client *c, struct growset *g)
     }
 }
 
-/* Does x's tail want refilling: below half its target, room left, and in
- * use within idle_ms? g->lock held. */
+/* Does x's tail want refilling: short, and in use within idle_ms? g->lock
+ * held. */
 static bool tail_due(const mb_client *c, const struct growable *x, int64_t now, int idle_ms)
 {
-    const struct stitched *s = x->s;
-    return !x->busy && s->bytes < x->limit && s->bytes - x->used < target_of(c, x) / 2 &&
-           now - x->last_ms < idle_ms;
+    return tail_short(c, x) && now - x->last_ms < idle_ms;
 }
 
 /* A range due for a refill, and how many of its growth steps its tail
