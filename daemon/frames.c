@@ -139,11 +139,15 @@ struct frame *frame_pool_get(struct frame_pool *p, uint32_t id)
 }
 
 /* Count a frame of `bytes` against the budget (and the descriptor limit)
- * before creating it. */
-static int commit(struct frame_pool *p, uint64_t bytes)
+ * before creating it. When it does not fit, *deficit (if not NULL) gets
+ * the bytes the budget lacks (0 when only the frame count stops it). */
+static int commit(struct frame_pool *p, uint64_t bytes, uint64_t *deficit)
 {
     pthread_mutex_lock(&p->lock);
-    int rc = p->committed + bytes > p->budget_bytes ? MB_ENOMEM : 0;
+    uint64_t over = p->committed + bytes > p->budget_bytes ? p->committed + bytes - p->budget_bytes : 0;
+    if (deficit)
+        *deficit = over;
+    int rc = over ? MB_ENOMEM : 0;
     if (rc == 0 && p->max_frames && p->n_committed + 1 > p->max_frames) {
         static bool said;
         if (!said)
@@ -510,16 +514,6 @@ static bool release_surplus(struct frame_pool *p, const uint32_t *need, uid_t ui
     return true;
 }
 
-/* Bytes a commit of `bytes` lacks under the budget (0: it fits, or only
- * the frame count stops it). */
-static uint64_t deficit_of(struct frame_pool *p, uint64_t bytes)
-{
-    pthread_mutex_lock(&p->lock);
-    uint64_t d = p->committed + bytes > p->budget_bytes ? p->committed + bytes - p->budget_bytes : 0;
-    pthread_mutex_unlock(&p->lock);
-    return d;
-}
-
 static void path_creating_add(struct frame_pool *p, int d)
 {
     pthread_mutex_lock(&p->lock);
@@ -536,11 +530,11 @@ static void path_creating_add(struct frame_pool *p, int d)
  * release again (hundreds of frames for one grant with the budget full). */
 static int create_frame(struct frame_pool *p, unsigned order, const uint32_t *need, uid_t uid)
 {
-    uint64_t bytes = obytes(p, order);
+    uint64_t bytes = obytes(p, order), deficit;
     int rc;
     path_creating_add(p, 1);
-    while ((rc = commit(p, bytes)) == MB_ENOMEM || rc == MB_ELIMIT)
-        if (!release_surplus(p, need, uid, deficit_of(p, bytes)))
+    while ((rc = commit(p, bytes, &deficit)) == MB_ENOMEM || rc == MB_ELIMIT)
+        if (!release_surplus(p, need, uid, deficit))
             break;
     if (rc != 0) {
         path_creating_add(p, -1);
@@ -899,7 +893,7 @@ static int adopt_slot(struct frame_pool *p, uint32_t id, unsigned order, uint64_
                       uid_t uid, uint32_t tenant)
 {
     uint64_t bytes = obytes(p, order);
-    int rc = commit(p, bytes);
+    int rc = commit(p, bytes, NULL);
     if (rc != 0)
         return rc;
     struct frame *f = &p->frames[id];
