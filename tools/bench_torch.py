@@ -342,16 +342,13 @@ def child_replay(args, name):
 
 # ---- the training run ----
 
-def train_seq_lens(args):
-    """One sequence length per step, warm-up included: the same list in every child."""
+def train_shapes(args):
+    """One sequence length per step (--model cnn: one image side, a multiple
+    of 16), warm-up included: the same list in every child."""
     rng = random.Random(args.seed)
+    if args.model == "cnn":
+        return [rng.randint(args.min_image, args.max_image) // 16 * 16 for _ in range(args.warmup + args.steps)]
     return [rng.randint(args.min_seq, args.max_seq) for _ in range(args.warmup + args.steps)]
-
-
-def train_image_sides(args):
-    """--model cnn: one image side per step (a multiple of 16), warm-up included."""
-    rng = random.Random(args.seed)
-    return [rng.randint(args.min_image, args.max_image) // 16 * 16 for _ in range(args.warmup + args.steps)]
 
 
 def build_cnn(torch, args):
@@ -481,7 +478,7 @@ def child_train(args, name):
     mem = DeviceMemory(torch, dev)
     in_use = mem.in_use
     cnn = args.model == "cnn"
-    lens = train_image_sides(args) if cnn else train_seq_lens(args)
+    lens = train_shapes(args)
     torch.cuda.synchronize(dev)
     idle_used = in_use()
     torch.manual_seed(args.seed)
@@ -862,21 +859,19 @@ def main():
     if args.cmd == "latency":
         doc["pairs"] = args.pairs
         doc["rows"] = results
-    elif args.cmd == "train" and args.model == "cnn":
-        judge_train(results)
-        doc.update({"model": "ResNet-18-style CNN, batch norm, AdamW, random images and labels",
-                    "model_kind": "cnn", "batch": args.batch, "min_image": args.min_image,
-                    "max_image": args.max_image, "lr": args.lr, "seed": args.seed, "warmup": args.warmup,
-                    "steps": args.steps, "image_sides": train_image_sides(args), "rounds": args.rounds,
-                    "rows": results, "summary": summarize_train(results, args.configs)})
     elif args.cmd == "train":
         judge_train(results)
-        lens = train_seq_lens(args)
-        doc.update({"model_kind": "gpt", "model": "GPT decoder, pre-norm, causal math attention, AdamW, random tokens",
-                    "layers": args.layers, "d_model": args.d_model, "heads": args.heads, "vocab": args.vocab,
-                    "batch": args.batch, "min_seq": args.min_seq, "max_seq": args.max_seq, "lr": args.lr,
-                    "seed": args.seed, "warmup": args.warmup, "steps": args.steps, "seq_lens": lens,
-                    "rounds": args.rounds, "rows": results,
+        if args.model == "cnn":
+            doc.update({"model": "ResNet-18-style CNN, batch norm, AdamW, random images and labels",
+                        "min_image": args.min_image, "max_image": args.max_image,
+                        "image_sides": train_shapes(args)})
+        else:
+            doc.update({"model": "GPT decoder, pre-norm, causal math attention, AdamW, random tokens",
+                        "layers": args.layers, "d_model": args.d_model, "heads": args.heads,
+                        "vocab": args.vocab, "min_seq": args.min_seq, "max_seq": args.max_seq,
+                        "seq_lens": train_shapes(args)})
+        doc.update({"model_kind": args.model, "batch": args.batch, "lr": args.lr, "seed": args.seed,
+                    "warmup": args.warmup, "steps": args.steps, "rounds": args.rounds, "rows": results,
                     "summary": summarize_train(results, args.configs)})
     elif args.cmd == "generate":
         judge_train(results)
