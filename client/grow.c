@@ -212,53 +212,27 @@ static int fl_grant(mb_client *c, size_t need, size_t want, size_t room, struct 
 }
 
 /* Frames for `want` bytes (at least `need`), holding at most `room`:
- * cached frames of any size first, at most max_cached of them (a range
- * maps its frames one after the other at unit boundaries, whatever their
- * sizes), with no round trip when they hold need; the daemon's (fl_grant)
- * for the rest. A caller's path takes few cached frames (WAIT_CACHED_MAX):
- * each costs a map and an access grant (tens of µs on a GPU, more beside
- * the background thread's driver work), so a large first size made of
- * many small cached frames took milliseconds where the plan's few large
- * frames take one round trip; the small ones are left to tails. That grant
- * maps no further than want; when it fails (the budget), the cache is
- * taken whole. */
+ * cached frames of any size first (a range maps its frames one after the
+ * other at unit boundaries, whatever their sizes), with no round trip when
+ * they hold need; the daemon's (fl_grant) for the rest. */
 #define TAKE_CACHED_MAX 64
-#define WAIT_CACHED_MAX 8
-static int fl_take(mb_client *c, size_t need, size_t want, size_t room, size_t max_cached,
-                   struct stitched **out)
+static int fl_take(mb_client *c, size_t need, size_t want, size_t room, struct stitched **out)
 {
     struct cframe *cached[TAKE_CACHED_MAX];
     size_t got = 0;
-    if (max_cached > TAKE_CACHED_MAX)
-        max_cached = TAKE_CACHED_MAX;
     fl_lock(c);
-    size_t k = fcache_take_within(c, want < room ? want : room, cached, max_cached, &got);
-    if (got < need && k < max_cached) {
+    size_t k = fcache_take_within(c, want < room ? want : room, cached, TAKE_CACHED_MAX, &got);
+    if (got < need) {
         /* Cached frames larger than wanted still beat a grant: the process
          * holds them already. */
         size_t more = 0;
-        k += fcache_take_cover(c, need - got, room - got, cached + k, max_cached - k, &more);
+        k += fcache_take_cover(c, need - got, room - got, cached + k, TAKE_CACHED_MAX - k, &more);
         got += more;
     }
     struct stitched *t = NULL;
     int rc = 0;
-    if (got < need) {
-        /* On a caller's path no further than wanted: the plan may round up,
-         * and a frame straddling the size in use never goes back. */
-        size_t up_to = max_cached < TAKE_CACHED_MAX && want < room ? want : room;
-        rc = fl_grant(c, need - got, want - got, up_to - got, &t);
-        if (rc != 0 && max_cached < TAKE_CACHED_MAX) {
-            size_t more = 0;
-            k += fcache_take_within(c, need - got, cached + k, TAKE_CACHED_MAX - k, &more);
-            got += more;
-            if (got < need && k < TAKE_CACHED_MAX) {
-                more = 0;
-                k += fcache_take_cover(c, need - got, room - got, cached + k, TAKE_CACHED_MAX - k, &more);
-                got += more;
-            }
-            rc = got < need ? fl_grant(c, need - got, want - got, room - got, &t) : 0;
-        }
-    }
+    if (got < need)
+        rc = fl_grant(c, need - got, want - got, room - got, &t);
     struct stitched *m = rc == 0 ? stitch_new(k + (t ? t->n : 0)) : NULL;
     if (rc == 0 && !m)
         rc = MB_ENOMEM;
@@ -294,12 +268,11 @@ static void fl_put(mb_client *c, struct cframe **f, size_t n)
 /* Map `want` bytes more (at least `need`, at most the room left) at the
  * end of x's range; x is busy (this thread alone maps it). The range's new
  * frames are published under c->lock and g->lock. */
-static int map_tail(mb_client *c, struct growset *g, struct growable *x, size_t need, size_t want,
-                    size_t max_cached)
+static int map_tail(mb_client *c, struct growset *g, struct growable *x, size_t need, size_t want)
 {
     struct stitched *s = x->s, *t;
     size_t room = x->limit > s->bytes ? x->limit - s->bytes : 0;
-    int rc = fl_take(c, need, want, room, max_cached, &t);
+    int rc = fl_take(c, need, want, room, &t);
     if (rc)
         return rc;
     /* Largest first would break the order of a range already mapped;
@@ -606,7 +579,7 @@ int grow_alloc(mb_client *c, size_t size, size_t max, void **ptr)
         x->busy = true;   /* no other thread knows x yet */
         uint64_t t0 = mb_now_ns();
         size_t had = s->bytes, had_n = s->n;
-        rc = map_tail(c, g, x, size - s->bytes, size - s->bytes, WAIT_CACHED_MAX);
+        rc = map_tail(c, g, x, size - s->bytes, size - s->bytes);
         tally(&g->tally[GT_WAIT], s->bytes - had, s->n - had_n, t0);
         x->busy = false;
     }
@@ -682,7 +655,7 @@ int grow_extend(mb_client *c, void *ptr, size_t new_size)
                 size_t had = x->s->bytes, had_n = x->s->n;
                 pthread_mutex_unlock(&g->lock);
                 uint64_t t0 = mb_now_ns();
-                rc = map_tail(c, g, x, new_size - had, more, WAIT_CACHED_MAX);
+                rc = map_tail(c, g, x, new_size - had, more);
                 pthread_mutex_lock(&g->lock);
                 tally(&g->tally[GT_WAIT], x->s->bytes - had, x->s->n - had_n, t0);
                 x->busy = false;
@@ -832,7 +805,7 @@ static void spares_work(mb_client *c, struct growset *g)
             return;
         struct stitched *t = NULL, *s = NULL;
         uint64_t t0 = mb_now_ns();
-        if (fl_take(c, want, want, plan_bytes(want, unit), TAKE_CACHED_MAX, &t) != 0)
+        if (fl_take(c, want, want, plan_bytes(want, unit), &t) != 0)
             return;   /* no memory or quota for it now: none made */
         size_t got = t->bytes, n = t->n;
         struct gidle *i = calloc(1, sizeof(*i));
@@ -917,7 +890,7 @@ static bool refill_tails(mb_client *c, struct growset *g, int64_t now, int idle_
         size_t want = target < room ? target : room;
         uint64_t t0 = mb_now_ns();
         size_t had_n = s->n;
-        int rc = map_tail(c, g, x, want, want, TAKE_CACHED_MAX);
+        int rc = map_tail(c, g, x, want, want);
         pthread_mutex_lock(&g->lock);
         x->busy = false;
         pthread_cond_broadcast(&g->not_busy);
