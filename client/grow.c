@@ -53,6 +53,30 @@ static void tally(struct grow_tally *t, size_t bytes, size_t frames, uint64_t t0
     __atomic_fetch_add(&t->ns, mb_now_ns() - t0, __ATOMIC_RELAXED);
 }
 
+/* Where a caller's wait went: logged at debug level when it took more than
+ * SLOW_WAIT_MS (MOONBRIGHT_LOG=debug), so that a slow allocation or growth
+ * says what it waited for. */
+#define SLOW_WAIT_MS 1
+struct wait_parts {
+    uint64_t busy_ns;            /* for another thread mapping the same range */
+    uint64_t lock_ns;            /* for the frame lock */
+    uint64_t grant_ns;           /* in daemon grants (round trip and imports) */
+    uint64_t map_ns;             /* mapping, access grants included */
+    size_t cached, granted;      /* frames taken from the cache, and granted */
+};
+
+static void wait_log(const char *what, size_t bytes, uint64_t t0, const struct wait_parts *w)
+{
+    uint64_t ns = mb_now_ns() - t0;
+    if (ns < (uint64_t)SLOW_WAIT_MS * 1000000 || mb_log_level() < MB_LOG_DEBUG)
+        return;
+    mb_log(MB_LOG_DEBUG,
+           "%s to %zu MiB waited %.2f ms: %.2f for the range's refill, %.2f for the frame lock, "
+           "%.2f in grants of %zu frames, %.2f mapping %zu frames",
+           what, bytes >> 20, ns / 1e6, w->busy_ns / 1e6, w->lock_ns / 1e6, w->grant_ns / 1e6,
+           w->granted, w->map_ns / 1e6, w->cached + w->granted);
+}
+
 /* A freed range, still mapped: reused once its fence completed (an event
  * recorded on the freeing stream, or a legacy-clock token). */
 struct gidle {
@@ -216,11 +240,15 @@ static int fl_grant(mb_client *c, size_t need, size_t want, size_t room, struct 
  * other at unit boundaries, whatever their sizes), with no round trip when
  * they hold need; the daemon's (fl_grant) for the rest. */
 #define TAKE_CACHED_MAX 64
-static int fl_take(mb_client *c, size_t need, size_t want, size_t room, struct stitched **out)
+static int fl_take(mb_client *c, size_t need, size_t want, size_t room, struct wait_parts *w,
+                   struct stitched **out)
 {
     struct cframe *cached[TAKE_CACHED_MAX];
     size_t got = 0;
+    uint64_t t0 = w ? mb_now_ns() : 0;
     fl_lock(c);
+    if (w)
+        w->lock_ns += mb_now_ns() - t0;
     size_t k = fcache_take_within(c, want < room ? want : room, cached, TAKE_CACHED_MAX, &got);
     if (got < need) {
         /* Cached frames larger than wanted still beat a grant: the process
@@ -231,8 +259,16 @@ static int fl_take(mb_client *c, size_t need, size_t want, size_t room, struct s
     }
     struct stitched *t = NULL;
     int rc = 0;
-    if (got < need)
+    if (got < need) {
+        t0 = w ? mb_now_ns() : 0;
         rc = fl_grant(c, need - got, want - got, room - got, &t);
+        if (w) {
+            w->grant_ns += mb_now_ns() - t0;
+            w->granted += t ? t->n : 0;
+        }
+    }
+    if (w)
+        w->cached += k;
     struct stitched *m = rc == 0 ? stitch_new(k + (t ? t->n : 0)) : NULL;
     if (rc == 0 && !m)
         rc = MB_ENOMEM;
@@ -268,22 +304,29 @@ static void fl_put(mb_client *c, struct cframe **f, size_t n)
 /* Map `want` bytes more (at least `need`, at most the room left) at the
  * end of x's range; x is busy (this thread alone maps it). The range's new
  * frames are published under c->lock and g->lock. */
-static int map_tail(mb_client *c, struct growset *g, struct growable *x, size_t need, size_t want)
+static int map_tail(mb_client *c, struct growset *g, struct growable *x, size_t need, size_t want,
+                    struct wait_parts *w)
 {
     struct stitched *s = x->s, *t;
     size_t room = x->limit > s->bytes ? x->limit - s->bytes : 0;
-    int rc = fl_take(c, need, want, room, &t);
+    int rc = fl_take(c, need, want, room, w, &t);
     if (rc)
         return rc;
     /* Largest first would break the order of a range already mapped;
      * frames are mapped in the order taken, each at a unit boundary. */
+    uint64_t t0 = w ? mb_now_ns() : 0;
     rc = stitch_map_after(c->be, s, t);
+    if (w)
+        w->map_ns += mb_now_ns() - t0;
     if (rc) {
         fl_put(c, t->frames, t->n);
         free(t);
         return rc;
     }
+    t0 = w ? mb_now_ns() : 0;
     fl_lock(c);
+    if (w)
+        w->lock_ns += mb_now_ns() - t0;
     pthread_mutex_lock(&g->lock);
     s->n += t->n;
     s->bytes += t->bytes;
@@ -579,8 +622,11 @@ int grow_alloc(mb_client *c, size_t size, size_t max, void **ptr)
         x->busy = true;   /* no other thread knows x yet */
         uint64_t t0 = mb_now_ns();
         size_t had = s->bytes, had_n = s->n;
-        rc = map_tail(c, g, x, size - s->bytes, size - s->bytes);
+        struct wait_parts w = { 0 };
+        rc = map_tail(c, g, x, size - s->bytes, size - s->bytes, &w);
         tally(&g->tally[GT_WAIT], s->bytes - had, s->n - had_n, t0);
+        wait_log(reused ? "a growable allocation (a freed range reused)" : "a growable allocation",
+                 size, t0, &w);
         x->busy = false;
     }
     bool kick = false;
@@ -637,13 +683,17 @@ int grow_extend(mb_client *c, void *ptr, size_t new_size)
         return MB_ENOENT;
     }
     int rc = 0;
+    uint64_t t0 = 0;   /* when a wait began */
+    struct wait_parts w = { 0 };
     if (new_size > x->max) {
         rc = MB_EINVAL;
     } else if (new_size > x->used) {
         if (new_size > x->s->bytes) {
             /* Past the mapped tail: map what is missing now (a wait). */
+            t0 = mb_now_ns();
             while (x->busy)
                 pthread_cond_wait(&g->not_busy, &g->lock);
+            w.busy_ns = mb_now_ns() - t0;
             g->waits++;
             if (new_size > x->s->bytes) {
                 /* What is missing and the tail ahead of it, in one mapping. */
@@ -654,10 +704,10 @@ int grow_extend(mb_client *c, void *ptr, size_t new_size)
                 x->busy = true;
                 size_t had = x->s->bytes, had_n = x->s->n;
                 pthread_mutex_unlock(&g->lock);
-                uint64_t t0 = mb_now_ns();
-                rc = map_tail(c, g, x, new_size - had, more);
+                uint64_t t1 = mb_now_ns();
+                rc = map_tail(c, g, x, new_size - had, more, &w);
                 pthread_mutex_lock(&g->lock);
-                tally(&g->tally[GT_WAIT], x->s->bytes - had, x->s->n - had_n, t0);
+                tally(&g->tally[GT_WAIT], x->s->bytes - had, x->s->n - had_n, t1);
                 x->busy = false;
                 pthread_cond_broadcast(&g->not_busy);
             }
@@ -676,6 +726,8 @@ int grow_extend(mb_client *c, void *ptr, size_t new_size)
     pthread_mutex_unlock(&g->lock);
     if (kick)
         refill_kick(c->refill);
+    if (t0)
+        wait_log("a growth", new_size, t0, &w);
     if (rc)
         mb_log(MB_LOG_ERR, "failed to grow a range to %zu bytes: %s", new_size, mb_strerror(rc));
     return rc;
@@ -805,7 +857,7 @@ static void spares_work(mb_client *c, struct growset *g)
             return;
         struct stitched *t = NULL, *s = NULL;
         uint64_t t0 = mb_now_ns();
-        if (fl_take(c, want, want, plan_bytes(want, unit), &t) != 0)
+        if (fl_take(c, want, want, plan_bytes(want, unit), NULL, &t) != 0)
             return;   /* no memory or quota for it now: none made */
         size_t got = t->bytes, n = t->n;
         struct gidle *i = calloc(1, sizeof(*i));
@@ -890,7 +942,7 @@ static bool refill_tails(mb_client *c, struct growset *g, int64_t now, int idle_
         size_t want = target < room ? target : room;
         uint64_t t0 = mb_now_ns();
         size_t had_n = s->n;
-        int rc = map_tail(c, g, x, want, want);
+        int rc = map_tail(c, g, x, want, want, NULL);
         pthread_mutex_lock(&g->lock);
         x->busy = false;
         pthread_cond_broadcast(&g->not_busy);
