@@ -155,6 +155,7 @@ struct ptrmap {
 struct mb_client {
     pthread_mutex_t lock;
     pthread_mutex_t flock;
+    unsigned fl_callers;         /* threads on a request's path waiting for flock (atomic) */
     pthread_mutex_t release_lock;
     /* Hand-overs up, set by mb_open (client.c): the layers below call these
      * rather than name a function of a layer above them. */

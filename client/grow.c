@@ -246,9 +246,12 @@ static int fl_take(mb_client *c, size_t need, size_t want, size_t room, struct w
     struct cframe *cached[TAKE_CACHED_MAX];
     size_t got = 0;
     uint64_t t0 = w ? mb_now_ns() : 0;
-    fl_lock(c);
-    if (w)
+    if (w) {   /* a caller's path: ahead of the background thread */
+        fl_lock_caller(c);
         w->lock_ns += mb_now_ns() - t0;
+    } else {
+        fl_lock_bg(c);
+    }
     size_t k = fcache_take_within(c, want < room ? want : room, cached, TAKE_CACHED_MAX, &got);
     if (got < need) {
         /* Cached frames larger than wanted still beat a grant: the process
@@ -324,9 +327,12 @@ static int map_tail(mb_client *c, struct growset *g, struct growable *x, size_t 
         return rc;
     }
     t0 = w ? mb_now_ns() : 0;
-    fl_lock(c);
-    if (w)
+    if (w) {
+        fl_lock_caller(c);
         w->lock_ns += mb_now_ns() - t0;
+    } else {
+        fl_lock_bg(c);
+    }
     pthread_mutex_lock(&g->lock);
     s->n += t->n;
     s->bytes += t->bytes;
@@ -520,10 +526,14 @@ static struct gidle *idle_detach_held(mb_client *c, struct growset *g, int64_t n
     return gone;
 }
 
-/* Unmap the ranges idle_detach_held took; fl_lock held. */
-static void idle_unmap(mb_client *c, struct growset *g, struct gidle *gone)
+/* Unmap the ranges idle_detach_held took; fl_lock held, and with `yield`
+ * no other lock: waiting callers take the frame lock between ranges
+ * (fl_yield), each range's frames already in the cache. */
+static void idle_unmap(mb_client *c, struct growset *g, struct gidle *gone, bool yield)
 {
     while (gone) {
+        if (yield)
+            fl_yield(c);
         struct gidle *i = gone;
         gone = i->next;
         uint64_t t0 = mb_now_ns();
@@ -538,7 +548,7 @@ static void idle_unmap(mb_client *c, struct growset *g, struct gidle *gone)
 
 static void idle_release_held(mb_client *c, struct growset *g, int64_t now, int64_t idle_ms)
 {
-    idle_unmap(c, g, idle_detach_held(c, g, now, idle_ms));
+    idle_unmap(c, g, idle_detach_held(c, g, now, idle_ms), false);
 }
 
 static size_t pow2_at_least(size_t x)
@@ -877,7 +887,7 @@ static void spares_work(mb_client *c, struct growset *g)
             free(i);
             return;
         }
-        fl_lock(c);
+        fl_lock_bg(c);
         c->fst.bytes_mapped += got;
         fl_unlock(c);
         pthread_mutex_lock(&g->lock);
@@ -967,8 +977,10 @@ static void give_back(mb_client *c, struct growset *g, int64_t now, int idle_ms)
     if (!tails)
         return;
     /* Tails and freed ranges idle for idle_ms go back: taken under g->lock,
-     * unmapped without it, so that grows within their tails go on. */
-    fl_lock(c);
+     * unmapped without it, so that grows within their tails go on, and
+     * with the frame lock, which callers waiting for it take between one
+     * range or tail and the next. */
+    fl_lock_bg(c);
     pthread_mutex_lock(&g->lock);
     struct gidle *gone = idle_detach_held(c, g, now, idle_ms);
     struct tail_cut *cuts = g->n ? malloc(g->n * sizeof(*cuts)) : NULL;
@@ -984,9 +996,11 @@ static void give_back(mb_client *c, struct growset *g, int64_t now, int idle_ms)
             ncut += tail_cut_held(g, x, x->used + target_of(c, x), &cuts[ncut]);
     }
     pthread_mutex_unlock(&g->lock);
-    idle_unmap(c, g, gone);
-    for (size_t i = 0; i < ncut; i++)
+    idle_unmap(c, g, gone, true);
+    for (size_t i = 0; i < ncut; i++) {
+        fl_yield(c);
         tail_unmap(c, g, &cuts[i], false);
+    }
     free(cuts);
     /* Their frames went to the frame cache, where new ranges and tails
      * take them whatever their size. Past the cache's usual bytes, frames

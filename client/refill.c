@@ -2,6 +2,7 @@
  * the first vspace page pool or growable range, it runs each pool's and the
  * growable ranges' background step when a request left work (a kick) and
  * every REFILL_TICK_MS, and stops in mb_close. */
+#include <sched.h>
 #include <stdlib.h>
 #include <time.h>
 
@@ -55,6 +56,28 @@ static void *refill_main(void *arg)
     }
     pthread_mutex_unlock(&r->lock);
     return NULL;
+}
+
+/* Until no caller waits for the frame lock, or FL_YIELD_SPINS yields. */
+static void callers_first(mb_client *c)
+{
+    for (int i = 0; i < FL_YIELD_SPINS && __atomic_load_n(&c->fl_callers, __ATOMIC_RELAXED); i++)
+        sched_yield();
+}
+
+void fl_lock_bg(mb_client *c)
+{
+    callers_first(c);
+    pthread_mutex_lock(&c->flock);
+}
+
+void fl_yield(mb_client *c)
+{
+    if (!__atomic_load_n(&c->fl_callers, __ATOMIC_RELAXED))
+        return;
+    pthread_mutex_unlock(&c->flock);
+    callers_first(c);
+    pthread_mutex_lock(&c->flock);
 }
 
 static int idle_ms_from_env(void)

@@ -1158,6 +1158,45 @@ static void test_grow_exact_frames(void **state)
  * vspace's create and map wait for nothing (the refill thread may then map
  * ahead for the demand the map showed, off the call); prepared pages are
  * ordinary free pages (trim returns them). */
+/* A thread on a request's path waiting for the frame lock gets it between
+ * the background thread's units of work (fl_yield), not after its whole
+ * pass: here a "pass" of 200 units of 2 ms each. */
+struct lock_caller {
+    mb_client *c;
+    int *unit;                   /* the pass's current unit */
+    int got_at;                  /* the unit during which the caller got the lock */
+};
+
+static void *lock_caller_main(void *p)
+{
+    struct lock_caller *a = p;
+    fl_lock_caller(a->c);
+    a->got_at = __atomic_load_n(a->unit, __ATOMIC_ACQUIRE);
+    fl_unlock(a->c);
+    return NULL;
+}
+
+static void test_frame_lock_yields(void **state)
+{
+    (void)state;
+    enum { UNITS = 200 };
+    int unit = 0;
+    struct lock_caller a = { g_c, &unit, -1 };
+    fl_lock_bg(g_c);
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, lock_caller_main, &a), 0);
+    for (int i = 1; i <= UNITS; i++) {
+        mbt_sleep_ms(2);
+        __atomic_store_n(&unit, i, __ATOMIC_RELEASE);
+        fl_yield(g_c);
+    }
+    __atomic_store_n(&unit, UNITS + 1, __ATOMIC_RELEASE);
+    fl_unlock(g_c);
+    assert_int_equal(pthread_join(t, NULL), 0);
+    assert_true(a.got_at >= 1);
+    assert_true(a.got_at <= UNITS);   /* UNITS + 1: it waited for the whole pass */
+}
+
 static void test_prepare(void **state)
 {
     (void)state;
@@ -1239,6 +1278,7 @@ int main(void)
         cmocka_unit_test(test_idle_and_close),
         cmocka_unit_test(test_amap_host),
         cmocka_unit_test(test_prepare),
+        cmocka_unit_test(test_frame_lock_yields),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
     mb_close(g_c);
