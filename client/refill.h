@@ -36,22 +36,6 @@ struct vsnodes;
 static inline void fl_lock(mb_client *c) { pthread_mutex_lock(&c->flock); }
 static inline void fl_unlock(mb_client *c) { pthread_mutex_unlock(&c->flock); }
 
-/* Requests first at the frame lock. A thread on a request's path that must
- * map takes it with fl_lock_caller, which counts it while it waits; the
- * background thread takes it with fl_lock_bg, which lets waiting callers
- * in first, and in a long pass calls fl_yield between units of work (flock
- * held, no other lock held), which hands the lock to them and takes it
- * back. Each wait for callers is bounded (FL_YIELD_SPINS yields), so a
- * stream of requests cannot stop the background thread. */
-#define FL_YIELD_SPINS 2000
-static inline void fl_lock_caller(mb_client *c)
-{
-    __atomic_add_fetch(&c->fl_callers, 1, __ATOMIC_RELAXED);
-    pthread_mutex_lock(&c->flock);
-    __atomic_sub_fetch(&c->fl_callers, 1, __ATOMIC_RELAXED);
-}
-void fl_lock_bg(mb_client *c);
-void fl_yield(mb_client *c);
 
 struct refill {
     mb_client *c;

@@ -148,7 +148,7 @@ static int backing_take(mb_client *c, size_t bytes, bool repair, size_t room, vo
         struct stitched **idle = NULL;
         size_t n_idle = repair ? take_idle_for(c, bytes, &idle) : 0;
         pthread_mutex_unlock(&c->lock);
-        pthread_mutex_lock(&c->flock);
+        fl_lock_caller(c);
         for (size_t i = 0; i < n_idle; i++)
             if (stitch_free(c, idle[i], NULL) != 0)
                 mb_log(MB_LOG_ERR, "failed to unmap an idle range at %p: it stays mapped", idle[i]->va);
@@ -312,7 +312,7 @@ static size_t punch_frames(mb_client *c, size_t need, size_t min_frame, uint64_t
     if (n == 0)
         return 0;
     pthread_mutex_unlock(&c->lock);
-    pthread_mutex_lock(&c->flock);
+    fl_lock_caller(c);
     for (size_t i = 0; i < n; i++) {
         struct punched *r = runs[i];
         r->unmapped = stitch_unmap_punched(c, r->addr, r->fr, r->to - r->from) == 0;
@@ -345,7 +345,7 @@ static size_t punch_frames(mb_client *c, size_t need, size_t min_frame, uint64_t
 static void heap_punch(mb_client *c, size_t want)
 {
     pthread_mutex_unlock(&c->lock);
-    pthread_mutex_lock(&c->flock);
+    fl_lock_caller(c);
     size_t cached = c->fc.bytes_cached;
     pthread_mutex_unlock(&c->flock);
     pthread_mutex_lock(&c->lock);
@@ -414,7 +414,7 @@ static int heap_extend(void *ctx, void *base, size_t bytes, size_t min_more, siz
     /* Only this thread appends to s while the pool keeps the arena
      * extending; its n and bytes are raised under c->lock below. */
     pthread_mutex_unlock(&c->lock);
-    pthread_mutex_lock(&c->flock);
+    fl_lock_caller(c);
     struct stitched *t = NULL;
     int rc = stitch_take_large(c, want, &t);
     if (rc == 0 && (rc = stitch_map_after(c->be, s, t)) == MB_EPROTO)
@@ -483,7 +483,7 @@ static int heap_fill(void *ctx, void *base, void *addr, size_t bytes, size_t cov
     if (covered / fb > units && !n_exact)
         return MB_ELIMIT;
     pthread_mutex_unlock(&c->lock);
-    pthread_mutex_lock(&c->flock);
+    fl_lock_caller(c);
     struct stitched *t = NULL;
     int rc;
     if (!n_exact) {
