@@ -152,18 +152,6 @@ struct ptrmap {
  * work (tiers.c backing_get), so no thread waits for the daemon or the
  * driver behind c->lock. c->release_lock, taken before either, lets one
  * give-back (maint_release: trim, reclaim, the idle policy) run at a time. */
-/* Requests first at the frame lock (c->flock). A thread on a request's
- * path that must map takes it with fl_lock_caller, which counts it while
- * it waits; the background thread takes it with fl_lock_bg (refill.c),
- * which lets waiting callers in first, and in a long pass calls fl_yield
- * between units of work (flock held, no other lock held), which hands the
- * lock to them and takes it back. Each wait for callers is bounded
- * (FL_YIELD_SPINS yields), so a stream of requests cannot stop the
- * background thread. */
-#define FL_YIELD_SPINS 2000
-void fl_lock_bg(mb_client *c);
-void fl_yield(mb_client *c);
-
 struct mb_client {
     pthread_mutex_t lock;
     pthread_mutex_t flock;
@@ -259,6 +247,18 @@ struct mb_client {
     struct refill *refill;       /* vspace page pools, growable ranges and their
                                   * background thread (refill.h), once used */
 };
+
+/* Requests first at the frame lock (c->flock). A thread on a request's
+ * path that must map takes it with fl_lock_caller, which counts it while
+ * it waits; the background thread takes it with fl_lock_bg (refill.c),
+ * which lets waiting callers in first, and in a long pass calls fl_yield
+ * between units of work (flock held, no other lock held), which hands the
+ * lock to them and takes it back. Each wait for callers is bounded
+ * (FL_YIELD_SPINS yields), so a stream of requests cannot stop the
+ * background thread. */
+#define FL_YIELD_SPINS 2000
+void fl_lock_bg(mb_client *c);
+void fl_yield(mb_client *c);
 
 static inline void fl_lock_caller(mb_client *c)
 {

@@ -36,7 +36,6 @@ struct vsnodes;
 static inline void fl_lock(mb_client *c) { pthread_mutex_lock(&c->flock); }
 static inline void fl_unlock(mb_client *c) { pthread_mutex_unlock(&c->flock); }
 
-
 struct refill {
     mb_client *c;
     pthread_mutex_t lock;
