@@ -1185,6 +1185,10 @@ static void test_frame_lock_yields(void **state)
     fl_lock_bg(g_c);
     pthread_t t;
     assert_int_equal(pthread_create(&t, NULL, lock_caller_main, &a), 0);
+    /* The pass starts once the caller waits for the lock. */
+    for (int i = 0; i < 10000 && !__atomic_load_n(&g_c->fl_callers, __ATOMIC_RELAXED); i++)
+        mbt_sleep_ms(1);
+    assert_int_equal(__atomic_load_n(&g_c->fl_callers, __ATOMIC_RELAXED), 1);
     for (int i = 1; i <= UNITS; i++) {
         mbt_sleep_ms(2);
         __atomic_store_n(&unit, i, __ATOMIC_RELEASE);
