@@ -77,6 +77,19 @@ static void wait_log(const char *what, size_t bytes, uint64_t t0, const struct w
            w->granted, w->map_ns / 1e6, w->cached + w->granted);
 }
 
+/* The frame lock for a caller's path (w: its wait, timed) ahead of the
+ * background thread, or for the background thread (w NULL). */
+static void fl_lock_for(mb_client *c, struct wait_parts *w)
+{
+    if (!w) {
+        fl_lock_bg(c);
+        return;
+    }
+    uint64_t t0 = mb_now_ns();
+    fl_lock_caller(c);
+    w->lock_ns += mb_now_ns() - t0;
+}
+
 /* A freed range, still mapped: reused once its fence completed (an event
  * recorded on the freeing stream, or a legacy-clock token). */
 struct gidle {
@@ -245,13 +258,7 @@ static int fl_take(mb_client *c, size_t need, size_t want, size_t room, struct w
 {
     struct cframe *cached[TAKE_CACHED_MAX];
     size_t got = 0;
-    uint64_t t0 = w ? mb_now_ns() : 0;
-    if (w) {   /* a caller's path: ahead of the background thread */
-        fl_lock_caller(c);
-        w->lock_ns += mb_now_ns() - t0;
-    } else {
-        fl_lock_bg(c);
-    }
+    fl_lock_for(c, w);
     size_t k = fcache_take_within(c, want < room ? want : room, cached, TAKE_CACHED_MAX, &got);
     if (got < need) {
         /* Cached frames larger than wanted still beat a grant: the process
@@ -263,7 +270,7 @@ static int fl_take(mb_client *c, size_t need, size_t want, size_t room, struct w
     struct stitched *t = NULL;
     int rc = 0;
     if (got < need) {
-        t0 = w ? mb_now_ns() : 0;
+        uint64_t t0 = w ? mb_now_ns() : 0;
         rc = fl_grant(c, need - got, want - got, room - got, &t);
         if (w) {
             w->grant_ns += mb_now_ns() - t0;
@@ -326,13 +333,7 @@ static int map_tail(mb_client *c, struct growset *g, struct growable *x, size_t 
         free(t);
         return rc;
     }
-    t0 = w ? mb_now_ns() : 0;
-    if (w) {
-        fl_lock_caller(c);
-        w->lock_ns += mb_now_ns() - t0;
-    } else {
-        fl_lock_bg(c);
-    }
+    fl_lock_for(c, w);
     pthread_mutex_lock(&g->lock);
     s->n += t->n;
     s->bytes += t->bytes;
