@@ -248,6 +248,13 @@ struct mb_client {
                                   * background thread (refill.h), once used */
 };
 
+/* The frame layer's lock (c->flock), taken around every call pagepool.c,
+ * grow.c and refill.c make into the frame and mapping layer (frames.c,
+ * stitch.c) and around the client fields they touch (c->refill, c->st);
+ * held by callers of the _held functions. */
+static inline void fl_lock(mb_client *c) { pthread_mutex_lock(&c->flock); }
+static inline void fl_unlock(mb_client *c) { pthread_mutex_unlock(&c->flock); }
+
 /* Requests first at the frame lock (c->flock). A thread on a request's
  * path that must map takes it with fl_lock_caller, which counts it while
  * it waits; the background thread takes it with fl_lock_bg (refill.c),

@@ -29,13 +29,6 @@ struct pagepool;
 struct growset;
 struct vsnodes;
 
-/* The frame layer's lock (c->flock), taken around every
- * call pagepool.c, grow.c and refill.c make into the frame and mapping
- * layer (frames.c, stitch.c) and around the client fields they touch
- * (c->refill, c->st); held by callers of the _held functions. */
-static inline void fl_lock(mb_client *c) { pthread_mutex_lock(&c->flock); }
-static inline void fl_unlock(mb_client *c) { pthread_mutex_unlock(&c->flock); }
-
 struct refill {
     mb_client *c;
     pthread_mutex_t lock;
