@@ -1154,10 +1154,6 @@ static void test_grow_exact_frames(void **state)
     mb_close(c);
 }
 
-/* mb_vspace_prepare: bad arguments change nothing; afterwards the first
- * vspace's create and map wait for nothing (the refill thread may then map
- * ahead for the demand the map showed, off the call); prepared pages are
- * ordinary free pages (trim returns them). */
 /* A thread on a request's path waiting for the frame lock gets it between
  * the background thread's units of work (fl_yield), not after its whole
  * pass: here a "pass" of 200 units of 2 ms each. */
@@ -1201,6 +1197,10 @@ static void test_frame_lock_yields(void **state)
     assert_true(a.got_at <= UNITS);   /* UNITS + 1: it waited for the whole pass */
 }
 
+/* mb_vspace_prepare: bad arguments change nothing; afterwards the first
+ * vspace's create and map wait for nothing (the refill thread may then map
+ * ahead for the demand the map showed, off the call); prepared pages are
+ * ordinary free pages (trim returns them). */
 static void test_prepare(void **state)
 {
     (void)state;
