@@ -351,9 +351,12 @@ def train_shapes(args):
     return [rng.randint(args.min_seq, args.max_seq) for _ in range(args.warmup + args.steps)]
 
 
+CNN_CLASSES = 100   # the CNN's output classes, and the labels' range
+
+
 def build_cnn(torch, args):
     """A ResNet-18-style network: basic residual blocks, 64-512 channels,
-    batch norm, 100 classes."""
+    batch norm, CNN_CLASSES classes."""
     nn = torch.nn
 
     class Basic(nn.Module):
@@ -375,7 +378,7 @@ def build_cnn(torch, args):
     for i, cout in enumerate((64, 128, 256, 512)):
         layers += [Basic(cin, cout, 1 if i == 0 else 2), Basic(cout, cout, 1)]
         cin = cout
-    layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(512, 100)]
+    layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(512, CNN_CLASSES)]
     return nn.Sequential(*layers)
 
 
@@ -485,14 +488,14 @@ def child_train(args, name):
     # initialised on the host: the same weights everywhere
     model = (build_cnn(torch, args) if cnn else build_gpt(torch, args)).to(dev)
     gen = torch.Generator().manual_seed(args.seed + 1)
-    if cnn:   # one batch of images per step, cropped to the step's side; labels from 100 classes
+    if cnn:   # one batch of images per step, cropped to the step's side; labels from CNN_CLASSES classes
         data = torch.randn((len(lens), args.batch, 3, args.max_image, args.max_image), generator=gen).to(dev)
-        labels = torch.randint(0, 100, (len(lens), args.batch), generator=gen).to(dev)
+        labels = torch.randint(0, CNN_CLASSES, (len(lens), args.batch), generator=gen).to(dev)
     else:
         data = torch.randint(0, args.vocab, (len(lens), args.batch, args.max_seq + 1), generator=gen).to(dev)
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.1)
     mem.stat(torch.cuda.reset_peak_memory_stats)
-    classes = 100 if cnn else args.vocab
+    classes = CNN_CLASSES if cnn else args.vocab
 
     def step(x, y):   # every tensor of the step is freed before it returns
         opt.zero_grad(set_to_none=True)
