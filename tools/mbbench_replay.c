@@ -949,6 +949,28 @@ static int run_one(enum strat_kind k, const struct replay_cfg *cfg, struct strat
     return rc;
 }
 
+/* The names TS_NAMES, CTX_NAMES and GEN_NAMES take, for the usage text:
+ * each list's names by commas, the lists by semicolons, lines wrapped at
+ * 96 columns under the options' descriptions. */
+static void usage_names(FILE *f)
+{
+    const char *const *lists[] = { TS_NAMES, CTX_NAMES, GEN_NAMES };
+    const int indent = 22, width = 96;
+    int col = fprintf(f, "%*s", indent, "");
+    for (size_t l = 0; l < sizeof(lists) / sizeof(lists[0]); l++)
+        for (const char *const *n = lists[l]; *n; n++) {
+            bool quoted = strchr(*n, ' ') != NULL, last = !n[1] && l + 1 == sizeof(lists) / sizeof(lists[0]);
+            const char *sep = last ? "" : n[1] ? "," : ";";
+            int len = (int)strlen(*n) + 2 * quoted + (int)strlen(sep);
+            if (col > indent && col + 1 + len > width)
+                col = fprintf(f, "\n%*s", indent, "") - 1;
+            else if (col > indent)
+                col += fprintf(f, " ");
+            col += fprintf(f, quoted ? "'%s'%s" : "%s%s", *n, sep);
+        }
+    fprintf(f, "\n");
+}
+
 static void usage(FILE *f)
 {
     fprintf(f, "usage: mbbench replay TRACE [options]\n"
@@ -956,12 +978,10 @@ static void usage(FILE *f)
                "                      (timestamp in ms, input_length, output_length): a KV cache per\n"
                "                      request; or tensor lifetimes (start_op end_op bytes per line, as\n"
                "                      in alexnet_train_lifetimes.log): a training iteration, repeated.\n"
-               "                      Names taken for the fields (CSV columns or JSON keys, any case):\n"
-               "                      TIMESTAMP, arrival_time, time; ContextTokens, input_length,\n"
-               "                      'Request tokens' (BurstGPT), input_tokens, prompt_tokens,\n"
-               "                      context_tokens; GeneratedTokens, output_length, 'Response tokens',\n"
-               "                      output_tokens, completion_tokens, generated_tokens\n"
-               "  --requests N        the first N requests (default 3000; 0 = all; --quick 40)\n"
+               "                      Names taken for the fields (CSV columns or JSON keys, any case;\n"
+               "                      BurstGPT's are 'Request tokens' and 'Response tokens'):\n");
+    usage_names(f);
+    fprintf(f, "  --requests N        the first N requests (default 3000; 0 = all; --quick 40)\n"
                "  --iterations N      lifetimes traces: iterations replayed (default 50; --quick 3)\n"
                "  --compression F     trace time per decode step = 20 ms x F (default 8)\n"
                "  --step-ms MS        decode step (default 20)\n"
