@@ -1,7 +1,8 @@
 /* async_map.c: the stream-ordered slow path of mb_malloc_async (see
  * async_map.h): per client, one device-mapped host word that gated streams
- * wait on, and one mapper thread that maps queued ranges in order and
- * raises the word to each range's sequence number when its mapping is done. */
+ * wait on, and one mapper thread that maps queued ranges (and runs other
+ * layers' mapping jobs, amap_run_async) in order and raises the word to
+ * each job's sequence number when it is done. */
 #include "async_map.h"
 
 #include <errno.h>
@@ -14,10 +15,13 @@
 #include "frame_plan.h"
 #include "log.h"
 
-/* One range handed out before it was mapped. */
+/* One range handed out before it was mapped, or another layer's job
+ * (run set, s NULL). */
 struct amap_job {
     struct stitched *s;
     size_t n;                    /* frames to map: s->frames[0..n) */
+    int (*run)(void *arg, bool fail);
+    void *arg;
     uint32_t seq;                /* the word reaches seq once this job is done */
     bool done;
     bool unmapped;               /* failed and left without any mapping */
@@ -136,8 +140,11 @@ static void *mapper_main(void *arg)
             usleep(delay);
         int rc;
         unsigned fail = __atomic_load_n(&g_fail_next, __ATOMIC_RELAXED);
-        if (fail && __atomic_compare_exchange_n(&g_fail_next, &fail, fail - 1, false,
-                                                __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+        bool inject = fail && __atomic_compare_exchange_n(&g_fail_next, &fail, fail - 1, false,
+                                                          __ATOMIC_RELAXED, __ATOMIC_RELAXED);
+        if (j->run) {
+            rc = j->run(j->arg, inject);   /* it undoes and logs its own failure */
+        } else if (inject) {
             rc = MB_EBACKEND;
             mb_log(MB_LOG_ERR, "failed to map %p+%zu for a stream: injected failure",
                    j->s->va, j->s->bytes);
@@ -145,7 +152,7 @@ static void *mapper_main(void *arg)
             rc = stitch_map(a->be, j->s, 0, j->n, 0);
         }
         bool unmapped = false;
-        if (rc != 0) {
+        if (rc != 0 && !j->run) {
             unmapped = !alias_smallest_frame(a->be, j->s);
             mb_log(MB_LOG_ERR, "failed to map %p+%zu after mb_malloc_async returned it: %s; "
                                "the range is %s, the next call reports the error",
@@ -164,9 +171,9 @@ static void *mapper_main(void *arg)
         j->done = true;
         j->rc = rc;
         j->unmapped = unmapped;
-        if (rc != 0) {
-            if (a->error == 0)
-                __atomic_store_n(&a->error, rc, __ATOMIC_RELEASE);
+        if (rc != 0 && a->error == 0)
+            __atomic_store_n(&a->error, rc, __ATOMIC_RELEASE);
+        if (rc != 0 && !j->run) {
             j->next = a->failed;
             a->failed = j;
         } else {
@@ -252,6 +259,25 @@ int amap_take_error(mb_client *c)
     return rc;
 }
 
+/* Queue j behind the jobs queued, gating stream on it. a->lock held. */
+static int enqueue_held(mb_client *c, struct amap *a, struct amap_job *j, void *stream)
+{
+    j->seq = a->next_seq + 1;
+    int rc = c->be->ops->stream_wait_value32(c->be, stream, a->flag_dev, j->seq);
+    if (rc != 0)
+        return rc;
+    a->next_seq = j->seq;
+    if (a->tail)
+        a->tail->next = j;
+    else
+        a->head = j;
+    a->tail = j;
+    a->queued++;
+    AMAP_CHECK(a);
+    pthread_cond_signal(&a->wake);
+    return 0;
+}
+
 int amap_alloc(mb_client *c, size_t size, void *stream, struct stitched **out)
 {
     size_t fb = c->frame_bytes;
@@ -291,19 +317,7 @@ int amap_alloc(mb_client *c, size_t size, void *stream, struct stitched **out)
     j->s = s;
     j->n = n;
     pthread_mutex_lock(&a->lock);
-    j->seq = a->next_seq + 1;
-    rc = c->be->ops->stream_wait_value32(c->be, stream, a->flag_dev, j->seq);
-    if (rc == 0) {
-        a->next_seq = j->seq;
-        if (a->tail)
-            a->tail->next = j;
-        else
-            a->head = j;
-        a->tail = j;
-        a->queued++;
-        AMAP_CHECK(a);
-        pthread_cond_signal(&a->wake);
-    }
+    rc = enqueue_held(c, a, j, stream);
     pthread_mutex_unlock(&a->lock);
     if (rc != 0) {
         /* The stream could not be gated: map now, before returning. */
@@ -320,6 +334,35 @@ int amap_alloc(mb_client *c, size_t size, void *stream, struct stitched **out)
     c->fst.bytes_mapped += s->bytes;
     *out = s;
     return 0;
+}
+
+int amap_run_async(mb_client *c, void *stream, int (*run)(void *arg, bool fail), void *arg,
+                   uint32_t *seq)
+{
+    struct amap *a = amap_get(c);
+    if (!a)
+        return MB_ENOENT;
+    struct amap_job *j = calloc(1, sizeof(*j));
+    if (!j)
+        return MB_ENOMEM;
+    j->run = run;
+    j->arg = arg;
+    pthread_mutex_lock(&a->lock);
+    int rc = enqueue_held(c, a, j, stream);
+    if (rc == 0)
+        *seq = j->seq;
+    pthread_mutex_unlock(&a->lock);
+    if (rc != 0)
+        free(j);
+    return rc;
+}
+
+int amap_gate(mb_client *c, void *stream, uint32_t seq)
+{
+    struct amap *a = find(c, false);
+    if (!a)
+        return MB_ENOENT;
+    return c->be->ops->stream_wait_value32(c->be, stream, a->flag_dev, seq);
 }
 
 void amap_settle(mb_client *c, struct stitched *s, bool *failed, bool *unmapped)

@@ -46,13 +46,28 @@
 #ifndef MB_CLIENT_ASYNC_MAP_H
 #define MB_CLIENT_ASYNC_MAP_H
 
+#include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "client.h"
 
 /* A stitched range of ceil(size / frame_bytes) frames whose va may be
  * handed out now; mapped (or failed, see above) in stream order. */
 int amap_alloc(mb_client *c, size_t size, void *stream, struct stitched **out);
+/* Another layer's mapping job (grow.c's tails mapped after mb_grow_async
+ * returned): run(arg, fail) on the mapper thread, in order with the other
+ * jobs, stream gated behind it; *seq is its number for amap_gate. With
+ * fail true (a test hook's injected failure) run must not map and must
+ * undo as for a failed mapping. run returns 0, or the error amap_take_error
+ * reports next. MB_ENOENT where streams cannot be gated (host backend),
+ * or the driver's error when this stream could not be: the caller maps
+ * synchronously. c->lock need not be held. */
+int amap_run_async(mb_client *c, void *stream, int (*run)(void *arg, bool fail), void *arg,
+                   uint32_t *seq);
+/* Gate stream behind job seq (queued or done): MB_ENOENT without a
+ * mapper. */
+int amap_gate(mb_client *c, void *stream, uint32_t seq);
 /* Before s is freed: wait for its mapping when it is still in flight, and
  * say whether the mapping failed (*unmapped: nothing of it is mapped). */
 void amap_settle(mb_client *c, struct stitched *s, bool *failed, bool *unmapped);

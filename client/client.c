@@ -321,24 +321,39 @@ int mb_malloc_async(mb_client *c, size_t size, void *stream, void **ptr)
 }
 int mb_free_async(mb_client *c, void *ptr, void *stream) { return do_free(c, ptr, stream); }
 
-int mb_malloc_growable(mb_client *c, size_t size, size_t max_size, void **ptr)
+static int do_malloc_growable(mb_client *c, size_t size, size_t max_size, void *stream,
+                              bool async, void **ptr)
 {
     if (!c || !ptr || size == 0 || max_size < size)
         return MB_EINVAL;
-    int rc = grow_alloc(c, size, max_size, ptr);
+    int rc = grow_alloc(c, size, max_size, stream, async, ptr);
     if (gave_back_after_refusal(c, rc))
-        rc = grow_alloc(c, size, max_size, ptr);
+        rc = grow_alloc(c, size, max_size, stream, async, ptr);
     return rc;
 }
 
-int mb_grow(mb_client *c, void *ptr, size_t new_size)
+static int do_grow(mb_client *c, void *ptr, size_t new_size, void *stream, bool async)
 {
     if (!c || !ptr)
         return MB_EINVAL;
-    int rc = grow_extend(c, ptr, new_size);
+    int rc = grow_extend(c, ptr, new_size, stream, async);
     if (gave_back_after_refusal(c, rc))
-        rc = grow_extend(c, ptr, new_size);
+        rc = grow_extend(c, ptr, new_size, stream, async);
     return rc;
+}
+
+int mb_malloc_growable(mb_client *c, size_t size, size_t max_size, void **ptr)
+{
+    return do_malloc_growable(c, size, max_size, NULL, false, ptr);
+}
+int mb_grow(mb_client *c, void *ptr, size_t new_size) { return do_grow(c, ptr, new_size, NULL, false); }
+int mb_malloc_growable_async(mb_client *c, size_t size, size_t max_size, void *stream, void **ptr)
+{
+    return do_malloc_growable(c, size, max_size, stream, true, ptr);
+}
+int mb_grow_async(mb_client *c, void *ptr, size_t new_size, void *stream)
+{
+    return do_grow(c, ptr, new_size, stream, true);
 }
 
 size_t mb_usable_size(mb_client *c, const void *ptr)

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "async_map.h"
 #include "frame_plan.h"
 #include "grow.h"
 #include "log.h"
@@ -36,9 +37,10 @@
 
 /* Driver work by kind, counted for the log line at close
  * (MOONBRIGHT_LOG=info): how often, how many bytes, how long. */
-enum { GT_WAIT, GT_TAIL, GT_SPARE, GT_IDLE, GT_CUT, GT_STALE, GT_N };
+enum { GT_WAIT, GT_QUEUED, GT_TAIL, GT_SPARE, GT_IDLE, GT_CUT, GT_STALE, GT_N };
 static const char *const gt_name[GT_N] = {
-    "maps on the caller's path", "tails mapped ahead", "spare ranges mapped",
+    "maps on the caller's path", "maps queued for a stream", "tails mapped ahead",
+    "spare ranges mapped",
     "idle ranges unmapped", "tails cut", "stale cached frames returned",
 };
 struct grow_tally {
@@ -115,6 +117,13 @@ struct growable {
     size_t hint;                 /* any range's latest growth when this one was made */
     int64_t last_ms;             /* last allocation or growth */
     bool busy;
+    /* A mapping after mb_grow_async or mb_malloc_growable_async returned:
+     * s->frames[.n) and s->bytes already hold it, bytes past `settled`
+     * are mapped by the client's mapper thread (async_map.c) as job seq,
+     * and the range stays busy until it is done. */
+    bool pending;
+    uint32_t seq;
+    size_t settled;
 };
 
 /* Guarded by lock (taken after c->lock, never held across a call into the
@@ -128,6 +137,7 @@ struct growset {
     struct gidle *idle;          /* freed ranges still mapped, newest first */
     size_t n_idle, idle_bytes;   /* idle_bytes == sum of their s->bytes */
     uint64_t waits;
+    uint64_t queued;             /* mappings of stream-ordered calls left to the mapper */
     uint64_t reuse_kind[3];      /* freed ranges reused, by idle_fit: within, past, short */
     uint64_t reuse_spare, drop_spare, drop_freed;
     struct grow_tally tally[GT_N];   /* where the time goes (logged at close) */
@@ -145,7 +155,8 @@ static bool growable_is_valid(const mb_client *c, const struct growable *x)
         sum += s->frames[i]->mem.bytes;
     }
     return sum == s->bytes && x->used <= s->bytes && s->bytes <= s->reserved && s->n <= s->cap &&
-           x->used <= x->max && x->max <= x->limit && x->limit <= s->reserved;
+           x->used <= x->max && x->max <= x->limit && x->limit <= s->reserved &&
+           (!x->pending || (x->busy && x->settled < s->bytes));
 }
 
 #ifdef MB_DEBUG
@@ -311,17 +322,118 @@ static void fl_put(mb_client *c, struct cframe **f, size_t n)
     fl_unlock(c);
 }
 
+/* A tail mapped on the mapper thread: frames s->frames[from_n, to_n) at
+ * offset from_bytes of x's range. */
+struct grow_job {
+    mb_client *c;
+    struct growset *g;
+    struct growable *x;
+    size_t from_n, to_n, from_bytes;
+};
+
+/* The mapper thread's half of map_queue: map, then publish (x no longer
+ * pending nor busy). When the mapping fails (or fail, a test hook), the
+ * frames go back to the cache and the range ends where it was mapped: its
+ * used size too, so an access past it faults instead of reaching memory
+ * the range does not hold; the error is sticky (async_map.c). */
+static int grow_job_run(void *arg, bool fail)
+{
+    struct grow_job *j = arg;
+    mb_client *c = j->c;
+    struct growset *g = j->g;
+    struct growable *x = j->x;
+    struct stitched *s = x->s;
+    size_t bytes = 0;
+    for (size_t i = j->from_n; i < j->to_n; i++)
+        bytes += s->frames[i]->mem.bytes;
+    uint64_t t0 = mb_now_ns();
+    int rc = fail ? MB_EBACKEND : stitch_map(c->be, s, j->from_n, j->to_n, j->from_bytes);
+    tally(&g->tally[GT_QUEUED], bytes, j->to_n - j->from_n, t0);
+    fl_lock_caller(c);
+    if (rc == 0) {
+        c->fst.bytes_mapped += bytes;
+    } else {
+        for (size_t i = j->from_n; i < j->to_n; i++)
+            fcache_put(c, s->frames[i]);
+    }
+    pthread_mutex_lock(&g->lock);
+    if (rc != 0) {
+        size_t ahead_was = s->bytes - x->used;
+        s->n = j->from_n;
+        s->bytes = j->from_bytes;
+        if (x->used > s->bytes) {
+            g->used -= x->used - s->bytes;
+            x->used = s->bytes;
+        }
+        g->ahead = g->ahead - ahead_was + (s->bytes - x->used);
+    }
+    x->pending = false;
+    x->busy = false;
+    pthread_cond_broadcast(&g->not_busy);
+    GROW_CHECK(c, x);
+    pthread_mutex_unlock(&g->lock);
+    fl_unlock(c);
+    if (rc != 0)
+        mb_log(MB_LOG_ERR, "failed to map %zu bytes at %p after a stream-ordered growth returned: "
+                           "%s; the range ends at %zu bytes, the next call reports the error",
+               bytes, (char *)s->va + j->from_bytes, fail ? "injected failure" : mb_strerror(rc),
+               j->from_bytes);
+    free(j);
+    return rc;
+}
+
+/* Hand t's frames, taken for the end of x's range, to the mapper thread
+ * with stream gated behind them: published at once (x pending, and busy
+ * until the mapper is done). MB_ENOENT, or the driver's error, when the
+ * stream cannot be gated: t is left to the caller to map. x is busy. */
+static int map_queue(mb_client *c, struct growset *g, struct growable *x, struct stitched *t,
+                     void *stream)
+{
+    struct stitched *s = x->s;
+    struct grow_job *j = malloc(sizeof(*j));
+    if (!j)
+        return MB_ENOMEM;
+    *j = (struct grow_job){ c, g, x, s->n, s->n + t->n, s->bytes };
+    pthread_mutex_lock(&g->lock);
+    memcpy(s->frames + s->n, t->frames, t->n * sizeof(t->frames[0]));
+    x->settled = s->bytes;
+    x->pending = true;
+    /* Published before the job can run: it may finish at once. */
+    s->n += t->n;
+    s->bytes += t->bytes;
+    g->ahead += t->bytes;
+    int rc = amap_run_async(c, stream, grow_job_run, j, &x->seq);
+    if (rc != 0) {
+        s->n -= t->n;
+        s->bytes -= t->bytes;
+        g->ahead -= t->bytes;
+        x->pending = false;
+        free(j);
+    }
+    pthread_mutex_unlock(&g->lock);
+    return rc;
+}
+
 /* Map `want` bytes more (at least `need`, at most the room left) at the
  * end of x's range; x is busy (this thread alone maps it). The range's new
- * frames are published under c->lock and g->lock. */
+ * frames are published under c->lock and g->lock. With `queued`, on a
+ * backend that gates streams: the frames are taken now (so that quota and
+ * out-of-memory are errors of this call) and mapped by the mapper thread,
+ * stream gated behind them (map_queue); *queued says so, and x stays busy
+ * until the mapper is done. */
 static int map_tail(mb_client *c, struct growset *g, struct growable *x, size_t need, size_t want,
-                    struct wait_parts *w)
+                    struct wait_parts *w, void *stream, bool *queued)
 {
     struct stitched *s = x->s, *t;
     size_t room = x->limit > s->bytes ? x->limit - s->bytes : 0;
     int rc = fl_take(c, need, want, room, w, &t);
     if (rc)
         return rc;
+    if (queued && s->n + t->n <= s->cap && map_queue(c, g, x, t, stream) == 0) {
+        *queued = true;
+        free(t);
+        return 0;
+    }
     /* Largest first would break the order of a range already mapped;
      * frames are mapped in the order taken, each at a unit boundary. */
     uint64_t t0 = w ? mb_now_ns() : 0;
@@ -593,7 +705,7 @@ static void range_drop(mb_client *c, struct stitched *s)
     free(s);
 }
 
-int grow_alloc(mb_client *c, size_t size, size_t max, void **ptr)
+int grow_alloc(mb_client *c, size_t size, size_t max, void *stream, bool async, void **ptr)
 {
     size_t unit = c->frame_bytes;
     if (size == 0 || max < size || max > SIZE_MAX / 4)
@@ -613,6 +725,7 @@ int grow_alloc(mb_client *c, size_t size, size_t max, void **ptr)
     x->limit = need_res;
     x->last_ms = mb_now_ms();
     x->hint = __atomic_load_n(&g->last_step, __ATOMIC_RELAXED);
+    x->busy = true;   /* until its first bytes are mapped (or queued) */
     /* The first bytes and a tail ahead of them. */
     size_t first = size + target_for(size, 0, x->hint, unit);
     /* A freed range that fits is reused, mapped as it is. */
@@ -628,43 +741,47 @@ int grow_alloc(mb_client *c, size_t size, size_t max, void **ptr)
         return rc;
     }
     x->s = s;
-    bool waited = s->bytes < size;   /* mapped on this call */
+    /* Published busy, used 0: the caller has not the pointer yet, and the
+     * background thread and trims leave busy ranges alone; a mapping
+     * queued below may end (and fail) before this call does. */
+    pthread_mutex_lock(&g->lock);
+    rc = ptrmap_put(&g->map, s->va, x);
+    g->n += rc == 0;
+    pthread_mutex_unlock(&g->lock);
+    bool waited = rc == 0 && s->bytes < size, queued = false;   /* mapped on this call */
     if (waited) {
-        x->busy = true;   /* no other thread knows x yet */
         uint64_t t0 = mb_now_ns();
         size_t had = s->bytes, had_n = s->n;
         struct wait_parts w = { 0 };
-        rc = map_tail(c, g, x, size - s->bytes, size - s->bytes, &w);
-        tally(&g->tally[GT_WAIT], s->bytes - had, s->n - had_n, t0);
+        rc = map_tail(c, g, x, size - s->bytes, size - s->bytes, &w, stream,
+                      async ? &queued : NULL);
+        if (!queued)
+            tally(&g->tally[GT_WAIT], s->bytes - had, s->n - had_n, t0);
         wait_log(reused ? "a growable allocation (a freed range reused)" : "a growable allocation",
                  size, t0, &w);
-        x->busy = false;
     }
-    bool kick = false;
+    pthread_mutex_lock(&g->lock);
+    if (rc == 0 && s->bytes < size)   /* queued, and failed already */
+        rc = (rc = amap_take_error(c)) != 0 ? rc : MB_EBACKEND;
     if (rc == 0) {
-        pthread_mutex_lock(&g->lock);
         g->ahead -= size;   /* the mapping was counted ahead */
         x->used = size;
-        rc = ptrmap_put(&g->map, s->va, x);
-        if (rc == 0) {
-            /* Published: from here on a trim or the background thread may
-             * change the range; only look at it under g->lock. */
-            g->n++;
-            g->used += size;
-            g->waits += waited;
-            /* A tail to refill, a reused range's excess to give back, or
-             * spare ranges to make ready for the next allocations. */
-            kick = true;
-            GROW_CHECK(c, x);
-        } else {
-            g->ahead -= s->bytes - size;
+        g->used += size;
+        g->waits += waited && !queued;
+        g->queued += queued;
+        if (!queued) {
+            x->busy = false;
+            pthread_cond_broadcast(&g->not_busy);
         }
-        pthread_mutex_unlock(&g->lock);
-    } else if (reused) {
-        pthread_mutex_lock(&g->lock);
-        g->ahead -= s->bytes;
-        pthread_mutex_unlock(&g->lock);
+        GROW_CHECK(c, x);
+    } else {
+        if (ptrmap_get(&g->map, s->va) == x) {
+            ptrmap_del(&g->map, s->va);
+            g->n--;
+        }
+        g->ahead -= s->bytes;   /* a reused range's, or what a failed job left */
     }
+    pthread_mutex_unlock(&g->lock);
     if (rc) {
         fl_lock(c);
         if (s->bytes) {
@@ -677,12 +794,13 @@ int grow_alloc(mb_client *c, size_t size, size_t max, void **ptr)
         return rc;
     }
     *ptr = s->va;
-    if (kick)
-        refill_kick(c->refill);
+    /* A tail to refill, a reused range's excess to give back, or spare
+     * ranges to make ready for the next allocations. */
+    refill_kick(c->refill);
     return 0;
 }
 
-int grow_extend(mb_client *c, void *ptr, size_t new_size)
+int grow_extend(mb_client *c, void *ptr, size_t new_size, void *stream, bool async)
 {
     struct growset *g;
     if (set_of(c, false, &g) != 0)
@@ -699,13 +817,22 @@ int grow_extend(mb_client *c, void *ptr, size_t new_size)
     if (new_size > x->max) {
         rc = MB_EINVAL;
     } else if (new_size > x->used) {
+        if (x->pending && new_size > x->settled && new_size <= x->s->bytes &&
+            !(async && amap_gate(c, stream, x->seq) == 0)) {
+            /* Within a mapping still in flight: a stream waits for it on
+             * the device, a synchronous caller here. */
+            t0 = mb_now_ns();
+            while (x->pending)
+                pthread_cond_wait(&g->not_busy, &g->lock);
+            w.busy_ns = mb_now_ns() - t0;
+        }
+        bool queued = false;
         if (new_size > x->s->bytes) {
             /* Past the mapped tail: map what is missing now (a wait). */
             t0 = mb_now_ns();
             while (x->busy)
                 pthread_cond_wait(&g->not_busy, &g->lock);
             w.busy_ns = mb_now_ns() - t0;
-            g->waits++;
             if (new_size > x->s->bytes) {
                 /* What is missing and the tail ahead of it, in one mapping. */
                 size_t more = new_size - x->s->bytes +
@@ -716,11 +843,17 @@ int grow_extend(mb_client *c, void *ptr, size_t new_size)
                 size_t had = x->s->bytes, had_n = x->s->n;
                 pthread_mutex_unlock(&g->lock);
                 uint64_t t1 = mb_now_ns();
-                rc = map_tail(c, g, x, new_size - had, more, &w);
+                rc = map_tail(c, g, x, new_size - had, more, &w, stream, async ? &queued : NULL);
                 pthread_mutex_lock(&g->lock);
-                tally(&g->tally[GT_WAIT], x->s->bytes - had, x->s->n - had_n, t1);
-                x->busy = false;
-                pthread_cond_broadcast(&g->not_busy);
+                g->waits += !queued;
+                g->queued += queued;
+                if (!queued) {
+                    tally(&g->tally[GT_WAIT], x->s->bytes - had, x->s->n - had_n, t1);
+                    x->busy = false;
+                    pthread_cond_broadcast(&g->not_busy);
+                } else if (new_size > x->s->bytes) {   /* the queued mapping failed already */
+                    rc = (rc = amap_take_error(c)) != 0 ? rc : MB_EBACKEND;
+                }
             }
         }
         if (rc == 0) {
@@ -826,6 +959,10 @@ struct stitched *grow_find_held(mb_client *c, const void *ptr)
         return NULL;
     pthread_mutex_lock(&g->lock);
     struct growable *x = ptrmap_get(&g->map, ptr);
+    while (x && x->pending) {   /* frames still being mapped: shared once they are */
+        pthread_cond_wait(&g->not_busy, &g->lock);
+        x = ptrmap_get(&g->map, ptr);
+    }
     pthread_mutex_unlock(&g->lock);
     return x ? x->s : NULL;
 }
@@ -953,7 +1090,7 @@ static bool refill_tails(mb_client *c, struct growset *g, int64_t now, int idle_
         size_t want = target < room ? target : room;
         uint64_t t0 = mb_now_ns();
         size_t had_n = s->n;
-        int rc = map_tail(c, g, x, want, want, NULL);
+        int rc = map_tail(c, g, x, want, want, NULL, NULL, NULL);
         pthread_mutex_lock(&g->lock);
         x->busy = false;
         pthread_cond_broadcast(&g->not_busy);
@@ -1106,5 +1243,6 @@ void grow_stats(struct growset *g, mb_client_stats *st)
     st->grow_mapped_ahead += g->ahead;
     st->bytes_idle += g->idle_bytes;   /* freed ranges kept mapped */
     st->grow_waits += g->waits;
+    st->grow_queued += g->queued;
     pthread_mutex_unlock(&g->lock);
 }

@@ -24,6 +24,10 @@
  *   wait     an mb_grow past the mapped tail, or an mb_malloc_growable
  *            that found no idle range with its first bytes mapped: it maps
  *            before returning (counted in mb_stats as grow_waits).
+ *   queued   the same for mb_grow_async and mb_malloc_growable_async: the
+ *            frames are taken on the call, the mapper thread maps them and
+ *            the stream waits for it (grow_queued); the range is pending
+ *            (and busy) until then.
  * Tails and idle ranges left unused for $MOONBRIGHT_IDLE_MS, and all of
  * them on mb_trim or a reclaim notice, go back (whole frames past used).
  *
@@ -38,11 +42,14 @@
 
 struct growset;
 
-/* Reserve max bytes of address space and map size now. */
-int grow_alloc(mb_client *c, size_t size, size_t max, void **ptr);
-/* Make new_size bytes at ptr usable (no-op when smaller than now);
- * MB_ENOENT when ptr is not a growable range. */
-int grow_extend(mb_client *c, void *ptr, size_t new_size);
+/* Reserve max bytes of address space and map size now; with async, in
+ * stream order on a backend that gates streams (the mapping queued to
+ * async_map.c's mapper thread, stream gated behind it). */
+int grow_alloc(mb_client *c, size_t size, size_t max, void *stream, bool async, void **ptr);
+/* Make new_size bytes at ptr usable (no-op when smaller than now), with
+ * async in stream order as above; MB_ENOENT when ptr is not a growable
+ * range. */
+int grow_extend(mb_client *c, void *ptr, size_t new_size, void *stream, bool async);
 /* Free a growable range; MB_ENOENT when ptr is not one. */
 int grow_free(mb_client *c, void *ptr, void *stream);
 /* The used size at ptr; 0 when ptr is not a growable range. */

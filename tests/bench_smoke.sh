@@ -92,8 +92,11 @@ replay)
   # Mooncake-style JSON lines (timestamps in ms)
   printf '{"timestamp": %d, "input_length": %d, "output_length": %d, "hash_ids": [1, 2]}\n' \
     0 700 40  100 1500 20  250 90 64  400 3000 10  900 33 100 >"$dir/trace.jsonl"
-  run replay_jsonl replay "$dir/trace.jsonl" --strategies realloc,grow
-  "$check" "$dir/replay_jsonl.json" format requests $s.peak_live_bytes strategies.1.peak_live_bytes
+  run replay_jsonl replay "$dir/trace.jsonl" --strategies realloc,grow,grow_async
+  "$check" "$dir/replay_jsonl.json" format requests $s.peak_live_bytes strategies.1.peak_live_bytes \
+    strategies.2.peak_live_bytes strategies.2.grow_queued
+  grep -Eq '"strategy":"grow_async"[^}]*"ok":true' "$dir/replay_jsonl.json" || {
+    echo "bench_smoke: grow_async did not complete"; exit 1; }
   # A JSON line longer than any fixed buffer (Mooncake's hash_ids), and
   # BurstGPT's column names with a zero-token response: every request read.
   awk 'BEGIN { printf "{\"timestamp\": 5, \"input_length\": 900, \"output_length\": 30, \"hash_ids\": [0";

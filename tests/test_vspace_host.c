@@ -851,6 +851,34 @@ static void test_amap_host(void **state)
     amap_close(g_c);
 }
 
+/* Stream-ordered growable calls on the host backend, which cannot gate a
+ * stream: they map before returning, as mb_malloc_growable and mb_grow
+ * do (counted as waits, none queued), and the bytes are usable at once. */
+static void test_grow_async_host(void **state)
+{
+    (void)state;
+    const size_t mib = (size_t)1 << 20;
+    void *p = NULL;
+    mb_client_stats st0 = stats_of(g_c);
+    assert_int_equal(mb_malloc_growable_async(g_c, 0, mib, NULL, &p), MB_EINVAL);
+    assert_int_equal(mb_malloc_growable_async(g_c, 2 * mib, mib, NULL, &p), MB_EINVAL);
+    assert_int_equal(mb_malloc_growable_async(NULL, mib, mib, NULL, &p), MB_EINVAL);
+    assert_int_equal(mb_malloc_growable_async(g_c, 3 * mib, 256 * mib, NULL, &p), 0);
+    memset(p, 0x61, 3 * mib);
+    assert_int_equal(mb_grow_async(g_c, p, 200 * mib, NULL), 0);   /* past any tail */
+    memset((char *)p + 3 * mib, 0x62, 197 * mib);
+    assert_int_equal(mb_grow_async(g_c, p, 300 * mib, NULL), MB_EINVAL);
+    assert_int_equal(mb_grow_async(g_c, (char *)p + 1, 4 * mib, NULL), MB_ENOENT);
+    mb_client_stats st1 = stats_of(g_c);
+    assert_int_equal(st1.grow_queued, st0.grow_queued);
+    assert_true(st1.grow_waits >= st0.grow_waits + 2);   /* the allocation and the growth */
+    assert_int_equal(mb_usable_size(g_c, p), 200 * mib);
+    for (size_t i = 0; i < 200 * mib; i += 4096)
+        assert_int_equal(((unsigned char *)p)[i], i < 3 * mib ? 0x61 : 0x62);
+    assert_int_equal(mb_free_async(g_c, p, NULL), 0);
+    assert_int_equal(mb_grow_async(g_c, p, 4 * mib, NULL), MB_ENOENT);
+}
+
 /* A client of its own whose idle policy waits ten minutes (so nothing a
  * test sees comes from it) and whose frame cache keeps `cache` bytes;
  * spares: whether it makes spare growable ranges. */
@@ -1281,6 +1309,7 @@ int main(void)
         cmocka_unit_test(test_threads_stress),
         cmocka_unit_test(test_idle_and_close),
         cmocka_unit_test(test_amap_host),
+        cmocka_unit_test(test_grow_async_host),
         cmocka_unit_test(test_prepare),
         cmocka_unit_test(test_frame_lock_yields),
     };

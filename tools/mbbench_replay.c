@@ -23,6 +23,8 @@
  * then skipped with a note instead of failing to link or start. */
 #pragma weak mb_malloc_growable
 #pragma weak mb_grow
+#pragma weak mb_malloc_growable_async
+#pragma weak mb_grow_async
 
 /* ---- the trace ---- */
 
@@ -482,16 +484,25 @@ static int build_lifetimes(const struct tensor *t, size_t n, uint32_t iterations
 
 /* ---- strategies ---- */
 
-enum strat_kind { S_REALLOC, S_GROW, S_VSPACE, S_MALLOC, S_CUDA, S_COUNT };
-static const char *const strat_name[S_COUNT] = { "realloc", "grow", "vspace", "malloc",
-                                                 "cudaMallocAsync" };
+enum strat_kind { S_REALLOC, S_GROW, S_GROW_ASYNC, S_VSPACE, S_MALLOC, S_CUDA, S_COUNT };
+static const char *const strat_name[S_COUNT] = { "realloc", "grow", "grow_async", "vspace",
+                                                 "malloc", "cudaMallocAsync" };
 static const char *const strat_what[S_COUNT] = {
     "mb_malloc new + mb_free old",
     "mb_malloc_growable(max = final size) + mb_grow",
+    "mb_malloc_growable_async + mb_grow_async on the legacy default stream (mappings past the "
+    "tail are the mapper thread's, the stream waits for them)",
     "mb_vspace_create(max = final size) + mb_vspace_map_async of the pages a resize adds (host time of the call)",
     "libc malloc new + free old (host reference, untouched)",
     "cuMemAllocAsync/cuMemFreeAsync, default pool, release threshold max",
 };
+
+/* MoonBright's strategies, and those of them that grow in place. */
+static bool is_mb(enum strat_kind k)
+{
+    return k == S_REALLOC || k == S_GROW || k == S_GROW_ASYNC || k == S_VSPACE;
+}
+static bool is_grow(enum strat_kind k) { return k == S_GROW || k == S_GROW_ASYNC; }
 
 struct series {
     uint32_t *step;
@@ -510,6 +521,8 @@ struct strat_result {
     uint64_t n_alloc, n_free;
     bool waits_known;           /* driver_waits means something for this strategy */
     uint64_t driver_waits;      /* allocations and resizes that waited on the driver */
+    uint64_t grow_queued;       /* MoonBright: growable calls that left their mapping to the
+                                 * mapper thread (grow_async) */
     uint64_t daemon_requests;   /* MoonBright: round trips to the daemon */
     bool creates_known;
     uint64_t grant_creates;     /* MoonBright: frames the daemon created on grant paths meanwhile */
@@ -541,6 +554,7 @@ static uint64_t reserved_now(struct replay_ctx *x)
     switch (x->kind) {
     case S_REALLOC:
     case S_GROW:
+    case S_GROW_ASYNC:
     case S_VSPACE:
         return mb_stats(x->c, &x->st) == 0 ? x->st.bytes_granted : 0;
     case S_MALLOC: {
@@ -560,6 +574,8 @@ static uint64_t reserved_now(struct replay_ctx *x)
 static const char *const waits_what[S_COUNT] = {
     "allocations during which the process's granted bytes grew (a daemon grant, import and map)",
     "mb_malloc_growable and mb_grow calls that mapped before returning (mb_stats grow_waits)",
+    "calls that mapped before returning (grow_waits; those that left it to the mapper are "
+    "grow_queued)",
     "maps that found too few free pages and mapped an extent first (mb_stats vspace_refill_waits)",
     "allocations during which malloc's arena grew (brk or mmap)",
     "allocations during which the pool's reserved memory grew (cuMemCreate and map in the driver)",
@@ -594,6 +610,7 @@ static int s_alloc(struct replay_ctx *x, uint32_t req, uint64_t bytes, uint64_t 
     }
     case S_REALLOC: return mb_malloc(x->c, bytes, p);
     case S_GROW: return mb_malloc_growable(x->c, bytes, max, p);
+    case S_GROW_ASYNC: return mb_malloc_growable_async(x->c, bytes, max, NULL, p);
     case S_MALLOC:
         *p = malloc(bytes);
         return *p ? 0 : MB_ENOMEM;
@@ -610,7 +627,8 @@ static int s_free(struct replay_ctx *x, void *p)
 {
     switch (x->kind) {
     case S_REALLOC:
-    case S_GROW: return mb_free(x->c, p);
+    case S_GROW:
+    case S_GROW_ASYNC: return mb_free(x->c, p);
     case S_VSPACE: mb_vspace_destroy(p); return 0;
     case S_MALLOC: free(p); return 0;
     case S_CUDA: return x->cu->cuMemFreeAsync((bench_cuptr)(uintptr_t)p, NULL) ? MB_EBACKEND : 0;
@@ -674,7 +692,7 @@ static int run_strategy(struct replay_ctx *x, const struct replay_cfg *cfg, stru
     uint64_t t_start = bench_now_ns();
     struct bench_dstatus ds;
     mb_client_stats st0 = { 0 }, st1 = { 0 };
-    bool mb = x->kind == S_REALLOC || x->kind == S_GROW || x->kind == S_VSPACE;
+    bool mb = is_mb(x->kind);
     uint64_t creates0 = 0;
     bool creates_known = mb && x->d && bench_daemon_status(x->d, &ds) == 0;
     if (creates_known)
@@ -713,12 +731,14 @@ static int run_strategy(struct replay_ctx *x, const struct replay_cfg *cfg, stru
             live += o->bytes;
             break;
         case OP_RESIZE:
-            if (x->kind == S_GROW || x->kind == S_VSPACE) {
+            if (is_grow(x->kind) || x->kind == S_VSPACE) {
                 if (slow)
                     mb_stats(x->c, &st_op);
                 t0 = bench_now_ns();
                 if (x->kind == S_GROW)
                     rc = mb_grow(x->c, x->ptr[o->req], o->bytes);
+                else if (x->kind == S_GROW_ASYNC)
+                    rc = mb_grow_async(x->c, x->ptr[o->req], o->bytes, NULL);
                 else
                     rc = mb_vspace_map_async(x->ptr[o->req], vpages(x->bytes[o->req]),
                                              vpages(o->bytes) - vpages(x->bytes[o->req]), NULL);
@@ -850,10 +870,11 @@ static int run_strategy(struct replay_ctx *x, const struct replay_cfg *cfg, stru
         r->background_busy_s = (st1.background_busy_us - st0.background_busy_us) / 1e6;
         r->daemon_wait_s = (st1.daemon_wait_us - st0.daemon_wait_us) / 1e6;
         r->import_s = (st1.import_us - st0.import_us) / 1e6;
-        if (x->kind == S_GROW)
+        if (is_grow(x->kind))
             r->driver_waits = st1.grow_waits - st0.grow_waits;
         else if (x->kind == S_VSPACE)
             r->driver_waits = st1.vspace_refill_waits - st0.vspace_refill_waits;
+        r->grow_queued = st1.grow_queued - st0.grow_queued;
     }
     r->n_alloc = va.n;
     r->n_free = vf.n;
@@ -895,9 +916,13 @@ static int run_one(enum strat_kind k, const struct replay_cfg *cfg, struct strat
         return MB_ENOMEM;
     }
     int rc = 0;
-    if (k == S_REALLOC || k == S_GROW || k == S_VSPACE) {
+    if (is_mb(k)) {
         if (k == S_GROW && (!mb_malloc_growable || !mb_grow)) {
             snprintf(r->note, sizeof(r->note), "skipped: this libmbclient has no mb_malloc_growable/mb_grow");
+            rc = 1;
+        } else if (k == S_GROW_ASYNC && (!mb_malloc_growable_async || !mb_grow_async)) {
+            snprintf(r->note, sizeof(r->note),
+                     "skipped: this libmbclient has no mb_malloc_growable_async/mb_grow_async");
             rc = 1;
         } else if ((rc = mb_open(&x.c, "mbbench-replay")) != 0) {
             snprintf(r->note, sizeof(r->note), "failed to open a session: %s", mb_strerror(rc));
@@ -987,9 +1012,10 @@ static void usage(FILE *f)
                "  --step-ms MS        decode step (default 20)\n"
                "  --token-bytes SIZE  KV bytes per token (default 128K)\n"
                "  --block-tokens N    tokens per KV block (default 16)\n"
-               "  --strategies LIST   realloc,grow,vspace,malloc,cudaMallocAsync (default: realloc,\n"
-               "                      grow, vspace, and malloc on the host backend or\n"
-               "                      cudaMallocAsync with a GPU; lifetimes traces: no grow, vspace)\n"
+               "  --strategies LIST   realloc,grow,grow_async,vspace,malloc,cudaMallocAsync\n"
+               "                      (default: realloc, grow, vspace, and malloc on the host\n"
+               "                      backend or grow_async and cudaMallocAsync with a GPU;\n"
+               "                      lifetimes traces: no grow, grow_async, vspace)\n"
                "  --jsonl-ts-unit U   s or ms for JSONL timestamps (default ms)\n"
                "  --daemon-every N    sample the daemon's status every N steps (default 1)\n"
                "  --points N          at most N points in the --json memory series (default 2000)\n"
@@ -1048,7 +1074,7 @@ static void print_json(const char *trace, const char *format, size_t nreq, uint3
     jw_arr(&w, "strategies");
     for (int i = 0; i < nres; i++) {
         const struct strat_result *r = &res[i];
-        bool mb = r->kind == S_REALLOC || r->kind == S_GROW || r->kind == S_VSPACE;
+        bool mb = is_mb(r->kind);
         jw_obj(&w, NULL);
         jw_str(&w, "strategy", strat_name[r->kind]);
         jw_str(&w, "source", "mbbench");
@@ -1077,6 +1103,10 @@ static void print_json(const char *trace, const char *format, size_t nreq, uint3
         else
             jw_null(&w, "driver_waits");
         jw_str(&w, "driver_waits_what", waits_what[r->kind]);
+        if (mb)
+            jw_u64(&w, "grow_queued", r->grow_queued);
+        else
+            jw_null(&w, "grow_queued");
         if (mb)
             jw_u64(&w, "daemon_requests", r->daemon_requests);
         else
@@ -1279,6 +1309,8 @@ int bench_replay(int argc, char **argv)
     if (!explicit_strat) {
         on[S_REALLOC] = true;
         on[S_GROW] = on[S_VSPACE] = !lifetimes;   /* nothing grows in a training iteration */
+        /* On the host backend it is grow: nothing gates a stream there. */
+        on[S_GROW_ASYNC] = !lifetimes && strcmp(backend, "host") != 0;
         on[S_MALLOC] = strcmp(backend, "host") == 0;
         on[S_CUDA] = strcmp(backend, "host") != 0;
     }
@@ -1292,7 +1324,7 @@ int bench_replay(int argc, char **argv)
     for (int k = 0; k < S_COUNT; k++) {
         if (!on[k])
             continue;
-        if (k == S_CUDA && (on[S_REALLOC] || on[S_GROW] || on[S_VSPACE])) {
+        if (k == S_CUDA && (on[S_REALLOC] || on[S_GROW] || on[S_GROW_ASYNC] || on[S_VSPACE])) {
             /* The baseline runs with no idle MoonBright memory held. */
             uint64_t left = bench_daemon_wait_idle(30000);
             if (left)
@@ -1337,7 +1369,7 @@ int bench_replay(int argc, char **argv)
                 printf("%-16s %s\n", strat_name[r->kind], r->note);
                 continue;
             }
-            bool mb = r->kind == S_REALLOC || r->kind == S_GROW || r->kind == S_VSPACE;
+            bool mb = is_mb(r->kind);
             char dr[16] = "-";
             if (mb && r->peak_live)
                 snprintf(dr, sizeof(dr), "%.3f", (double)r->peak_daemon / r->peak_live);

@@ -3,7 +3,10 @@
  * the same stream writes through the new pointer; a kernel on another
  * stream finishes while a deliberately slow mapper is still mapping; a
  * failure injected after the pointer was returned is reported and nothing
- * hangs. Exits 77 (skipped) when no GPU is usable. */
+ * hangs. The same for growable ranges (mb_malloc_growable_async,
+ * mb_grow_async): tails mapped by the mapper, a growth into a mapping in
+ * flight from another stream, a failed mapping. Exits 77 (skipped) when
+ * no GPU is usable. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -142,6 +145,101 @@ static void test_injected_failure(void **state)
     amap_test_inject(g_c, 0, 0);
 }
 
+static mb_client_stats stats(void)
+{
+    mb_client_stats st;
+    assert_int_equal(mb_stats(g_c, &st), 0);
+    return st;
+}
+
+/* Growable ranges in stream order, with a slow mapper (200 ms): the calls
+ * return with their mappings in flight, kernels on the stream (and on
+ * another stream that grew into the mapping in flight) write the new
+ * bytes once mapped, and every byte reads back. */
+static void test_grow_async(void **state)
+{
+    (void)state;
+    const size_t mib = (size_t)1 << 20, first = 64 * mib, grown = 512 * mib, more = 520 * mib;
+    mb_client_stats st0 = stats();
+    amap_test_inject(g_c, 200 * 1000, 0);
+    void *p;
+    assert_int_equal(mb_malloc_growable_async(g_c, first, (size_t)1 << 30, g_s, &p), 0);
+    size_t in_alloc = amap_in_flight(g_c);
+    assert_int_equal(mbk_fill_pattern(p, first, 11, g_s), 0);
+    assert_int_equal(mb_grow_async(g_c, p, grown, g_s), 0);   /* waits for the first: busy */
+    size_t in_grow = amap_in_flight(g_c);
+    assert_int_equal(mbk_fill_pattern((char *)p + first, grown - first, 12, g_s), 0);
+    /* Another stream grows into the mapping still in flight: gated, no wait. */
+    assert_int_equal(mb_grow_async(g_c, p, more, g_t), 0);
+    size_t in_other = amap_in_flight(g_c);
+    assert_int_equal(mbk_fill_pattern((char *)p + grown, more - grown, 13, g_t), 0);
+    mb_client_stats st1 = stats();
+    printf("  in flight after the allocation %zu, the growth %zu, the other stream's growth "
+           "%zu; queued %llu, waits %llu\n", in_alloc, in_grow, in_other,
+           (unsigned long long)(st1.grow_queued - st0.grow_queued),
+           (unsigned long long)(st1.grow_waits - st0.grow_waits));
+    assert_int_equal(in_alloc, 1);
+    assert_int_equal(in_grow, 1);
+    assert_int_equal(in_other, 1);   /* the growth inside it queued nothing */
+    assert_int_equal(st1.grow_queued - st0.grow_queued, 2);
+    assert_int_equal(st1.grow_waits, st0.grow_waits);
+    assert_int_equal(mb_usable_size(g_c, p), more);
+    unsigned long long bad = 1;
+    assert_int_equal(mbk_check_pattern(p, first, 0, 11, g_s, &bad, NULL), 0);
+    assert_int_equal(bad, 0);
+    assert_int_equal(mbk_check_pattern((char *)p + first, grown - first, 0, 12, g_s, &bad, NULL), 0);
+    assert_int_equal(bad, 0);
+    assert_int_equal(mbk_check_pattern((char *)p + grown, more - grown, 0, 13, g_t, &bad, NULL), 0);
+    assert_int_equal(bad, 0);
+    assert_int_equal(mb_free_async(g_c, p, g_s), 0);
+    assert_int_equal(mbk_stream_sync(g_t), 0);
+    /* A synchronous growth into a mapping in flight waits for it. */
+    assert_int_equal(mb_malloc_growable(g_c, 16 * mib, (size_t)1 << 30, &p), 0);
+    assert_int_equal(mb_grow_async(g_c, p, 100 * mib, g_s), 0);   /* and a tail ahead */
+    size_t in_async = amap_in_flight(g_c);
+    assert_int_equal(mb_grow(g_c, p, 110 * mib), 0);
+    size_t in_sync = amap_in_flight(g_c);
+    printf("  a synchronous growth into it: in flight %zu before, %zu after\n", in_async, in_sync);
+    assert_int_equal(in_async, 1);
+    assert_int_equal(in_sync, 0);
+    amap_test_inject(g_c, 0, 0);
+    assert_int_equal(mbk_fill_pattern(p, 110 * mib, 14, g_s), 0);
+    assert_int_equal(mbk_check_pattern(p, 110 * mib, 0, 14, g_s, &bad, NULL), 0);
+    assert_int_equal(bad, 0);
+    assert_int_equal(mb_free_async(g_c, p, g_s), 0);
+}
+
+/* A growth's mapping fails after the call returned: the gate opens, the
+ * range ends where it was mapped, the next allocation reports the error
+ * once, and the range grows again afterwards. */
+static void test_grow_async_failure(void **state)
+{
+    (void)state;
+    const size_t mib = (size_t)1 << 20;
+    void *p;
+    assert_int_equal(mb_malloc_growable(g_c, 16 * mib, (size_t)1 << 30, &p), 0);
+    amap_test_inject(g_c, 50 * 1000, 1);
+    assert_int_equal(mb_grow_async(g_c, p, 600 * mib, g_s), 0);
+    assert_int_equal(mbk_stream_sync(g_s), 0);   /* returns: the gate was opened */
+    size_t usable = mb_usable_size(g_c, p);
+    void *q = NULL;
+    int err = mb_malloc_async(g_c, 32 * mib, g_s, &q);
+    int again = mb_malloc_async(g_c, 32 * mib, g_s, &q);
+    printf("  after the failed mapping: usable %zu MiB, next call %d (%s), then %d\n",
+           usable >> 20, err, mb_strerror(err), again);
+    assert_true(usable >= 16 * mib && usable < 600 * mib);
+    assert_int_equal(err, MB_EBACKEND);
+    assert_int_equal(again, 0);
+    assert_int_equal(mb_free_async(g_c, q, g_s), 0);
+    amap_test_inject(g_c, 0, 0);
+    assert_int_equal(mb_grow_async(g_c, p, 600 * mib, g_s), 0);
+    assert_int_equal(mbk_fill_pattern(p, 600 * mib, 21, g_s), 0);
+    unsigned long long bad = 1;
+    assert_int_equal(mbk_check_pattern(p, 600 * mib, 0, 21, g_s, &bad, NULL), 0);
+    assert_int_equal(bad, 0);
+    assert_int_equal(mb_free_async(g_c, p, g_s), 0);
+}
+
 int main(void)
 {
     const char *extra[] = { "--backend", "cuda", "--budget", "8G", NULL };
@@ -172,6 +270,8 @@ int main(void)
         cmocka_unit_test(test_slow_mapper),
         cmocka_unit_test(test_many),
         cmocka_unit_test(test_injected_failure),
+        cmocka_unit_test(test_grow_async),
+        cmocka_unit_test(test_grow_async_failure),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
     amap_close(g_c);

@@ -64,6 +64,19 @@ MB_API int mb_free_async(mb_client *c, void *ptr, void *stream);
  * $MOONBRIGHT_IDLE_MS (default 2000) go back. Freed with mb_free. */
 MB_API int mb_malloc_growable(mb_client *c, size_t size, size_t max_size, void **ptr);
 MB_API int mb_grow(mb_client *c, void *ptr, size_t new_size);
+/* The same, in stream order: where the mapped tail falls short, the frames
+ * are taken on the call (quota and out-of-memory are its errors) and
+ * mapped by the client's mapper thread, with work enqueued on stream
+ * after the call waiting on the device until they are (as
+ * mb_malloc_async's slow path); the caller does not wait for the driver.
+ * Use the bytes past the old size only from kernels on stream, or after
+ * synchronising it: until the mapping is done the runtime's own checks
+ * (cudaMemcpyAsync, cudaMemsetAsync) refuse them. A mapping that fails after the call returned leaves the range at
+ * the size it had mapped (dependent kernels fault) and the next call
+ * returns the error. On the host backend both map before returning. */
+MB_API int mb_malloc_growable_async(mb_client *c, size_t size, size_t max_size, void *stream,
+                                   void **ptr);
+MB_API int mb_grow_async(mb_client *c, void *ptr, size_t new_size, void *stream);
 /* Bytes usable at ptr (a live allocation's start), 0 if unknown. */
 MB_API size_t mb_usable_size(mb_client *c, const void *ptr);
 
@@ -130,6 +143,9 @@ typedef struct mb_client_stats {
                                       * mapped memory after an arena's free end */
     uint64_t heap_fills;             /* of heap_grants, holes that trims had left in an
                                       * arena mapped again for a miss */
+    uint64_t grow_queued;            /* mb_malloc_growable_async and mb_grow_async calls
+                                      * past the mapped tail that left the mapping to the
+                                      * mapper thread: the stream waited, not the caller */
 } mb_client_stats;
 MB_API int mb_stats(mb_client *c, mb_client_stats *out);
 
