@@ -117,11 +117,16 @@ struct growable {
     size_t hint;                 /* any range's latest growth when this one was made */
     int64_t last_ms;             /* last allocation or growth */
     bool busy;
-    /* A mapping after mb_grow_async or mb_malloc_growable_async returned:
-     * s->frames[.n) and s->bytes already hold it, bytes past `settled`
-     * are mapped by the client's mapper thread (async_map.c) as job seq,
-     * and the range stays busy until it is done. */
-    bool pending;
+    /* Mappings after mb_grow_async or mb_malloc_growable_async returned:
+     * s->frames[.n) and s->bytes already hold them; bytes past `settled`
+     * are mapped by the client's mapper thread (async_map.c), in order, as
+     * `pending` jobs, the last one seq. The range stays busy until they
+     * are done; a stream-ordered growth past s->bytes queues one more
+     * (`queuing` while it takes frames), any other waits. `broken`: one
+     * failed and the range ended where it had mapped; the jobs after it
+     * only return their frames. */
+    unsigned pending;
+    bool queuing, broken;
     uint32_t seq;
     size_t settled;
 };
@@ -156,7 +161,8 @@ static bool growable_is_valid(const mb_client *c, const struct growable *x)
     }
     return sum == s->bytes && x->used <= s->bytes && s->bytes <= s->reserved && s->n <= s->cap &&
            x->used <= x->max && x->max <= x->limit && x->limit <= s->reserved &&
-           (!x->pending || (x->busy && x->settled < s->bytes));
+           (!x->pending || (x->busy && x->settled <= s->bytes)) && (!x->queuing || x->busy) &&
+           (!x->broken || x->pending || x->queuing);
 }
 
 #ifdef MB_DEBUG
@@ -322,70 +328,84 @@ static void fl_put(mb_client *c, struct cframe **f, size_t n)
     fl_unlock(c);
 }
 
-/* A tail mapped on the mapper thread: frames s->frames[from_n, to_n) at
- * offset from_bytes of x's range. */
+/* A tail mapped on the mapper thread: t's frames (t->va is the range's)
+ * at offset from of x's range, published there as s->frames[from_n..). */
 struct grow_job {
     mb_client *c;
     struct growset *g;
     struct growable *x;
-    size_t from_n, to_n, from_bytes;
+    struct stitched *t;
+    size_t from_n, from;
 };
 
-/* The mapper thread's half of map_queue: map, then publish (x no longer
- * pending nor busy). When the mapping fails (or fail, a test hook), the
- * frames go back to the cache and the range ends where it was mapped: its
- * used size too, so an access past it faults instead of reaching memory
- * the range does not hold; the error is sticky (async_map.c). */
+/* The mapper thread's half of map_queue: map, then count it settled; the
+ * last job of a range makes it no longer busy. When the mapping fails (or
+ * fail, a test hook), the frames go back to the cache and the range ends
+ * where it was mapped, its used size too, so that an access past it faults
+ * instead of reaching memory the range does not hold; the jobs queued
+ * after it (broken) return their frames. The first failure is sticky
+ * (async_map.c). */
 static int grow_job_run(void *arg, bool fail)
 {
     struct grow_job *j = arg;
     mb_client *c = j->c;
     struct growset *g = j->g;
     struct growable *x = j->x;
-    struct stitched *s = x->s;
-    size_t bytes = 0;
-    for (size_t i = j->from_n; i < j->to_n; i++)
-        bytes += s->frames[i]->mem.bytes;
+    struct stitched *s = x->s, *t = j->t;
+    pthread_mutex_lock(&g->lock);
+    bool skip = x->broken;   /* set only by this thread: stable while it runs */
+    pthread_mutex_unlock(&g->lock);
     uint64_t t0 = mb_now_ns();
-    int rc = fail ? MB_EBACKEND : stitch_map(c->be, s, j->from_n, j->to_n, j->from_bytes);
-    tally(&g->tally[GT_QUEUED], bytes, j->to_n - j->from_n, t0);
+    int rc = skip ? MB_EBACKEND
+         : fail ? MB_EBACKEND
+                : stitch_map(c->be, t, 0, t->n, j->from);
+    if (!skip)
+        tally(&g->tally[GT_QUEUED], t->bytes, t->n, t0);
     fl_lock_caller(c);
     if (rc == 0) {
-        c->fst.bytes_mapped += bytes;
+        c->fst.bytes_mapped += t->bytes;
     } else {
-        for (size_t i = j->from_n; i < j->to_n; i++)
-            fcache_put(c, s->frames[i]);
+        for (size_t i = 0; i < t->n; i++)
+            fcache_put(c, t->frames[i]);
     }
     pthread_mutex_lock(&g->lock);
-    if (rc != 0) {
+    if (rc == 0) {
+        x->settled = j->from + t->bytes;
+    } else if (!skip) {
         size_t ahead_was = s->bytes - x->used;
         s->n = j->from_n;
-        s->bytes = j->from_bytes;
+        s->bytes = j->from;
         if (x->used > s->bytes) {
             g->used -= x->used - s->bytes;
             x->used = s->bytes;
         }
         g->ahead = g->ahead - ahead_was + (s->bytes - x->used);
+        x->settled = s->bytes;
+        x->broken = true;
     }
-    x->pending = false;
-    x->busy = false;
+    if (--x->pending == 0 && !x->queuing) {   /* (else the queuing thread does) */
+        x->broken = false;
+        x->busy = false;
+    }
     pthread_cond_broadcast(&g->not_busy);
     GROW_CHECK(c, x);
     pthread_mutex_unlock(&g->lock);
     fl_unlock(c);
-    if (rc != 0)
+    if (rc != 0 && !skip)
         mb_log(MB_LOG_ERR, "failed to map %zu bytes at %p after a stream-ordered growth returned: "
                            "%s; the range ends at %zu bytes, the next call reports the error",
-               bytes, (char *)s->va + j->from_bytes, fail ? "injected failure" : mb_strerror(rc),
-               j->from_bytes);
+               t->bytes, (char *)s->va + j->from, fail ? "injected failure" : mb_strerror(rc),
+               j->from);
+    free(t);
     free(j);
-    return rc;
+    return skip ? 0 : rc;
 }
 
 /* Hand t's frames, taken for the end of x's range, to the mapper thread
  * with stream gated behind them: published at once (x pending, and busy
- * until the mapper is done). MB_ENOENT, or the driver's error, when the
- * stream cannot be gated: t is left to the caller to map. x is busy. */
+ * until its jobs are done), behind the jobs x has queued already. The job
+ * owns t then. MB_ENOENT, or the driver's error, when the stream cannot be
+ * gated. x is busy. */
 static int map_queue(mb_client *c, struct growset *g, struct growable *x, struct stitched *t,
                      void *stream)
 {
@@ -393,24 +413,34 @@ static int map_queue(mb_client *c, struct growset *g, struct growable *x, struct
     struct grow_job *j = malloc(sizeof(*j));
     if (!j)
         return MB_ENOMEM;
-    *j = (struct grow_job){ c, g, x, s->n, s->n + t->n, s->bytes };
     pthread_mutex_lock(&g->lock);
-    memcpy(s->frames + s->n, t->frames, t->n * sizeof(t->frames[0]));
-    x->settled = s->bytes;
-    x->pending = true;
-    /* Published before the job can run: it may finish at once. */
-    s->n += t->n;
-    s->bytes += t->bytes;
-    g->ahead += t->bytes;
-    int rc = amap_run_async(c, stream, grow_job_run, j, &x->seq);
-    if (rc != 0) {
-        s->n -= t->n;
-        s->bytes -= t->bytes;
-        g->ahead -= t->bytes;
-        x->pending = false;
-        free(j);
+    int rc = x->broken ? MB_EBACKEND
+           : s->n + t->n > s->cap || t->bytes > x->limit - s->bytes ? MB_EPROTO : 0;
+    if (rc == 0) {
+        *j = (struct grow_job){ c, g, x, t, s->n, s->bytes };
+        t->va = s->va;
+        memcpy(s->frames + s->n, t->frames, t->n * sizeof(t->frames[0]));
+        if (!x->pending)
+            x->settled = s->bytes;
+        /* Published before the job can run: it may finish at once. */
+        s->n += t->n;
+        s->bytes += t->bytes;
+        g->ahead += t->bytes;
+        x->pending++;
+        uint32_t seq;
+        rc = amap_run_async(c, stream, grow_job_run, j, &seq);
+        if (rc == 0) {
+            x->seq = seq;
+        } else {
+            s->n -= t->n;
+            s->bytes -= t->bytes;
+            g->ahead -= t->bytes;
+            x->pending--;
+        }
     }
     pthread_mutex_unlock(&g->lock);
+    if (rc != 0)
+        free(j);
     return rc;
 }
 
@@ -429,10 +459,17 @@ static int map_tail(mb_client *c, struct growset *g, struct growable *x, size_t 
     int rc = fl_take(c, need, want, room, w, &t);
     if (rc)
         return rc;
-    if (queued && s->n + t->n <= s->cap && map_queue(c, g, x, t, stream) == 0) {
-        *queued = true;
-        free(t);
-        return 0;
+    if (queued) {
+        rc = map_queue(c, g, x, t, stream);
+        if (rc == 0) {
+            *queued = true;
+            return 0;
+        }
+        if (x->queuing) {   /* behind jobs of its own: never mapped here */
+            fl_put(c, t->frames, t->n);
+            free(t);
+            return rc;
+        }
     }
     /* Largest first would break the order of a range already mapped;
      * frames are mapped in the order taken, each at a unit boundary. */
@@ -828,10 +865,16 @@ int grow_extend(mb_client *c, void *ptr, size_t new_size, void *stream, bool asy
         }
         bool queued = false;
         if (new_size > x->s->bytes) {
-            /* Past the mapped tail: map what is missing now (a wait). */
+            /* Past the mapped tail: map what is missing now (a wait), or,
+             * in stream order, queue it, behind the range's own jobs
+             * when it has some (appending). */
             t0 = mb_now_ns();
-            while (x->busy)
-                pthread_cond_wait(&g->not_busy, &g->lock);
+            bool appending = false;
+            while (x->busy && !appending) {
+                appending = async && x->pending && !x->broken && !x->queuing;
+                if (!appending)
+                    pthread_cond_wait(&g->not_busy, &g->lock);
+            }
             w.busy_ns = mb_now_ns() - t0;
             if (new_size > x->s->bytes) {
                 /* What is missing and the tail ahead of it, in one mapping. */
@@ -839,7 +882,10 @@ int grow_extend(mb_client *c, void *ptr, size_t new_size, void *stream, bool asy
                               target_for(new_size, new_size - x->used, 0, c->frame_bytes);
                 if (more > x->limit - x->s->bytes)
                     more = x->limit - x->s->bytes;
-                x->busy = true;
+                if (appending)
+                    x->queuing = true;
+                else
+                    x->busy = true;
                 size_t had = x->s->bytes, had_n = x->s->n;
                 pthread_mutex_unlock(&g->lock);
                 uint64_t t1 = mb_now_ns();
@@ -847,13 +893,20 @@ int grow_extend(mb_client *c, void *ptr, size_t new_size, void *stream, bool asy
                 pthread_mutex_lock(&g->lock);
                 g->waits += !queued;
                 g->queued += queued;
-                if (!queued) {
+                if (appending) {
+                    x->queuing = false;
+                    if (!x->pending) {   /* its jobs are done (and the last one left this) */
+                        x->broken = false;
+                        x->busy = false;
+                    }
+                    pthread_cond_broadcast(&g->not_busy);
+                } else if (!queued) {
                     tally(&g->tally[GT_WAIT], x->s->bytes - had, x->s->n - had_n, t1);
                     x->busy = false;
                     pthread_cond_broadcast(&g->not_busy);
-                } else if (new_size > x->s->bytes) {   /* the queued mapping failed already */
-                    rc = (rc = amap_take_error(c)) != 0 ? rc : MB_EBACKEND;
                 }
+                if (rc == 0 && new_size > x->s->bytes)   /* a queued mapping failed already */
+                    rc = (rc = amap_take_error(c)) != 0 ? rc : MB_EBACKEND;
             }
         }
         if (rc == 0) {
