@@ -8,6 +8,7 @@
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "async_map.h"
 #include "frame_plan.h"
@@ -97,6 +98,8 @@ static void fl_lock_for(mb_client *c, struct wait_parts *w)
 struct gidle {
     struct stitched *s;
     void *fence;
+    void *stream;                /* freed on it (NULL: the legacy default stream) */
+    void *prior;                 /* the range's prior fence still pending (see growable) */
     int64_t since_ms;
     bool spare;                  /* mapped ahead by spares_work, not freed by a user */
     struct gidle *next;
@@ -129,6 +132,10 @@ struct growable {
     bool queuing, broken;
     uint32_t seq;
     size_t settled;
+    /* Reused in stream order (idle_take) before the work of its last
+     * owner completed: that work's fence, on prior_stream; no tail of the
+     * range is unmapped until it completes. */
+    void *prior, *prior_stream;
 };
 
 /* Guarded by lock (taken after c->lock, never held across a call into the
@@ -145,6 +152,7 @@ struct growset {
     uint64_t queued;             /* mappings of stream-ordered calls left to the mapper */
     uint64_t reuse_kind[3];      /* freed ranges reused, by idle_fit: within, past, short */
     uint64_t reuse_spare, drop_spare, drop_freed;
+    uint64_t reuse_ordered;      /* of them, taken in stream order before their fence */
     struct grow_tally tally[GT_N];   /* where the time goes (logged at close) */
     size_t recent[RECENT];       /* the first sizes of the latest allocations (a ring) */
     unsigned n_recent;           /* allocations recorded (the ring's next slot mod RECENT) */
@@ -584,6 +592,18 @@ static int fence_done(mb_client *c, void *fence) { return lclock_fence_query(&c-
 
 static void fence_drop(mb_client *c, void *fence) { lclock_fence_drop(c->be, fence); }
 
+/* Has the fence at *f completed (or is there none)? Dropped once it has. */
+static bool fence_settled(mb_client *c, void **f)
+{
+    if (!*f)
+        return true;
+    if (fence_done(c, *f) != 1)
+        return false;
+    fence_drop(c, *f);
+    *f = NULL;
+    return true;
+}
+
 /* How well an idle range of `bytes` mapped serves a range used up to
  * `size` that may map up to `limit`: 0 best. A range holding size within
  * limit needs nothing; one mapped past limit needs its excess unmapped by
@@ -603,21 +623,29 @@ static bool idle_better(size_t b, size_t best, size_t size, size_t limit)
 }
 
 /* The idle range to reuse for a range of `need_res` reserved bytes used
- * up to `size`, mapping up to `limit`: done, reserved enough, the best by
- * idle_better. Unlinked; g->lock held. */
+ * up to `size`, mapping up to `limit`: reserved enough, the best by
+ * idle_better, and done: its fence completed, or, for a stream-ordered
+ * allocation (async), freed on the same stream (the work that may still
+ * use it runs before the work the new owner enqueues there). Unlinked;
+ * g->lock held. */
 static struct stitched *idle_take(mb_client *c, struct growset *g, size_t need_res, size_t limit,
-                                  size_t size)
+                                  size_t size, bool async, void *stream, void **prior)
 {
     struct gidle **best = NULL;
+    bool best_ordered = false;
     for (struct gidle **pp = &g->idle; *pp; pp = &(*pp)->next) {
-        struct stitched *s = (*pp)->s;
-        if (s->reserved < need_res)
+        struct gidle *i = *pp;
+        if (i->s->reserved < need_res)
             continue;
-        if (best && !idle_better(s->bytes, (*best)->s->bytes, size, limit))
+        if (best && !idle_better(i->s->bytes, (*best)->s->bytes, size, limit))
             continue;
-        if (fence_done(c, (*pp)->fence) != 1)
+        if (!fence_settled(c, &i->prior))
+            continue;
+        bool done = fence_done(c, i->fence) == 1;
+        if (!done && !(async && !i->spare && i->stream == stream))
             continue;
         best = pp;
+        best_ordered = !done;
     }
     if (!best)
         return NULL;
@@ -626,9 +654,13 @@ static struct stitched *idle_take(mb_client *c, struct growset *g, size_t need_r
     struct stitched *s = i->s;
     g->reuse_kind[idle_fit(s->bytes, size, limit)]++;
     g->reuse_spare += i->spare;
+    g->reuse_ordered += best_ordered;
     g->n_idle--;
     g->idle_bytes -= s->bytes;
-    fence_drop(c, i->fence);
+    if (best_ordered)
+        *prior = i->fence;   /* the new owner keeps it */
+    else
+        fence_drop(c, i->fence);
     free(i);
     return s;
 }
@@ -658,7 +690,7 @@ static struct gidle *idle_detach_held(mb_client *c, struct growset *g, int64_t n
     for (struct gidle **pp = &g->idle; *pp;) {
         struct gidle *i = *pp;
         bool due = idle_ms < 0 || now - i->since_ms >= idle_ms || g->idle_bytes > idle_cap(g);
-        if (!due || fence_done(c, i->fence) != 1) {
+        if (!due || fence_done(c, i->fence) != 1 || !fence_settled(c, &i->prior)) {
             pp = &i->next;
             continue;
         }
@@ -768,7 +800,8 @@ int grow_alloc(mb_client *c, size_t size, size_t max, void *stream, bool async, 
     /* A freed range that fits is reused, mapped as it is. */
     pthread_mutex_lock(&g->lock);
     g->recent[g->n_recent++ % RECENT] = first;
-    struct stitched *s = g->idle ? idle_take(c, g, need_res, x->limit, size) : NULL;
+    struct stitched *s = g->idle ? idle_take(c, g, need_res, x->limit, size, async, stream, &x->prior) : NULL;
+    x->prior_stream = stream;
     if (s)
         g->ahead += s->bytes;   /* counted as used below */
     pthread_mutex_unlock(&g->lock);
@@ -820,13 +853,29 @@ int grow_alloc(mb_client *c, size_t size, size_t max, void *stream, bool async, 
     }
     pthread_mutex_unlock(&g->lock);
     if (rc) {
-        fl_lock(c);
-        if (s->bytes) {
-            stitch_free(c, s, NULL);
-        } else {
-            range_drop(c, s);
+        struct gidle *i = NULL;
+        if (!fence_settled(c, &x->prior)) {
+            /* Its former owner's work may still use it: idle again. */
+            while (!(i = calloc(1, sizeof(*i))) && !fence_settled(c, &x->prior)) {
+                struct timespec ts = { 0, 100 * 1000 };
+                nanosleep(&ts, NULL);
+            }
         }
-        fl_unlock(c);
+        if (i) {
+            i->fence = x->prior;
+            i->stream = stream;
+            pthread_mutex_lock(&g->lock);
+            idle_push_held(g, i, s);
+            pthread_mutex_unlock(&g->lock);
+        } else {
+            fl_lock(c);
+            if (s->bytes) {
+                stitch_free(c, s, NULL);
+            } else {
+                range_drop(c, s);
+            }
+            fl_unlock(c);
+        }
         free(x);
         return rc;
     }
@@ -955,16 +1004,33 @@ int grow_free(mb_client *c, void *ptr, void *stream)
      * process, and those past IDLE_MAX, are unmapped by the background
      * thread instead. */
     struct stitched *s = x->s;
+    /* The work of an owner before it (reused in stream order) is covered
+     * by this free's fence when it ran on the same stream; otherwise the
+     * range goes idle carrying that fence too (mb_export waited for it,
+     * so a shared range has none). */
+    void *prior = x->prior;
+    if (prior && (stream == x->prior_stream || fence_settled(c, &prior))) {
+        fence_drop(c, prior);
+        prior = NULL;
+    }
     free(x);
     bool shared = false;
     for (size_t i = 0; i < s->n; i++)
         shared |= s->frames[i]->exported;
     struct gidle *i = shared ? NULL : calloc(1, sizeof(*i));
     int rc = 0;
+    while (prior && !i) {   /* (out of memory for the record: rare, wait for it) */
+        if (fence_settled(c, &prior))
+            break;
+        struct timespec ts = { 0, 100 * 1000 };
+        nanosleep(&ts, NULL);
+    }
     if (i) {
         rc = lclock_fence(&c->lclk, c->be, stream, &i->fence);
+        i->stream = stream;
+        i->prior = prior;
         pthread_mutex_lock(&g->lock);
-        if (rc == 0 && g->n_idle < IDLE_MAX) {
+        if (rc == 0 && (g->n_idle < IDLE_MAX || prior)) {
             idle_push_held(g, i, s);
             s = NULL;
         }
@@ -972,6 +1038,10 @@ int grow_free(mb_client *c, void *ptr, void *stream)
         if (s) {
             if (rc == 0)
                 fence_drop(c, i->fence);
+            while (!fence_settled(c, &i->prior)) {   /* (no fence for this free: rare) */
+                struct timespec ts = { 0, 100 * 1000 };
+                nanosleep(&ts, NULL);
+            }
             free(i);
         }
     }
@@ -1012,8 +1082,17 @@ struct stitched *grow_find_held(mb_client *c, const void *ptr)
         return NULL;
     pthread_mutex_lock(&g->lock);
     struct growable *x = ptrmap_get(&g->map, ptr);
-    while (x && x->pending) {   /* frames still being mapped: shared once they are */
-        pthread_cond_wait(&g->not_busy, &g->lock);
+    /* Frames still being mapped, or a former owner's work still running
+     * (reused in stream order): shared once they are done. */
+    while (x && (x->pending || !fence_settled(c, &x->prior))) {
+        if (x->pending) {
+            pthread_cond_wait(&g->not_busy, &g->lock);
+        } else {
+            pthread_mutex_unlock(&g->lock);
+            struct timespec ts = { 0, 100 * 1000 };
+            nanosleep(&ts, NULL);
+            pthread_mutex_lock(&g->lock);
+        }
         x = ptrmap_get(&g->map, ptr);
     }
     pthread_mutex_unlock(&g->lock);
@@ -1179,7 +1258,7 @@ static void give_back(mb_client *c, struct growset *g, int64_t now, int idle_ms)
     for (size_t i = 0; cuts && i < g->map.cap && ncut < g->n; i++) {
         struct ptrmap_slot *sl = &g->map.slots[i];
         struct growable *x = sl->key > 1 ? sl->val : NULL;
-        if (!x || x->busy)
+        if (!x || x->busy || !fence_settled(c, &x->prior))
             continue;
         if (x->s->bytes > x->used && now - x->last_ms >= idle_ms)
             ncut += tail_cut_held(g, x, x->used, &cuts[ncut]);
@@ -1229,7 +1308,7 @@ void grow_trim_held(mb_client *c, struct growset *g)
         struct ptrmap_slot *sl = &g->map.slots[i];
         struct growable *x = sl->key > 1 ? sl->val : NULL;
         struct tail_cut cut;
-        if (!x || x->busy || x->s->bytes <= x->used)
+        if (!x || x->busy || x->s->bytes <= x->used || !fence_settled(c, &x->prior))
             continue;
         if (tail_cut_held(g, x, x->used, &cut))
             tail_unmap(c, g, &cut, true);
@@ -1247,10 +1326,10 @@ static void log_work(const struct growset *g)
         return;
     mb_log(MB_LOG_INFO,
            "growable ranges: %" PRIu64 " reused (%" PRIu64 " within their limit, %" PRIu64
-           " past it, %" PRIu64 " short; %" PRIu64 " of them spares); idle ranges unmapped: %"
-           PRIu64 " freed, %" PRIu64 " spares",
+           " past it, %" PRIu64 " short; %" PRIu64 " of them spares, %" PRIu64 " taken in stream "
+           "order before their fence); idle ranges unmapped: %" PRIu64 " freed, %" PRIu64 " spares",
            reuses, g->reuse_kind[0], g->reuse_kind[1], g->reuse_kind[2], g->reuse_spare,
-           g->drop_freed, g->drop_spare);
+           g->reuse_ordered, g->drop_freed, g->drop_spare);
     for (int k = 0; k < GT_N; k++)
         if (g->tally[k].n)
             mb_log(MB_LOG_INFO,
@@ -1270,6 +1349,7 @@ void growset_free(mb_client *c, struct growset *g)
         struct gidle *i = g->idle;
         g->idle = i->next;
         fence_drop(c, i->fence);
+        fence_drop(c, i->prior);
         stitch_free(c, i->s, NULL);
         free(i);
     }
@@ -1280,6 +1360,7 @@ void growset_free(mb_client *c, struct growset *g)
         struct growable *x = sl->val;
         if (stitch_free(c, x->s, NULL) != 0)
             mb_log(MB_LOG_ERR, "failed to unmap a growable range at close");
+        fence_drop(c, x->prior);
         free(x);
     }
     fl_unlock(c);

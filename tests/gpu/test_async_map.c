@@ -257,6 +257,40 @@ static void test_grow_async_failure(void **state)
     assert_int_equal(mb_free_async(g_c, p, g_s), 0);
 }
 
+/* A growable range freed on a stream while a kernel there still runs is
+ * reused at once by a stream-ordered allocation on the same stream (its
+ * work runs after the kernel), never by one on another stream; and a
+ * trim meanwhile leaves it mapped. */
+static void test_grow_async_reuse(void **state)
+{
+    (void)state;
+    const size_t mib = (size_t)1 << 20, bytes = 64 * mib;
+    settle_and_trim();
+    void *p, *q, *r;
+    assert_int_equal(mb_malloc_growable_async(g_c, bytes, (size_t)1 << 30, g_s, &p), 0);
+    assert_int_equal(mbk_fill_pattern(p, bytes, 31, g_s), 0);
+    assert_int_equal(mbk_spin(300ull * 1000 * 1000, g_s), 0);   /* 300 ms */
+    assert_int_equal(mbk_fill_pattern(p, bytes, 32, g_s), 0);   /* after the spin */
+    assert_int_equal(mb_free_async(g_c, p, g_s), 0);
+    assert_int_equal(mb_malloc_growable_async(g_c, bytes, (size_t)1 << 30, g_t, &q), 0);
+    assert_int_equal(mb_malloc_growable_async(g_c, bytes, (size_t)1 << 30, g_s, &r), 0);
+    assert_int_equal(mb_trim(g_c, 0), 0);
+    int done = g_c->be->ops->stream_query(g_c->be, g_s);
+    printf("  freed %p while its stream ran; another stream got %p, the same stream %p "
+           "(its work done at that point: %d)\n", p, q, r, done);
+    assert_ptr_not_equal(q, p);
+    assert_ptr_equal(r, p);
+    assert_int_equal(done, 0);   /* the reuse came before the kernel ended */
+    unsigned long long bad = 1;
+    assert_int_equal(mbk_check_pattern(r, bytes, 0, 32, g_s, &bad, NULL), 0);
+    assert_int_equal(bad, 0);
+    assert_int_equal(mbk_fill_pattern(r, bytes, 33, g_s), 0);
+    assert_int_equal(mbk_check_pattern(r, bytes, 0, 33, g_s, &bad, NULL), 0);
+    assert_int_equal(bad, 0);
+    assert_int_equal(mb_free_async(g_c, q, g_t), 0);
+    assert_int_equal(mb_free_async(g_c, r, g_s), 0);
+}
+
 int main(void)
 {
     const char *extra[] = { "--backend", "cuda", "--budget", "8G", NULL };
@@ -265,6 +299,7 @@ int main(void)
         return 77;
     }
     setenv("MOONBRIGHT_RUNTIME_DIR", g_d.dir, 1);
+    setenv("MOONBRIGHT_GROW_SPARES", "0", 1);   /* freed ranges are the only idle ones */
     int rc = mb_open(&g_c, "amap-gpu");
     if (rc != 0 || strcmp(mb_backend_name(g_c), "cuda") != 0) {
         printf("SKIP: no cuda client (%s)\n", rc ? mb_strerror(rc) : mb_backend_name(g_c));
@@ -289,6 +324,7 @@ int main(void)
         cmocka_unit_test(test_injected_failure),
         cmocka_unit_test(test_grow_async),
         cmocka_unit_test(test_grow_async_failure),
+        cmocka_unit_test(test_grow_async_reuse),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
     amap_close(g_c);
