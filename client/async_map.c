@@ -395,6 +395,17 @@ void amap_settle(mb_client *c, struct stitched *s, bool *failed, bool *unmapped)
     pthread_mutex_unlock(&a->lock);
 }
 
+void amap_drain(mb_client *c)
+{
+    struct amap *a = find(c, false);
+    if (!a)
+        return;
+    pthread_mutex_lock(&a->lock);
+    while (a->head)
+        pthread_cond_wait(&a->done, &a->lock);
+    pthread_mutex_unlock(&a->lock);
+}
+
 size_t amap_in_flight(mb_client *c)
 {
     struct amap *a = find(c, false);

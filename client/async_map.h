@@ -78,6 +78,9 @@ int amap_take_error(mb_client *c);
 bool amap_has_error(mb_client *c);
 /* Wait for every mapping in flight, stop the mapper, free its state. */
 void amap_close(mb_client *c);
+/* Wait until every job queued so far is done (a refused grant's path:
+ * frees ordered behind gates can then complete). */
+void amap_drain(mb_client *c);
 /* Ranges being mapped now (for stats and tests). */
 size_t amap_in_flight(mb_client *c);
 

@@ -321,12 +321,26 @@ int mb_malloc_async(mb_client *c, size_t size, void *stream, void **ptr)
 }
 int mb_free_async(mb_client *c, void *ptr, void *stream) { return do_free(c, ptr, stream); }
 
+/* A stream-ordered growable call was refused for budget or quota: before
+ * the process gives back its idle memory, the mappings queued so far end
+ * and the stream's work completes, so that ranges freed behind its gates
+ * can go back too (the one host wait of these calls, on this path only). */
+static void settle_refused(mb_client *c, int rc, bool async, void *stream)
+{
+    if (!async || (rc != MB_ENOMEM && rc != MB_EQUOTA))
+        return;
+    amap_drain(c);
+    if (c->be->ops->stream_sync)
+        c->be->ops->stream_sync(c->be, stream);
+}
+
 static int do_malloc_growable(mb_client *c, size_t size, size_t max_size, void *stream,
                               bool async, void **ptr)
 {
     if (!c || !ptr || size == 0 || max_size < size)
         return MB_EINVAL;
     int rc = grow_alloc(c, size, max_size, stream, async, ptr);
+    settle_refused(c, rc, async, stream);
     if (gave_back_after_refusal(c, rc))
         rc = grow_alloc(c, size, max_size, stream, async, ptr);
     return rc;
@@ -337,6 +351,7 @@ static int do_grow(mb_client *c, void *ptr, size_t new_size, void *stream, bool 
     if (!c || !ptr)
         return MB_EINVAL;
     int rc = grow_extend(c, ptr, new_size, stream, async);
+    settle_refused(c, rc, async, stream);
     if (gave_back_after_refusal(c, rc))
         rc = grow_extend(c, ptr, new_size, stream, async);
     return rc;

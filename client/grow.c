@@ -100,6 +100,7 @@ struct gidle {
     void *fence;
     void *stream;                /* freed on it (NULL: the legacy default stream) */
     void *prior;                 /* the range's prior fence still pending (see growable) */
+    size_t used;                 /* the size its last owner used (what its work may touch) */
     int64_t since_ms;
     bool spare;                  /* mapped ahead by spares_work, not freed by a user */
     struct gidle *next;
@@ -133,9 +134,11 @@ struct growable {
     uint32_t seq;
     size_t settled;
     /* Reused in stream order (idle_take) before the work of its last
-     * owner completed: that work's fence, on prior_stream; no tail of the
-     * range is unmapped until it completes. */
+     * owner completed: that work's fence, on prior_stream; until it
+     * completes no byte below prior_used (what that owner used) is
+     * unmapped. */
     void *prior, *prior_stream;
+    size_t prior_used;
 };
 
 /* Guarded by lock (taken after c->lock, never held across a call into the
@@ -629,7 +632,8 @@ static bool idle_better(size_t b, size_t best, size_t size, size_t limit)
  * use it runs before the work the new owner enqueues there). Unlinked;
  * g->lock held. */
 static struct stitched *idle_take(mb_client *c, struct growset *g, size_t need_res, size_t limit,
-                                  size_t size, bool async, void *stream, void **prior)
+                                  size_t size, bool async, void *stream, void **prior,
+                                  size_t *prior_used)
 {
     struct gidle **best = NULL;
     bool best_ordered = false;
@@ -657,9 +661,10 @@ static struct stitched *idle_take(mb_client *c, struct growset *g, size_t need_r
     g->reuse_ordered += best_ordered;
     g->n_idle--;
     g->idle_bytes -= s->bytes;
-    if (best_ordered)
+    if (best_ordered) {
         *prior = i->fence;   /* the new owner keeps it */
-    else
+        *prior_used = i->used;
+    } else
         fence_drop(c, i->fence);
     free(i);
     return s;
@@ -800,7 +805,8 @@ int grow_alloc(mb_client *c, size_t size, size_t max, void *stream, bool async, 
     /* A freed range that fits is reused, mapped as it is. */
     pthread_mutex_lock(&g->lock);
     g->recent[g->n_recent++ % RECENT] = first;
-    struct stitched *s = g->idle ? idle_take(c, g, need_res, x->limit, size, async, stream, &x->prior) : NULL;
+    struct stitched *s = g->idle ? idle_take(c, g, need_res, x->limit, size, async, stream, &x->prior, &x->prior_used)
+                                : NULL;
     x->prior_stream = stream;
     if (s)
         g->ahead += s->bytes;   /* counted as used below */
@@ -864,6 +870,7 @@ int grow_alloc(mb_client *c, size_t size, size_t max, void *stream, bool async, 
         if (i) {
             i->fence = x->prior;
             i->stream = stream;
+            i->used = x->prior_used;
             pthread_mutex_lock(&g->lock);
             idle_push_held(g, i, s);
             pthread_mutex_unlock(&g->lock);
@@ -1013,6 +1020,7 @@ int grow_free(mb_client *c, void *ptr, void *stream)
         fence_drop(c, prior);
         prior = NULL;
     }
+    size_t used = x->used > x->prior_used || !prior ? x->used : x->prior_used;
     free(x);
     bool shared = false;
     for (size_t i = 0; i < s->n; i++)
@@ -1029,6 +1037,7 @@ int grow_free(mb_client *c, void *ptr, void *stream)
         rc = lclock_fence(&c->lclk, c->be, stream, &i->fence);
         i->stream = stream;
         i->prior = prior;
+        i->used = used;
         pthread_mutex_lock(&g->lock);
         if (rc == 0 && (g->n_idle < IDLE_MAX || prior)) {
             idle_push_held(g, i, s);
@@ -1258,12 +1267,15 @@ static void give_back(mb_client *c, struct growset *g, int64_t now, int idle_ms)
     for (size_t i = 0; cuts && i < g->map.cap && ncut < g->n; i++) {
         struct ptrmap_slot *sl = &g->map.slots[i];
         struct growable *x = sl->key > 1 ? sl->val : NULL;
-        if (!x || x->busy || !fence_settled(c, &x->prior))
+        if (!x || x->busy)
             continue;
+        size_t floor = fence_settled(c, &x->prior) ? 0 : x->prior_used;
         if (x->s->bytes > x->used && now - x->last_ms >= idle_ms)
-            ncut += tail_cut_held(g, x, x->used, &cuts[ncut]);
-        else if (x->s->bytes - x->used > 2 * target_of(c, x))   /* a reused range's excess */
-            ncut += tail_cut_held(g, x, x->used + target_of(c, x), &cuts[ncut]);
+            ncut += tail_cut_held(g, x, x->used > floor ? x->used : floor, &cuts[ncut]);
+        else if (x->s->bytes - x->used > 2 * target_of(c, x)) {   /* a reused range's excess */
+            size_t keep = x->used + target_of(c, x);
+            ncut += tail_cut_held(g, x, keep > floor ? keep : floor, &cuts[ncut]);
+        }
     }
     pthread_mutex_unlock(&g->lock);
     idle_unmap(c, g, gone, true);
@@ -1308,9 +1320,11 @@ void grow_trim_held(mb_client *c, struct growset *g)
         struct ptrmap_slot *sl = &g->map.slots[i];
         struct growable *x = sl->key > 1 ? sl->val : NULL;
         struct tail_cut cut;
-        if (!x || x->busy || x->s->bytes <= x->used || !fence_settled(c, &x->prior))
+        if (!x || x->busy || x->s->bytes <= x->used)
             continue;
-        if (tail_cut_held(g, x, x->used, &cut))
+        size_t keep = fence_settled(c, &x->prior) || x->prior_used < x->used ? x->used
+                                                                              : x->prior_used;
+        if (tail_cut_held(g, x, keep, &cut))
             tail_unmap(c, g, &cut, true);
         x->last_ms = 0;   /* not refilled until it grows again */
     }

@@ -73,7 +73,12 @@ MB_API int mb_grow(mb_client *c, void *ptr, size_t new_size);
  * synchronising it: until the mapping is done the runtime's own checks
  * (cudaMemcpyAsync, cudaMemsetAsync) refuse them. A mapping that fails after the call returned leaves the range at
  * the size it had mapped (dependent kernels fault) and the next call
- * returns the error. On the host backend both map before returning. */
+ * returns the error. A growable range freed on stream (mb_free_async, or
+ * mb_free for the legacy default stream) is reused at once by
+ * mb_malloc_growable_async on the same stream, as cudaMallocAsync reuses
+ * a block. Refused for budget or quota, these calls wait for the mappings
+ * queued and the stream's work before the process gives back idle memory
+ * and tries once more. On the host backend both map before returning. */
 MB_API int mb_malloc_growable_async(mb_client *c, size_t size, size_t max_size, void *stream,
                                    void **ptr);
 MB_API int mb_grow_async(mb_client *c, void *ptr, size_t new_size, void *stream);
