@@ -255,7 +255,12 @@ static bool gave_back_after_refusal(mb_client *c, int rc)
      * round of reclaim notices). */
     pthread_mutex_lock(&c->flock);
     bool changed = c->fc.bytes_held < held || c->fc.bytes_cached > cached;
+    size_t held_now = c->fc.bytes_held, mapped = c->fst.bytes_mapped;
     pthread_mutex_unlock(&c->flock);
+    mb_log(MB_LOG_DEBUG, "refused (%s): the process's idle memory went back: %zu MiB held before, "
+                         "%zu MiB after (%zu MiB mapped)%s",
+           mb_strerror(rc), held >> 20, held_now >> 20, mapped >> 20,
+           changed ? "; trying once more" : "");
     return changed;
 }
 
