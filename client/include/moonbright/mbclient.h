@@ -71,7 +71,9 @@ MB_API int mb_grow(mb_client *c, void *ptr, size_t new_size);
  * mb_malloc_async's slow path); the caller does not wait for the driver.
  * Use the bytes past the old size only from kernels on stream, or after
  * synchronising it: until the mapping is done the runtime's own checks
- * (cudaMemcpyAsync, cudaMemsetAsync) refuse them. A mapping that fails after the call returned leaves the range at
+ * (cudaMemcpyAsync, cudaMemsetAsync) refuse them. Launch the kernels once
+ * before a stream is first gated (a first launch behind a gate has been
+ * seen to hang). A mapping that fails after the call returned leaves the range at
  * the size it had mapped (dependent kernels fault) and the next call
  * returns the error. A growable range freed on stream (mb_free_async, or
  * mb_free for the legacy default stream) is reused at once by
