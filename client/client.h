@@ -23,6 +23,7 @@
 #include "fdpass.h"
 #include "moonbright.pb-c.h"
 #include "pool.h"
+#include "protocol.h"
 #include "slab.h"
 
 struct cframe {
@@ -203,7 +204,7 @@ struct mb_client {
     bool reclaim_due;            /* a RECLAIM notice waits to be answered */
     uint64_t reclaim_bytes;      /* ... for this many bytes (0: all cached) */
     uint64_t cache_reported;     /* bytes of the last Cache report */
-    uint64_t counters_reported[9];   /* ... and its counters (Mb__ClientCounters order) */
+    uint64_t counters_reported[MB_CLIENT_COUNTERS];   /* ... and its counters (Mb__ClientCounters order) */
     uint64_t tier_idle;          /* bytes a trim would give back above the frame layer
                                   * (tiers, page pools, growable tails), as maint.c
                                   * last saw them */

@@ -69,11 +69,13 @@ static int return_ids(mb_client *c, uint32_t *ids, size_t n) { return send_retur
 static void report(mb_client *c, uint64_t tier_idle, const mb_client_stats *st)
 {
     uint64_t now = c->fc.bytes_cached + tier_idle;
-    uint64_t v[9] = { 0 };
+    uint64_t v[MB_CLIENT_COUNTERS] = { 0 };
     if (st) {
-        const uint64_t k[9] = { st->bytes_idle, st->heap_hits,   st->heap_grants,
-                                st->stitches,   st->unmaps,      st->vspace_refill_waits,
-                                st->grow_waits, st->heap_extends, st->heap_fills };
+        const uint64_t k[MB_CLIENT_COUNTERS] = {
+            st->bytes_idle, st->heap_hits,    st->heap_grants, st->stitches,  st->unmaps,
+            st->vspace_refill_waits, st->grow_waits, st->heap_extends, st->heap_fills,
+            st->grow_queued,
+        };
         memcpy(v, k, sizeof(v));
     }
     bool counters = st && memcmp(v, c->counters_reported, sizeof(v)) != 0;
@@ -93,6 +95,7 @@ static void report(mb_client *c, uint64_t tier_idle, const mb_client_stats *st)
         cc.grow_waits = v[6];
         cc.heap_extends = v[7];
         cc.heap_fills = v[8];
+        cc.grow_queued = v[9];
         m.counters = &cc;
     }
     req.body_case = MB__REQUEST__BODY_CACHE;

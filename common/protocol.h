@@ -17,5 +17,8 @@
 #define MB_SHARE_MAX_FRAMES 65536u
 /* Most frames one Frames reply lists (mbctl frames pages through them). */
 #define MB_FRAMES_PAGE_MAX 1024u
+/* Fields of ClientCounters: a session's counters travel and are kept as
+ * an array in field order. */
+#define MB_CLIENT_COUNTERS 10u
 
 #endif

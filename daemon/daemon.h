@@ -37,6 +37,7 @@
 #include "config.h"
 #include "fdpass.h"
 #include "frame_plan.h"
+#include "protocol.h"
 #include "wire.h"
 
 enum frame_state { FRAME_UNUSED = 0, FRAME_FREE, FRAME_GRANTED };
@@ -259,7 +260,7 @@ struct session {
     uint64_t lent_bytes;         /* of its bytes, frames importers hold too (returning
                                   * them frees nothing); <= bytes */
     uint64_t cached;             /* last Cache report; <= bytes */
-    uint64_t counters[9];        /* last ClientCounters, in field order */
+    uint64_t counters[MB_CLIENT_COUNTERS];   /* last ClientCounters, in field order */
     uint32_t ignored_notices;    /* RECLAIM notices it let pass their deadline
                                   * without returning frames; reset by a return */
     int64_t notice_deadline_ms;  /* its last RECLAIM notice's deadline (0: none) */

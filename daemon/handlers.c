@@ -450,9 +450,10 @@ static void h_cache(struct request_ctx *rc, const Mb__Request *req, Mb__Reply *r
     s->cached = req->cache->bytes < held ? req->cache->bytes : held;
     const Mb__ClientCounters *k = req->cache->counters;
     if (k) {
-        const uint64_t v[9] = { k->bytes_idle, k->heap_hits,    k->heap_grants,
-                                k->stitches,   k->unmaps,       k->refill_waits,
-                                k->grow_waits, k->heap_extends, k->heap_fills };
+        const uint64_t v[MB_CLIENT_COUNTERS] = {
+            k->bytes_idle, k->heap_hits,  k->heap_grants,  k->stitches,   k->unmaps,
+            k->refill_waits, k->grow_waits, k->heap_extends, k->heap_fills, k->grow_queued,
+        };
         memcpy(s->counters, v, sizeof(v));
     }
     mb__cache_reply__init(&cr);
@@ -586,6 +587,7 @@ static void h_tenants(struct request_ctx *rc, const Mb__Request *req, Mb__Reply 
             k->grow_waits += s->counters[6];
             k->heap_extends += s->counters[7];
             k->heap_fills += s->counters[8];
+            k->grow_queued += s->counters[9];
         }
         ti->counters = k;
         /* Tenants with nothing to show (past sessions, default policy) are left out. */

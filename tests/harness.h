@@ -65,6 +65,15 @@ double mbt_tenant_num(const struct mbt_daemon *d, const char *name, const char *
  * caller unlinks it. Aborts when it cannot be written. */
 void mbt_write_config(char *path, size_t len, const char *text);
 void mbt_sleep_ms(int ms);
+/* Wait up to ms for cond (an expression, evaluated again every 50 ms);
+ * true when it held. */
+#define WAIT_FOR(ms, cond)                                        \
+    ({                                                            \
+        bool ok_ = false;                                         \
+        for (int w_ = 0; w_ < (ms) / 50 && !(ok_ = (cond)); w_++) \
+            mbt_sleep_ms(50);                                     \
+        ok_ || (cond);                                            \
+    })
 /* mbctl ARGS... --json, parsed (NULL when mbctl failed or printed no JSON);
  * *rc gets mbctl's exit code when rc is not NULL. */
 struct json *mbt_ctl_json(const struct mbt_daemon *d, int *rc, const char *const *args);

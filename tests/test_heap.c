@@ -16,15 +16,6 @@
 #include "harness.h"
 #include "pattern.h"
 
-/* Wait up to ms for cond; true when it held. */
-#define WAIT_FOR(ms, cond)                                        \
-    ({                                                            \
-        bool ok_ = false;                                         \
-        for (int w_ = 0; w_ < (ms) / 50 && !(ok_ = (cond)); w_++) \
-            mbt_sleep_ms(50);                                     \
-        ok_ || (cond);                                            \
-    })
-
 static size_t granted(mb_client *c)
 {
     mb_client_stats st;

@@ -877,6 +877,10 @@ static void test_grow_async_host(void **state)
         assert_int_equal(((unsigned char *)p)[i], i < 3 * mib ? 0x61 : 0x62);
     assert_int_equal(mb_free_async(g_c, p, NULL), 0);
     assert_int_equal(mb_grow_async(g_c, p, 4 * mib, NULL), MB_ENOENT);
+    /* The daemon's view (mbctl tenants) follows the client's counters. */
+    assert_true(WAIT_FOR(3000, mbt_tenant_num(&g_d, "vspace-test", "grow_waits") >=
+                                   (double)st1.grow_waits));
+    assert_true(mbt_tenant_num(&g_d, "vspace-test", "grow_queued") == 0);
 }
 
 /* A client of its own whose idle policy waits ten minutes (so nothing a

@@ -465,13 +465,13 @@ static int cli_tenants(struct ctl *ctl, int argc, char **argv)
             printf(",\"min\":%llu,\"cached\":%llu,\"idle\":%llu,\"heap_hits\":%llu,"
                    "\"heap_grants\":%llu,\"stitches\":%llu,\"unmaps\":%llu,"
                    "\"refill_waits\":%llu,\"grow_waits\":%llu,\"heap_extends\":%llu,"
-                   "\"heap_fills\":%llu}",
+                   "\"heap_fills\":%llu,\"grow_queued\":%llu}",
                    (unsigned long long)ti->min, (unsigned long long)ti->cached,
                    (unsigned long long)k->bytes_idle, (unsigned long long)k->heap_hits,
                    (unsigned long long)k->heap_grants, (unsigned long long)k->stitches,
                    (unsigned long long)k->unmaps, (unsigned long long)k->refill_waits,
                    (unsigned long long)k->grow_waits, (unsigned long long)k->heap_extends,
-                   (unsigned long long)k->heap_fills);
+                   (unsigned long long)k->heap_fills, (unsigned long long)k->grow_queued);
         }
         printf("]}\n");
     } else {
