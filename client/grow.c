@@ -805,8 +805,9 @@ int grow_alloc(mb_client *c, size_t size, size_t max, void *stream, bool async, 
     /* A freed range that fits is reused, mapped as it is. */
     pthread_mutex_lock(&g->lock);
     g->recent[g->n_recent++ % RECENT] = first;
-    struct stitched *s = g->idle ? idle_take(c, g, need_res, x->limit, size, async, stream, &x->prior, &x->prior_used)
-                                : NULL;
+    struct stitched *s = NULL;
+    if (g->idle)
+        s = idle_take(c, g, need_res, x->limit, size, async, stream, &x->prior, &x->prior_used);
     x->prior_stream = stream;
     if (s)
         g->ahead += s->bytes;   /* counted as used below */
@@ -837,8 +838,10 @@ int grow_alloc(mb_client *c, size_t size, size_t max, void *stream, bool async, 
                  size, t0, &w);
     }
     pthread_mutex_lock(&g->lock);
-    if (rc == 0 && s->bytes < size)   /* queued, and failed already */
-        rc = (rc = amap_take_error(c)) != 0 ? rc : MB_EBACKEND;
+    if (rc == 0 && s->bytes < size) {   /* queued, and failed already */
+        int e = amap_take_error(c);
+        rc = e ? e : MB_EBACKEND;
+    }
     if (rc == 0) {
         g->ahead -= size;   /* the mapping was counted ahead */
         x->used = size;
@@ -961,8 +964,10 @@ int grow_extend(mb_client *c, void *ptr, size_t new_size, void *stream, bool asy
                     x->busy = false;
                     pthread_cond_broadcast(&g->not_busy);
                 }
-                if (rc == 0 && new_size > x->s->bytes)   /* a queued mapping failed already */
-                    rc = (rc = amap_take_error(c)) != 0 ? rc : MB_EBACKEND;
+                if (rc == 0 && new_size > x->s->bytes) {   /* a queued mapping failed already */
+                    int e = amap_take_error(c);
+                    rc = e ? e : MB_EBACKEND;
+                }
             }
         }
         if (rc == 0) {
