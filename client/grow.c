@@ -1321,19 +1321,43 @@ void grow_trim_held(mb_client *c, struct growset *g)
     pthread_mutex_lock(&g->lock);
     g->n_recent = 0;   /* no spare ranges until allocations come again */
     idle_release_held(c, g, 0, -1);
+    /* What stays mapped past the sizes in use, and why (debug log). */
+    size_t busy = 0, busy_bytes = 0, floored = 0, floor_bytes = 0, left = 0, left_bytes = 0;
     for (size_t i = 0; i < g->map.cap; i++) {
         struct ptrmap_slot *sl = &g->map.slots[i];
         struct growable *x = sl->key > 1 ? sl->val : NULL;
         struct tail_cut cut;
-        if (!x || x->busy || x->s->bytes <= x->used)
+        if (!x || x->s->bytes <= x->used)
             continue;
+        if (x->busy) {
+            busy++;
+            busy_bytes += x->s->bytes - x->used;
+            continue;
+        }
         size_t keep = fence_settled(c, &x->prior) || x->prior_used < x->used ? x->used
                                                                               : x->prior_used;
+        if (keep > x->used) {
+            floored++;
+            floor_bytes += keep - x->used;
+        }
         if (tail_cut_held(g, x, keep, &cut))
             tail_unmap(c, g, &cut, true);
         x->last_ms = 0;   /* not refilled until it grows again */
+        if (x->s->bytes > keep) {   /* inside a frame that holds used bytes too */
+            left++;
+            left_bytes += x->s->bytes - keep;
+        }
     }
+    size_t n_idle = g->n_idle, idle_bytes = g->idle_bytes;
     pthread_mutex_unlock(&g->lock);
+    if (busy || floored || left || n_idle)
+        mb_log(MB_LOG_DEBUG,
+               "growable ranges trimmed: mapped past their sizes still, %zu MiB in %zu ranges "
+               "busy mapping, %zu MiB in %zu kept for a former owner's work, %zu MiB in %zu "
+               "frames that hold used bytes too; %zu MiB in %zu idle ranges whose work is not "
+               "done",
+               busy_bytes >> 20, busy, floor_bytes >> 20, floored, left_bytes >> 20, left,
+               idle_bytes >> 20, n_idle);
 }
 
 /* What the ranges' driver work was, at close (MOONBRIGHT_LOG=info): where
