@@ -78,7 +78,8 @@ MB_API int mb_grow(mb_client *c, void *ptr, size_t new_size);
  * returns the error. A growable range freed on stream (mb_free_async, or
  * mb_free for the legacy default stream) is reused at once by
  * mb_malloc_growable_async on the same stream, as cudaMallocAsync reuses
- * a block. Refused for budget or quota, these calls wait for the mappings
+ * a block. mb_free of a range whose mapping is still queued waits for it.
+ * Refused for budget or quota, these calls wait for the mappings
  * queued and the stream's work before the process gives back idle memory
  * and tries once more. On the host backend both map before returning. */
 MB_API int mb_malloc_growable_async(mb_client *c, size_t size, size_t max_size, void *stream,
