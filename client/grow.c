@@ -412,6 +412,13 @@ static int grow_job_run(void *arg, bool fail)
     return skip ? 0 : rc;
 }
 
+/* The error of a queued mapping that failed before its call returned. */
+static int queued_failure(mb_client *c)
+{
+    int e = amap_take_error(c);
+    return e ? e : MB_EBACKEND;
+}
+
 /* Hand t's frames, taken for the end of x's range, to the mapper thread
  * with stream gated behind them: published at once (x pending, and busy
  * until its jobs are done), behind the jobs x has queued already. The job
@@ -605,6 +612,24 @@ static bool fence_settled(mb_client *c, void **f)
     fence_drop(c, *f);
     *f = NULL;
     return true;
+}
+
+/* Wait on the host until the fence at *f completes (dropped then): only
+ * where no record could keep it for later (out of memory, no fence). */
+static void fence_wait(mb_client *c, void **f)
+{
+    while (!fence_settled(c, f)) {
+        struct timespec ts = { 0, 100 * 1000 };
+        nanosleep(&ts, NULL);
+    }
+}
+
+/* The bytes of x no unmap may reach below: its used size, and while a
+ * former owner's work is pending (reused in stream order) what that owner
+ * used. g->lock held. */
+static size_t keep_floor(mb_client *c, struct growable *x)
+{
+    return fence_settled(c, &x->prior) || x->prior_used < x->used ? x->used : x->prior_used;
 }
 
 /* How well an idle range of `bytes` mapped serves a range used up to
@@ -838,10 +863,8 @@ int grow_alloc(mb_client *c, size_t size, size_t max, void *stream, bool async, 
                  size, t0, &w);
     }
     pthread_mutex_lock(&g->lock);
-    if (rc == 0 && s->bytes < size) {   /* queued, and failed already */
-        int e = amap_take_error(c);
-        rc = e ? e : MB_EBACKEND;
-    }
+    if (rc == 0 && s->bytes < size)   /* queued, and failed already */
+        rc = queued_failure(c);
     if (rc == 0) {
         g->ahead -= size;   /* the mapping was counted ahead */
         x->used = size;
@@ -964,10 +987,8 @@ int grow_extend(mb_client *c, void *ptr, size_t new_size, void *stream, bool asy
                     x->busy = false;
                     pthread_cond_broadcast(&g->not_busy);
                 }
-                if (rc == 0 && new_size > x->s->bytes) {   /* a queued mapping failed already */
-                    int e = amap_take_error(c);
-                    rc = e ? e : MB_EBACKEND;
-                }
+                if (rc == 0 && new_size > x->s->bytes)   /* a queued mapping failed already */
+                    rc = queued_failure(c);
             }
         }
         if (rc == 0) {
@@ -1032,12 +1053,8 @@ int grow_free(mb_client *c, void *ptr, void *stream)
         shared |= s->frames[i]->exported;
     struct gidle *i = shared ? NULL : calloc(1, sizeof(*i));
     int rc = 0;
-    while (prior && !i) {   /* (out of memory for the record: rare, wait for it) */
-        if (fence_settled(c, &prior))
-            break;
-        struct timespec ts = { 0, 100 * 1000 };
-        nanosleep(&ts, NULL);
-    }
+    if (!i)   /* (out of memory for the record: rare) */
+        fence_wait(c, &prior);
     if (i) {
         rc = lclock_fence(&c->lclk, c->be, stream, &i->fence);
         i->stream = stream;
@@ -1052,10 +1069,7 @@ int grow_free(mb_client *c, void *ptr, void *stream)
         if (s) {
             if (rc == 0)
                 fence_drop(c, i->fence);
-            while (!fence_settled(c, &i->prior)) {   /* (no fence for this free: rare) */
-                struct timespec ts = { 0, 100 * 1000 };
-                nanosleep(&ts, NULL);
-            }
+            fence_wait(c, &i->prior);   /* (no fence for this free: rare) */
             free(i);
         }
     }
@@ -1274,9 +1288,9 @@ static void give_back(mb_client *c, struct growset *g, int64_t now, int idle_ms)
         struct growable *x = sl->key > 1 ? sl->val : NULL;
         if (!x || x->busy)
             continue;
-        size_t floor = fence_settled(c, &x->prior) ? 0 : x->prior_used;
+        size_t floor = keep_floor(c, x);
         if (x->s->bytes > x->used && now - x->last_ms >= idle_ms)
-            ncut += tail_cut_held(g, x, x->used > floor ? x->used : floor, &cuts[ncut]);
+            ncut += tail_cut_held(g, x, floor, &cuts[ncut]);
         else if (x->s->bytes - x->used > 2 * target_of(c, x)) {   /* a reused range's excess */
             size_t keep = x->used + target_of(c, x);
             ncut += tail_cut_held(g, x, keep > floor ? keep : floor, &cuts[ncut]);
@@ -1334,8 +1348,7 @@ void grow_trim_held(mb_client *c, struct growset *g)
             busy_bytes += x->s->bytes - x->used;
             continue;
         }
-        size_t keep = fence_settled(c, &x->prior) || x->prior_used < x->used ? x->used
-                                                                              : x->prior_used;
+        size_t keep = keep_floor(c, x);
         if (keep > x->used) {
             floored++;
             floor_bytes += keep - x->used;
