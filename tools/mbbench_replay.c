@@ -1321,10 +1321,13 @@ int bench_replay(int argc, char **argv)
         cfg.bucket = 1;
     struct strat_result res[S_COUNT];
     int nres = 0, failed = 0;
+    bool any_mb = false;   /* MoonBright strategies run too (before cudaMallocAsync) */
+    for (int k = 0; k < S_COUNT; k++)
+        any_mb |= on[k] && is_mb(k);
     for (int k = 0; k < S_COUNT; k++) {
         if (!on[k])
             continue;
-        if (k == S_CUDA && (on[S_REALLOC] || on[S_GROW] || on[S_GROW_ASYNC] || on[S_VSPACE])) {
+        if (k == S_CUDA && any_mb) {
             /* The baseline runs with no idle MoonBright memory held. */
             uint64_t left = bench_daemon_wait_idle(30000);
             if (left)
