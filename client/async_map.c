@@ -259,14 +259,17 @@ int amap_take_error(mb_client *c)
     return rc;
 }
 
-/* Queue j behind the jobs queued, gating stream on it. a->lock held. */
-static int enqueue_held(mb_client *c, struct amap *a, struct amap_job *j, void *stream)
+/* Queue j behind the jobs queued, then gate stream on it; its seq. No
+ * lock may be held that a job takes (the frame lock, a growable set's):
+ * the driver blocks a stream operation while the stream's queue is full,
+ * until the mapper has opened earlier gates. Where the stream cannot be
+ * gated the job is queued already: the caller waits for it here, so that
+ * work enqueued later finds it done. */
+static uint32_t enqueue(mb_client *c, struct amap *a, struct amap_job *j, void *stream)
 {
-    j->seq = a->next_seq + 1;
-    int rc = c->be->ops->stream_wait_value32(c->be, stream, a->flag_dev, j->seq);
-    if (rc != 0)
-        return rc;
-    a->next_seq = j->seq;
+    pthread_mutex_lock(&a->lock);
+    uint32_t seq = j->seq = a->next_seq + 1;   /* (j is the mapper's once queued) */
+    a->next_seq = seq;
     if (a->tail)
         a->tail->next = j;
     else
@@ -275,7 +278,17 @@ static int enqueue_held(mb_client *c, struct amap *a, struct amap_job *j, void *
     a->queued++;
     AMAP_CHECK(a);
     pthread_cond_signal(&a->wake);
-    return 0;
+    pthread_mutex_unlock(&a->lock);
+    int rc = c->be->ops->stream_wait_value32(c->be, stream, a->flag_dev, seq);
+    if (rc != 0) {
+        mb_log(MB_LOG_WARN, "failed to gate a stream behind a mapping: %s; waiting for it",
+               mb_strerror(rc));
+        pthread_mutex_lock(&a->lock);
+        while ((int32_t)(__atomic_load_n(a->flag, __ATOMIC_ACQUIRE) - seq) < 0)
+            pthread_cond_wait(&a->done, &a->lock);
+        pthread_mutex_unlock(&a->lock);
+    }
+    return seq;
 }
 
 int amap_alloc(mb_client *c, size_t size, void *stream, struct stitched **out)
@@ -283,21 +296,25 @@ int amap_alloc(mb_client *c, size_t size, void *stream, struct stitched **out)
     size_t fb = c->frame_bytes;
     if (size == 0 || size > SIZE_MAX - fb || !out)
         return MB_EINVAL;
+    pthread_mutex_lock(&c->flock);
     struct amap *a = amap_get(c);
-    if (!a)
-        return c->large_frames ? stitch_alloc_large(c, size, MB_MAX_ORDER, 0, out)
-                              : stitch_alloc(c, size, size, out);
+    int rc;
+    if (!a) {
+        rc = c->large_frames ? stitch_alloc_large(c, size, MB_MAX_ORDER, 0, out)
+                             : stitch_alloc(c, size, size, out);
+        pthread_mutex_unlock(&c->flock);
+        return rc;
+    }
     pthread_mutex_lock(&a->lock);
-    int rc = a->error;
+    rc = a->error;
     __atomic_store_n(&a->error, 0, __ATOMIC_RELEASE);
     pthread_mutex_unlock(&a->lock);
-    if (rc)
-        return rc;
-
     struct stitched *s = NULL;
-    struct amap_job *j = calloc(1, sizeof(*j));
-    if (!j)
-        return MB_ENOMEM;
+    struct amap_job *j = rc ? NULL : calloc(1, sizeof(*j));
+    if (!j) {
+        pthread_mutex_unlock(&c->flock);
+        return rc ? rc : MB_ENOMEM;
+    }
     if (c->large_frames) {
         /* The frame plan's few frames, cached or granted now. */
         rc = stitch_take_large(c, size, &s);
@@ -309,29 +326,16 @@ int amap_alloc(mb_client *c, size_t size, void *stream, struct stitched **out)
             fcache_put(c, s->frames[i]);
         free(s);
     }
+    if (rc == 0)
+        c->fst.bytes_mapped += s->bytes;
+    pthread_mutex_unlock(&c->flock);
     if (rc != 0) {
         free(j);
         return rc;
     }
-    size_t n = s->n;
     j->s = s;
-    j->n = n;
-    pthread_mutex_lock(&a->lock);
-    rc = enqueue_held(c, a, j, stream);
-    pthread_mutex_unlock(&a->lock);
-    if (rc != 0) {
-        /* The stream could not be gated: map now, before returning. */
-        free(j);
-        rc = stitch_map(c->be, s, 0, n, 0);
-        if (rc != 0) {
-            c->be->ops->free_va(c->be, s->va, s->reserved);
-            for (size_t i = 0; i < n; i++)
-                fcache_put(c, s->frames[i]);
-            free(s);
-            return rc;
-        }
-    }
-    c->fst.bytes_mapped += s->bytes;
+    j->n = s->n;
+    enqueue(c, a, j, stream);
     *out = s;
     return 0;
 }
@@ -347,14 +351,8 @@ int amap_run_async(mb_client *c, void *stream, int (*run)(void *arg, bool fail),
         return MB_ENOMEM;
     j->run = run;
     j->arg = arg;
-    pthread_mutex_lock(&a->lock);
-    int rc = enqueue_held(c, a, j, stream);
-    if (rc == 0)
-        *seq = j->seq;
-    pthread_mutex_unlock(&a->lock);
-    if (rc != 0)
-        free(j);
-    return rc;
+    *seq = enqueue(c, a, j, stream);
+    return 0;
 }
 
 int amap_gate(mb_client *c, void *stream, uint32_t seq)
@@ -402,6 +400,17 @@ void amap_drain(mb_client *c)
         return;
     pthread_mutex_lock(&a->lock);
     while (a->head)
+        pthread_cond_wait(&a->done, &a->lock);
+    pthread_mutex_unlock(&a->lock);
+}
+
+void amap_wait_queued(mb_client *c, size_t most)
+{
+    struct amap *a = find(c, false);
+    if (!a)
+        return;
+    pthread_mutex_lock(&a->lock);
+    while (a->queued > most)
         pthread_cond_wait(&a->done, &a->lock);
     pthread_mutex_unlock(&a->lock);
 }

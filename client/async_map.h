@@ -7,20 +7,20 @@
  * on the stream runs after the mapping; other streams and the calling
  * thread never wait for it.
  *
- * How client.c uses it (every function: c->lock held):
+ * How client.c uses it (no lock held that a job of the mapper takes, the
+ * frame lock or a growable set's: the driver blocks a stream operation
+ * while the stream's queue is full, until the mapper has opened earlier
+ * gates; amap_alloc takes the frame lock itself):
  *
- *   mb_malloc_async, once the tiers returned MB_ENOENT:
+ *   mb_malloc_async, once the tiers returned MB_ENOENT (own_range):
  *       rc = amap_take_error(c);             (also at the top of mb_free*)
  *       struct stitched *s;
  *       if (rc == 0) rc = amap_alloc(c, size, stream, &s);
- *       if (rc == 0 && (rc = ptrmap_put(&c->live, s->va, s)) != 0)
- *           amap_free(c, s, stream);
- *       if (rc == 0) { c->st.stitch_live += s->bytes; *ptr = s->va; }
- *   freeing or growing any live stitched range s (mb_free*, mb_grow):
- *       amap_free(c, s, stream) instead of stitch_free(c, s, stream)
- *       (it waits for the mapper when s is still being mapped, then frees;
- *       it is stitch_free for every other range); the ranges of amap_alloc
- *       have no room to grow (reserved == bytes).
+ *       then s is a live range (c->live), s->mapped_async set;
+ *   freeing it (mb_free*): amap_settle(c, s, ...) first (it waits for the
+ *       mapper when s is still being mapped, and says whether the mapping
+ *       failed), then the range is retired as any other; the ranges of
+ *       amap_alloc have no room to grow (reserved == bytes).
  *   mb_close, first of all (before live ranges are unmapped):
  *       amap_close(c);
  *
@@ -60,9 +60,9 @@ int amap_alloc(mb_client *c, size_t size, void *stream, struct stitched **out);
  * jobs, stream gated behind it; *seq is its number for amap_gate. With
  * fail true (a test hook's injected failure) run must not map and must
  * undo as for a failed mapping. run returns 0, or the error amap_take_error
- * reports next. MB_ENOENT where streams cannot be gated (host backend),
- * or the driver's error when this stream could not be: the caller maps
- * synchronously. c->lock need not be held. */
+ * reports next. MB_ENOENT where streams cannot be gated (host backend):
+ * the caller maps synchronously. Where this stream could not be gated
+ * (the driver's error, logged), the job is done when this returns. */
 int amap_run_async(mb_client *c, void *stream, int (*run)(void *arg, bool fail), void *arg,
                    uint32_t *seq);
 /* Gate stream behind job seq (queued or done): MB_ENOENT without a
@@ -81,6 +81,9 @@ void amap_close(mb_client *c);
 /* Wait until every job queued so far is done (a refused grant's path:
  * frees ordered behind gates can then complete). */
 void amap_drain(mb_client *c);
+/* Wait until at most `most` jobs are queued (the running one included):
+ * a bound on how far callers run ahead of the mapper. */
+void amap_wait_queued(mb_client *c, size_t most);
 /* Ranges being mapped now (for stats and tests). */
 size_t amap_in_flight(mb_client *c);
 

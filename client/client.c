@@ -82,6 +82,7 @@ int mb_open(mb_client **out, const char *tenant_name)
     c->classes = env_long("MOONBRIGHT_HEAP_CLASSES", 1, 0, 1) != 0;
     c->fill = env_long("MOONBRIGHT_HEAP_FILL", 1, 0, 1) != 0;
     c->grow_spares = env_long("MOONBRIGHT_GROW_SPARES", 1, 0, 1) != 0;
+    c->grow_free_lag = (size_t)env_long("MOONBRIGHT_GROW_FREE_LAG", 8, 0, 1 << 20);
     const char *cache = getenv("MOONBRIGHT_CACHE");
     uint64_t v;
     if (cache && *cache) {
@@ -187,13 +188,14 @@ static void check_client(mb_client *c)
 static int own_range(mb_client *c, size_t size, size_t reserve, void *stream, struct stitched **s)
 {
     pthread_mutex_unlock(&c->lock);
-    pthread_mutex_lock(&c->flock);
     int rc;
-    if (stream)
-        rc = amap_alloc(c, size, stream, s);
-    else
+    if (stream) {
+        rc = amap_alloc(c, size, stream, s);   /* (it takes the frame lock) */
+    } else {
+        pthread_mutex_lock(&c->flock);
         rc = stitch_alloc(c, size, reserve, s);
-    pthread_mutex_unlock(&c->flock);
+        pthread_mutex_unlock(&c->flock);
+    }
     pthread_mutex_lock(&c->lock);
     if (rc == 0) {
         (*s)->mapped_async = stream != NULL;

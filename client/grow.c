@@ -103,13 +103,20 @@ struct gidle {
     size_t used;                 /* the size its last owner used (what its work may touch) */
     int64_t since_ms;
     bool spare;                  /* mapped ahead by spares_work, not freed by a user */
+    /* Freed while mappings of its last owner were still queued (grow_free
+     * does not wait for the mapper): that owner's record, which the jobs
+     * end on (x->idle, x->s == s); kept until taken or unmapped. NULL
+     * otherwise. */
+    struct growable *x;
     struct gidle *next;
 };
 
-/* Invariants (growable_is_valid): used <= max <= s->reserved, used <= s->bytes
- * <= s->reserved; s->bytes
- * is the sum of s->frames[0..s->n), each a multiple of the unit; busy while
- * one thread maps frames past s->bytes (s->frames[s->n..] are its own). */
+/* Invariants (growable_is_valid): used <= max <= s->reserved, used <=
+ * s->bytes <= s->reserved; s->bytes is the sum of s->frames[0..s->n), each
+ * a multiple of the unit; busy while one thread maps frames past s->bytes
+ * (s->frames[s->n..] are its own) and while jobs are pending; enqueuing
+ * only with a job pending; a freed record (idle) busy only while its jobs
+ * run. */
 struct growable {
     struct stitched *s;
     size_t used;
@@ -131,6 +138,7 @@ struct growable {
      * only return their frames. */
     unsigned pending;
     bool queuing, broken;
+    bool enqueuing;              /* map_queue is handing a job to the mapper: seq not set yet */
     uint32_t seq;
     size_t settled;
     /* Reused in stream order (idle_take) before the work of its last
@@ -139,6 +147,10 @@ struct growable {
      * unmapped. */
     void *prior, *prior_stream;
     size_t prior_used;
+    /* Freed with jobs still pending: on g->idle (a gidle's x), out of the
+     * set's map and sums; the next owner that takes the range in stream
+     * order takes this record with it. */
+    bool idle;
 };
 
 /* Guarded by lock (taken after c->lock, never held across a call into the
@@ -173,7 +185,8 @@ static bool growable_is_valid(const mb_client *c, const struct growable *x)
     return sum == s->bytes && x->used <= s->bytes && s->bytes <= s->reserved && s->n <= s->cap &&
            x->used <= x->max && x->max <= x->limit && x->limit <= s->reserved &&
            (!x->pending || (x->busy && x->settled <= s->bytes)) && (!x->queuing || x->busy) &&
-           (!x->broken || x->pending || x->queuing);
+           (!x->broken || x->pending || x->queuing) && (!x->enqueuing || x->pending) &&
+           (!x->idle || x->pending || !x->busy);
 }
 
 #ifdef MB_DEBUG
@@ -363,6 +376,7 @@ static int grow_job_run(void *arg, bool fail)
     struct growset *g = j->g;
     struct growable *x = j->x;
     struct stitched *s = x->s, *t = j->t;
+    char *va = s->va;   /* (s may be unmapped once its last job ended, if idle) */
     pthread_mutex_lock(&g->lock);
     bool skip = x->broken;   /* set only by this thread: stable while it runs */
     pthread_mutex_unlock(&g->lock);
@@ -383,14 +397,20 @@ static int grow_job_run(void *arg, bool fail)
     if (rc == 0) {
         x->settled = j->from + t->bytes;
     } else if (!skip) {
-        size_t ahead_was = s->bytes - x->used;
+        size_t ahead_was = s->bytes - x->used, bytes_was = s->bytes;
         s->n = j->from_n;
         s->bytes = j->from;
-        if (x->used > s->bytes) {
-            g->used -= x->used - s->bytes;
-            x->used = s->bytes;
+        if (x->idle) {   /* freed: counted among the idle bytes, not the set's */
+            g->idle_bytes -= bytes_was - s->bytes;
+            if (x->used > s->bytes)
+                x->used = s->bytes;
+        } else {
+            if (x->used > s->bytes) {
+                g->used -= x->used - s->bytes;
+                x->used = s->bytes;
+            }
+            g->ahead = g->ahead - ahead_was + (s->bytes - x->used);
         }
-        g->ahead = g->ahead - ahead_was + (s->bytes - x->used);
         x->settled = s->bytes;
         x->broken = true;
     }
@@ -405,8 +425,7 @@ static int grow_job_run(void *arg, bool fail)
     if (rc != 0 && !skip)
         mb_log(MB_LOG_ERR, "failed to map %zu bytes at %p after a stream-ordered growth returned: "
                            "%s; the range ends at %zu bytes, the next call reports the error",
-               t->bytes, (char *)s->va + j->from, fail ? "injected failure" : mb_strerror(rc),
-               j->from);
+               t->bytes, va + j->from, fail ? "injected failure" : mb_strerror(rc), j->from);
     free(t);
     free(j);
     return skip ? 0 : rc;
@@ -445,20 +464,30 @@ static int map_queue(mb_client *c, struct growset *g, struct growable *x, struct
         s->bytes += t->bytes;
         g->ahead += t->bytes;
         x->pending++;
-        uint32_t seq;
-        rc = amap_run_async(c, stream, grow_job_run, j, &seq);
-        if (rc == 0) {
-            x->seq = seq;
-        } else {
-            s->n -= t->n;
-            s->bytes -= t->bytes;
-            g->ahead -= t->bytes;
-            x->pending--;
-        }
+        x->enqueuing = true;
     }
     pthread_mutex_unlock(&g->lock);
-    if (rc != 0)
+    if (rc != 0) {
         free(j);
+        return rc;
+    }
+    /* Queued without g->lock, which the job takes: gating the stream may
+     * block until the mapper has run earlier jobs. */
+    uint32_t seq;
+    rc = amap_run_async(c, stream, grow_job_run, j, &seq);
+    pthread_mutex_lock(&g->lock);
+    if (rc == 0) {
+        x->seq = seq;
+    } else {   /* never queued */
+        s->n -= t->n;
+        s->bytes -= t->bytes;
+        g->ahead -= t->bytes;
+        x->pending--;
+        free(j);
+    }
+    x->enqueuing = false;
+    pthread_cond_broadcast(&g->not_busy);
+    pthread_mutex_unlock(&g->lock);
     return rc;
 }
 
@@ -632,6 +661,16 @@ static size_t keep_floor(mb_client *c, struct growable *x)
     return fence_settled(c, &x->prior) || x->prior_used < x->used ? x->used : x->prior_used;
 }
 
+/* Does anything still use x's range (being freed or given up): its
+ * mappings still queued, or a former owner's work not done? */
+static bool still_used(mb_client *c, struct growset *g, struct growable *x)
+{
+    pthread_mutex_lock(&g->lock);
+    bool jobs = x->pending > 0;
+    pthread_mutex_unlock(&g->lock);
+    return jobs || !fence_settled(c, &x->prior);
+}
+
 /* How well an idle range of `bytes` mapped serves a range used up to
  * `size` that may map up to `limit`: 0 best. A range holding size within
  * limit needs nothing; one mapped past limit needs its excess unmapped by
@@ -650,18 +689,26 @@ static bool idle_better(size_t b, size_t best, size_t size, size_t limit)
     return kb == 2 ? b > best : b < best;   /* short: the most mapped; else the least */
 }
 
+/* Are the jobs of idle range i's last owner still pending? g->lock held. */
+static bool idle_pending(const struct gidle *i)
+{
+    return i->x && i->x->pending;
+}
+
 /* The idle range to reuse for a range of `need_res` reserved bytes used
  * up to `size`, mapping up to `limit`: reserved enough, the best by
- * idle_better, and done: its fence completed, or, for a stream-ordered
- * allocation (async), freed on the same stream (the work that may still
- * use it runs before the work the new owner enqueues there). Unlinked;
- * g->lock held. */
+ * idle_better, and done: its fence completed and its mappings too, or,
+ * for a stream-ordered allocation (async), freed on the same stream (the
+ * work that may still use it runs before the work the new owner enqueues
+ * there; mappings still queued end on the record *xo, which the new owner
+ * then becomes). Unlinked; g->lock held. */
 static struct stitched *idle_take(mb_client *c, struct growset *g, size_t need_res, size_t limit,
                                   size_t size, bool async, void *stream, void **prior,
-                                  size_t *prior_used)
+                                  size_t *prior_used, struct growable **xo)
 {
     struct gidle **best = NULL;
     bool best_ordered = false;
+    *xo = NULL;
     for (struct gidle **pp = &g->idle; *pp; pp = &(*pp)->next) {
         struct gidle *i = *pp;
         if (i->s->reserved < need_res)
@@ -670,8 +717,11 @@ static struct stitched *idle_take(mb_client *c, struct growset *g, size_t need_r
             continue;
         if (!fence_settled(c, &i->prior))
             continue;
+        bool ordered = async && !i->spare && i->stream == stream;
+        if (idle_pending(i) && !(ordered && !i->x->broken))
+            continue;
         bool done = fence_done(c, i->fence) == 1;
-        if (!done && !(async && !i->spare && i->stream == stream))
+        if (!done && !ordered)
             continue;
         best = pp;
         best_ordered = !done;
@@ -681,6 +731,10 @@ static struct stitched *idle_take(mb_client *c, struct growset *g, size_t need_r
     struct gidle *i = *best;
     *best = i->next;
     struct stitched *s = i->s;
+    if (idle_pending(i))
+        *xo = i->x;
+    else
+        free(i->x);   /* its jobs ended (under g->lock): nobody holds it */
     g->reuse_kind[idle_fit(s->bytes, size, limit)]++;
     g->reuse_spare += i->spare;
     g->reuse_ordered += best_ordered;
@@ -711,16 +765,17 @@ static void idle_push_held(struct growset *g, struct gidle *i, struct stitched *
  * use, and 128 MiB besides), the rest unmapped by the background thread. */
 static size_t idle_cap(const struct growset *g) { return (g->used >> AHEAD_SHIFT) + ((size_t)128 << 20); }
 
-/* Unlink idle ranges whose fence completed: all (idle_ms < 0), those idle
- * since before now - idle_ms, and more while they hold more than
- * idle_cap. g->lock held. */
+/* Unlink idle ranges whose fence and mappings completed: all (idle_ms <
+ * 0), those idle since before now - idle_ms, and more while they hold
+ * more than idle_cap. g->lock held. */
 static struct gidle *idle_detach_held(mb_client *c, struct growset *g, int64_t now, int64_t idle_ms)
 {
     struct gidle *gone = NULL;
     for (struct gidle **pp = &g->idle; *pp;) {
         struct gidle *i = *pp;
         bool due = idle_ms < 0 || now - i->since_ms >= idle_ms || g->idle_bytes > idle_cap(g);
-        if (!due || fence_done(c, i->fence) != 1 || !fence_settled(c, &i->prior)) {
+        if (!due || idle_pending(i) || fence_done(c, i->fence) != 1 ||
+            !fence_settled(c, &i->prior)) {
             pp = &i->next;
             continue;
         }
@@ -754,6 +809,7 @@ static void idle_unmap(mb_client *c, struct growset *g, struct gidle *gone, bool
         tally(&g->tally[GT_IDLE], bytes, nf, t0);
         if (rc != 0)
             mb_log(MB_LOG_ERR, "failed to unmap an idle growable range at %p", i->s->va);
+        free(i->x);
         free(i);
     }
 }
@@ -831,12 +887,37 @@ int grow_alloc(mb_client *c, size_t size, size_t max, void *stream, bool async, 
     pthread_mutex_lock(&g->lock);
     g->recent[g->n_recent++ % RECENT] = first;
     struct stitched *s = NULL;
+    struct growable *xo = NULL;
     if (g->idle)
-        s = idle_take(c, g, need_res, x->limit, size, async, stream, &x->prior, &x->prior_used);
+        s = idle_take(c, g, need_res, x->limit, size, async, stream, &x->prior, &x->prior_used,
+                      &xo);
+    if (xo) {
+        /* Its former owner's mappings are still queued and end on its
+         * record: this range becomes that record (busy while they run). */
+        xo->used = xo->step = 0;
+        xo->max = x->max;
+        xo->limit = x->limit;
+        xo->last_ms = x->last_ms;
+        xo->hint = x->hint;
+        xo->prior = x->prior;
+        xo->prior_used = x->prior_used;
+        xo->idle = false;
+        free(x);
+        x = xo;
+    }
     x->prior_stream = stream;
     if (s)
         g->ahead += s->bytes;   /* counted as used below */
     pthread_mutex_unlock(&g->lock);
+    /* Work enqueued on stream from now on runs after the mappings queued
+     * (they may have gated another stream only); a synchronous wait for
+     * them where the stream cannot be gated. */
+    if (xo && amap_gate(c, stream, xo->seq) != 0) {
+        pthread_mutex_lock(&g->lock);
+        while (x->pending)
+            pthread_cond_wait(&g->not_busy, &g->lock);
+        pthread_mutex_unlock(&g->lock);
+    }
     bool reused = s != NULL;
     if (!s && (rc = range_new(c, need_res, &s)) != 0) {
         free(x);
@@ -851,6 +932,11 @@ int grow_alloc(mb_client *c, size_t size, size_t max, void *stream, bool async, 
     g->n += rc == 0;
     pthread_mutex_unlock(&g->lock);
     bool waited = rc == 0 && s->bytes < size, queued = false;   /* mapped on this call */
+    if (waited && xo) {   /* behind its jobs: they must not end its busy state meanwhile */
+        pthread_mutex_lock(&g->lock);
+        x->queuing = true;
+        pthread_mutex_unlock(&g->lock);
+    }
     if (waited) {
         uint64_t t0 = mb_now_ns();
         size_t had = s->bytes, had_n = s->n;
@@ -863,6 +949,7 @@ int grow_alloc(mb_client *c, size_t size, size_t max, void *stream, bool async, 
                  size, t0, &w);
     }
     pthread_mutex_lock(&g->lock);
+    x->queuing = false;
     if (rc == 0 && s->bytes < size)   /* queued, and failed already */
         rc = queued_failure(c);
     if (rc == 0) {
@@ -871,7 +958,8 @@ int grow_alloc(mb_client *c, size_t size, size_t max, void *stream, bool async, 
         g->used += size;
         g->waits += waited && !queued;
         g->queued += queued;
-        if (!queued) {
+        if (!x->pending) {   /* (else its last job does) */
+            x->broken = false;
             x->busy = false;
             pthread_cond_broadcast(&g->not_busy);
         }
@@ -886,9 +974,10 @@ int grow_alloc(mb_client *c, size_t size, size_t max, void *stream, bool async, 
     pthread_mutex_unlock(&g->lock);
     if (rc) {
         struct gidle *i = NULL;
-        if (!fence_settled(c, &x->prior)) {
-            /* Its former owner's work may still use it: idle again. */
-            while (!(i = calloc(1, sizeof(*i))) && !fence_settled(c, &x->prior)) {
+        if (still_used(c, g, x)) {
+            /* Its former owner's work may still use it, or mappings still
+             * queued end on its record: idle again. */
+            while (!(i = calloc(1, sizeof(*i))) && still_used(c, g, x)) {
                 struct timespec ts = { 0, 100 * 1000 };
                 nanosleep(&ts, NULL);
             }
@@ -898,6 +987,12 @@ int grow_alloc(mb_client *c, size_t size, size_t max, void *stream, bool async, 
             i->stream = stream;
             i->used = x->prior_used;
             pthread_mutex_lock(&g->lock);
+            if (x->pending) {
+                i->x = x;
+                x->idle = true;
+                x->prior = NULL;   /* (the record's fence now) */
+                x = NULL;
+            }
             idle_push_held(g, i, s);
             pthread_mutex_unlock(&g->lock);
         } else {
@@ -936,14 +1031,24 @@ int grow_extend(mb_client *c, void *ptr, size_t new_size, void *stream, bool asy
     if (new_size > x->max) {
         rc = MB_EINVAL;
     } else if (new_size > x->used) {
-        if (x->pending && new_size > x->settled && new_size <= x->s->bytes &&
-            !(async && amap_gate(c, stream, x->seq) == 0)) {
+        while (x->enqueuing)
+            pthread_cond_wait(&g->not_busy, &g->lock);
+        if (x->pending && new_size > x->settled && new_size <= x->s->bytes) {
             /* Within a mapping still in flight: a stream waits for it on
-             * the device, a synchronous caller here. */
-            t0 = mb_now_ns();
-            while (x->pending)
+             * the device (gated without g->lock, which the mapper's jobs
+             * take), a synchronous caller here. */
+            bool gated = false;
+            if (async) {
+                uint32_t seq = x->seq;
+                pthread_mutex_unlock(&g->lock);
+                gated = amap_gate(c, stream, seq) == 0;
+                pthread_mutex_lock(&g->lock);
+            }
+            t0 = gated ? 0 : mb_now_ns();
+            while (!gated && x->pending)
                 pthread_cond_wait(&g->not_busy, &g->lock);
-            w.busy_ns = mb_now_ns() - t0;
+            if (!gated)
+                w.busy_ns = mb_now_ns() - t0;
         }
         bool queued = false;
         if (new_size > x->s->bytes) {
@@ -1012,64 +1117,107 @@ int grow_extend(mb_client *c, void *ptr, size_t new_size, void *stream, bool asy
     return rc;
 }
 
+static bool range_shared(const struct stitched *s)
+{
+    for (size_t i = 0; i < s->n; i++)
+        if (s->frames[i]->exported)
+            return true;
+    return false;
+}
+
 int grow_free(mb_client *c, void *ptr, void *stream)
 {
     struct growset *g;
     if (!ptr || set_of(c, false, &g) != 0)
         return MB_ENOENT;
+    /* The record the range goes idle with, and the fence of the work
+     * queued on stream before this free, made first: a range whose
+     * mappings are still queued goes idle at once, without waiting for
+     * the mapper (its jobs end on its record, kept with it). */
+    struct gidle *i = calloc(1, sizeof(*i));
+    int frc = i ? lclock_fence(&c->lclk, c->be, stream, &i->fence) : MB_ENOMEM;
     pthread_mutex_lock(&g->lock);
     struct growable *x = ptrmap_get(&g->map, ptr);
-    while (x && x->busy) {
+    if (x && x->pending) {
+        /* Not ahead of the mapper by more than c->grow_free_lag jobs:
+         * what a free leaves pending is held (no cut, no unmap) until its
+         * jobs ran. */
+        pthread_mutex_unlock(&g->lock);
+        amap_wait_queued(c, c->grow_free_lag);
+        pthread_mutex_lock(&g->lock);
+        x = ptrmap_get(&g->map, ptr);
+    }
+    /* Busy otherwise (another thread mapping or cutting it, a growth
+     * queuing behind its jobs), or shared with another process (unmapped
+     * once freed): wait. */
+    while (x && x->busy &&
+           !(frc == 0 && x->pending && !x->queuing && !x->enqueuing && !range_shared(x->s))) {
         pthread_cond_wait(&g->not_busy, &g->lock);
         x = ptrmap_get(&g->map, ptr);
     }
-    if (x) {
-        ptrmap_del(&g->map, ptr);
-        g->n--;
-        g->used -= x->used;
-        g->ahead -= x->s->bytes - x->used;
-    }
-    pthread_mutex_unlock(&g->lock);
-    if (!x)
+    if (!x) {
+        pthread_mutex_unlock(&g->lock);
+        if (frc == 0)
+            fence_drop(c, i->fence);
+        free(i);
         return MB_ENOENT;
-    /* Kept mapped for the next allocation that fits, once the work queued
-     * on stream before this free completed; ranges shared with another
-     * process, and those past IDLE_MAX, are unmapped by the background
-     * thread instead. */
+    }
+    ptrmap_del(&g->map, ptr);
+    g->n--;
+    g->used -= x->used;
+    g->ahead -= x->s->bytes - x->used;
     struct stitched *s = x->s;
     /* The work of an owner before it (reused in stream order) is covered
      * by this free's fence when it ran on the same stream; otherwise the
      * range goes idle carrying that fence too (mb_export waited for it,
      * so a shared range has none). */
     void *prior = x->prior;
+    x->prior = NULL;
     if (prior && (stream == x->prior_stream || fence_settled(c, &prior))) {
         fence_drop(c, prior);
         prior = NULL;
     }
     size_t used = x->used > x->prior_used || !prior ? x->used : x->prior_used;
+    if (x->pending) {   /* (frc == 0, not shared) */
+        i->stream = stream;
+        i->prior = prior;
+        i->used = used;
+        i->x = x;
+        x->idle = true;
+        idle_push_held(g, i, s);
+        bool over = g->idle_bytes > idle_cap(g);
+        pthread_mutex_unlock(&g->lock);
+        if (over && c->refill)
+            refill_kick(c->refill);
+        return 0;
+    }
+    pthread_mutex_unlock(&g->lock);
     free(x);
-    bool shared = false;
-    for (size_t i = 0; i < s->n; i++)
-        shared |= s->frames[i]->exported;
-    struct gidle *i = shared ? NULL : calloc(1, sizeof(*i));
-    int rc = 0;
-    if (!i)   /* (out of memory for the record: rare) */
+    /* Kept mapped for the next allocation that fits, once the work queued
+     * on stream before this free completed; ranges shared with another
+     * process, and those past IDLE_MAX, are unmapped by the background
+     * thread instead. */
+    if (i && (frc != 0 || range_shared(s))) {
+        if (frc == 0)
+            fence_drop(c, i->fence);
+        free(i);
+        i = NULL;
+    }
+    if (!i)   /* (shared, or out of memory for the record: rare) */
         fence_wait(c, &prior);
     if (i) {
-        rc = lclock_fence(&c->lclk, c->be, stream, &i->fence);
         i->stream = stream;
         i->prior = prior;
         i->used = used;
         pthread_mutex_lock(&g->lock);
-        if (rc == 0 && (g->n_idle < IDLE_MAX || prior)) {
+        if (g->n_idle < IDLE_MAX || prior) {
             idle_push_held(g, i, s);
             s = NULL;
         }
         pthread_mutex_unlock(&g->lock);
         if (s) {
-            if (rc == 0)
-                fence_drop(c, i->fence);
-            fence_wait(c, &i->prior);   /* (no fence for this free: rare) */
+            fence_drop(c, i->fence);
+            fence_wait(c, &i->prior);
             free(i);
         }
     }
@@ -1083,7 +1231,7 @@ int grow_free(mb_client *c, void *ptr, void *stream)
     }
     /* Unmapped by the background thread once the stream's work is done. */
     pthread_mutex_lock(&c->lock);
-    rc = c->retire(c, s, stream);
+    int rc = c->retire(c, s, stream);
     pthread_mutex_unlock(&c->lock);
     if (rc)
         mb_log(MB_LOG_ERR, "failed to free a growable range: %s; its frames stay mapped",
@@ -1407,6 +1555,7 @@ void growset_free(mb_client *c, struct growset *g)
         fence_drop(c, i->fence);
         fence_drop(c, i->prior);
         stitch_free(c, i->s, NULL);
+        free(i->x);   /* (the mapper stopped before the ranges go) */
         free(i);
     }
     for (size_t i = 0; i < g->map.cap; i++) {

@@ -5,7 +5,8 @@
  * failure injected after the pointer was returned is reported and nothing
  * hangs. The same for growable ranges (mb_malloc_growable_async,
  * mb_grow_async): tails mapped by the mapper, a growth into a mapping in
- * flight from another stream, a failed mapping. Exits 77 (skipped) when
+ * flight from another stream, a failed mapping, a range freed and reused
+ * while its mappings are still queued. Exits 77 (skipped) when
  * no GPU is usable. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -41,10 +42,8 @@ static int alloc(size_t bytes, void *stream, struct stitched **s, double *us)
 {
     double t0 = now_us();
     int rc = amap_take_error(g_c);
-    pthread_mutex_lock(&g_c->flock);
     if (rc == 0)
         rc = amap_alloc(g_c, bytes, stream, s);
-    pthread_mutex_unlock(&g_c->flock);
     if (us)
         *us = now_us() - t0;
     return rc;
@@ -291,6 +290,48 @@ static void test_grow_async_reuse(void **state)
     assert_int_equal(mb_free_async(g_c, r, g_s), 0);
 }
 
+/* A growable range freed while its mappings are still queued (a 200 ms
+ * mapper): the free returns with them in flight, a trim leaves the range
+ * mapped, a stream-ordered allocation on the same stream takes it at once
+ * (still in flight) and reads what the former owner's kernels wrote past
+ * the queued mapping; one on another stream does not take it. */
+static void test_grow_async_free_queued(void **state)
+{
+    (void)state;
+    const size_t mib = (size_t)1 << 20, first = 64 * mib, grown = 300 * mib;
+    settle_and_trim();
+    amap_test_inject(g_c, 200 * 1000, 0);
+    void *p, *q, *r;
+    assert_int_equal(mb_malloc_growable_async(g_c, first, (size_t)1 << 30, g_s, &p), 0);
+    assert_int_equal(mbk_fill_pattern(p, first, 41, g_s), 0);
+    assert_int_equal(mb_grow_async(g_c, p, grown, g_s), 0);
+    assert_int_equal(mbk_fill_pattern((char *)p + first, grown - first, 42, g_s), 0);
+    assert_int_equal(mb_free_async(g_c, p, g_s), 0);
+    size_t in_free = amap_in_flight(g_c);
+    assert_int_equal(mb_trim(g_c, 0), 0);
+    assert_int_equal(mb_malloc_growable_async(g_c, first, (size_t)1 << 30, g_t, &q), 0);
+    assert_int_equal(mb_malloc_growable_async(g_c, grown, (size_t)1 << 30, g_s, &r), 0);
+    size_t in_reuse = amap_in_flight(g_c);
+    printf("  freed %p with %zu mapping(s) in flight; the same stream got %p with %zu in flight, "
+           "another stream %p\n", p, in_free, r, in_reuse, q);
+    assert_true(in_free >= 1);    /* the free did not wait for the mapper */
+    assert_ptr_equal(r, p);
+    assert_true(in_reuse >= 1);   /* nor did the reuse */
+    assert_ptr_not_equal(q, p);
+    assert_int_equal(mb_usable_size(g_c, r), grown);
+    unsigned long long bad = 1;
+    assert_int_equal(mbk_check_pattern(r, first, 0, 41, g_s, &bad, NULL), 0);
+    assert_int_equal(bad, 0);
+    assert_int_equal(mbk_check_pattern((char *)r + first, grown - first, 0, 42, g_s, &bad, NULL), 0);
+    assert_int_equal(bad, 0);
+    amap_test_inject(g_c, 0, 0);
+    assert_int_equal(mbk_fill_pattern(r, grown, 43, g_s), 0);
+    assert_int_equal(mbk_check_pattern(r, grown, 0, 43, g_s, &bad, NULL), 0);
+    assert_int_equal(bad, 0);
+    assert_int_equal(mb_free_async(g_c, q, g_t), 0);
+    assert_int_equal(mb_free_async(g_c, r, g_s), 0);
+}
+
 int main(void)
 {
     const char *extra[] = { "--backend", "cuda", "--budget", "8G", NULL };
@@ -325,6 +366,7 @@ int main(void)
         cmocka_unit_test(test_grow_async),
         cmocka_unit_test(test_grow_async_failure),
         cmocka_unit_test(test_grow_async_reuse),
+        cmocka_unit_test(test_grow_async_free_queued),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
     amap_close(g_c);

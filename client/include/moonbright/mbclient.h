@@ -78,7 +78,11 @@ MB_API int mb_grow(mb_client *c, void *ptr, size_t new_size);
  * returns the error. A growable range freed on stream (mb_free_async, or
  * mb_free for the legacy default stream) is reused at once by
  * mb_malloc_growable_async on the same stream, as cudaMallocAsync reuses
- * a block. mb_free of a range whose mapping is still queued waits for it.
+ * a block, even while mappings of its former owner are still queued (they
+ * go on; nothing else reuses, unmaps or trims the range until they are
+ * done). mb_free of such a range does not wait for them; it waits only
+ * while the mapper has more than $MOONBRIGHT_GROW_FREE_LAG (default 8)
+ * jobs queued.
  * Refused for budget or quota, these calls wait for the mappings
  * queued and the stream's work before the process gives back idle memory
  * and tries once more. On the host backend both map before returning. */
