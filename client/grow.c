@@ -1130,6 +1130,11 @@ int grow_free(mb_client *c, void *ptr, void *stream)
     struct growset *g;
     if (!ptr || set_of(c, false, &g) != 0)
         return MB_ENOENT;
+    pthread_mutex_lock(&g->lock);
+    bool mine = ptrmap_get(&g->map, ptr) != NULL;
+    pthread_mutex_unlock(&g->lock);
+    if (!mine)
+        return MB_ENOENT;   /* (every free of another tier's pointer passes here) */
     /* The record the range goes idle with, and the fence of the work
      * queued on stream before this free, made first: a range whose
      * mappings are still queued goes idle at once, without waiting for

@@ -6,7 +6,8 @@
  * hangs. The same for growable ranges (mb_malloc_growable_async,
  * mb_grow_async): tails mapped by the mapper, a growth into a mapping in
  * flight from another stream, a failed mapping, a range freed and reused
- * while its mappings are still queued. Exits 77 (skipped) when
+ * while its mappings are still queued; and thousands of gates queued on
+ * one stream behind a slow mapper. Exits 77 (skipped) when
  * no GPU is usable. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -332,6 +333,42 @@ static void test_grow_async_free_queued(void **state)
     assert_int_equal(mb_free_async(g_c, r, g_s), 0);
 }
 
+/* A job that maps nothing. */
+static int noop_job(void *arg, bool fail)
+{
+    (void)arg;
+    (void)fail;
+    return 0;
+}
+
+/* Twenty thousand jobs on one stream behind a slow mapper: the driver may
+ * make a stream operation wait for room in the stream's queue until the
+ * mapper has opened earlier gates, so no lock the mapper takes may be
+ * held meanwhile. Every call returns and the stream completes. */
+static void test_many_gates(void **state)
+{
+    (void)state;
+    const int n = 20000;
+    settle_and_trim();
+    amap_test_inject(g_c, 50, 0);
+    double worst = 0, t0 = now_us();
+    for (int i = 0; i < n; i++) {
+        uint32_t seq;
+        double t = now_us();
+        assert_int_equal(amap_run_async(g_c, g_s, noop_job, NULL, &seq), 0);
+        if (now_us() - t > worst)
+            worst = now_us() - t;
+    }
+    double queued = now_us() - t0;
+    size_t left = amap_in_flight(g_c);
+    assert_int_equal(mbk_stream_sync(g_s), 0);
+    double done = now_us() - t0;
+    amap_test_inject(g_c, 0, 0);
+    printf("  %d jobs queued in %.1f ms (the slowest call %.1f ms, %zu still queued then); "
+           "the stream done after %.1f ms\n", n, queued / 1e3, worst / 1e3, left, done / 1e3);
+    assert_int_equal(amap_in_flight(g_c), 0);
+}
+
 int main(void)
 {
     const char *extra[] = { "--backend", "cuda", "--budget", "8G", NULL };
@@ -367,6 +404,7 @@ int main(void)
         cmocka_unit_test(test_grow_async_failure),
         cmocka_unit_test(test_grow_async_reuse),
         cmocka_unit_test(test_grow_async_free_queued),
+        cmocka_unit_test(test_many_gates),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
     amap_close(g_c);
