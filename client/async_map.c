@@ -404,13 +404,13 @@ void amap_drain(mb_client *c)
     pthread_mutex_unlock(&a->lock);
 }
 
-void amap_wait_queued(mb_client *c, size_t most)
+void amap_wait_behind(mb_client *c, size_t most, uint32_t seq)
 {
     struct amap *a = find(c, false);
     if (!a)
         return;
     pthread_mutex_lock(&a->lock);
-    while (a->queued > most)
+    while (a->queued > most && (int32_t)(__atomic_load_n(a->flag, __ATOMIC_ACQUIRE) - seq) < 0)
         pthread_cond_wait(&a->done, &a->lock);
     pthread_mutex_unlock(&a->lock);
 }

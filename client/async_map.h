@@ -81,9 +81,10 @@ void amap_close(mb_client *c);
 /* Wait until every job queued so far is done (a refused grant's path:
  * frees ordered behind gates can then complete). */
 void amap_drain(mb_client *c);
-/* Wait until at most `most` jobs are queued (the running one included):
- * a bound on how far callers run ahead of the mapper. */
-void amap_wait_queued(mb_client *c, size_t most);
+/* Wait until at most `most` jobs are queued (the running one included),
+ * or job seq is done: a bound on how far a caller runs ahead of the
+ * mapper, never past the wait for its own job. */
+void amap_wait_behind(mb_client *c, size_t most, uint32_t seq);
 /* Ranges being mapped now (for stats and tests). */
 size_t amap_in_flight(mb_client *c);
 

@@ -1143,12 +1143,13 @@ int grow_free(mb_client *c, void *ptr, void *stream)
     int frc = i ? lclock_fence(&c->lclk, c->be, stream, &i->fence) : MB_ENOMEM;
     pthread_mutex_lock(&g->lock);
     struct growable *x = ptrmap_get(&g->map, ptr);
-    if (x && x->pending) {
+    if (x && x->pending && !x->enqueuing) {
         /* Not ahead of the mapper by more than c->grow_free_lag jobs:
          * what a free leaves pending is held (no cut, no unmap) until its
          * jobs ran. */
+        uint32_t seq = x->seq;
         pthread_mutex_unlock(&g->lock);
-        amap_wait_queued(c, c->grow_free_lag);
+        amap_wait_behind(c, c->grow_free_lag, seq);
         pthread_mutex_lock(&g->lock);
         x = ptrmap_get(&g->map, ptr);
     }
