@@ -31,7 +31,8 @@ struct amap_job {
 
 /* Invariants (amap_is_valid), under lock:
  *   the queue head..tail holds the jobs not done, seq increasing by one
- *   *flag == seq of the last job done (next_seq - queued jobs)
+ *   *flag == seq of the last job done (next_seq - queued jobs), or of the
+ *   head job while the mapper is unlinking it
  *   failed holds done jobs whose range is still live (rc != 0) */
 struct amap {
     mb_client *c;
@@ -95,8 +96,10 @@ static bool amap_is_valid(const struct amap *a)
     for (const struct amap_job *j = a->failed; j; j = j->next)
         if (!j->done || j->rc == 0)
             return false;
-    return n == a->queued && seq == a->next_seq &&
-           *a->flag == a->next_seq - (uint32_t)a->queued;
+    /* The mapper raises the flag for the head job before it takes the
+     * lock to unlink it. */
+    uint32_t done = a->next_seq - (uint32_t)a->queued, flag = *a->flag;
+    return n == a->queued && seq == a->next_seq && (flag == done || (a->head && flag == done + 1));
 }
 #define AMAP_CHECK(a) do { if (!amap_is_valid(a)) abort(); } while (0)
 #else
