@@ -1,10 +1,12 @@
 /* grow.c: growable ranges (grow.h): one reserved range per allocation whose
- * mapped tail runs ahead of the size in use, filled by the client's
- * background thread (cached frames of any size first, else the frame
- * plan's large frames), so that mb_grow is bookkeeping; the tail's return
- * on trim, reclaim and idleness; freed ranges kept mapped (idle) and handed
- * to the next allocation that fits, once the work before their free
- * completed. */
+ * mapped tail runs ahead of the size in use, so that mb_grow is
+ * bookkeeping; the calls (allocate, grow, free, find), their frames
+ * (cached frames of any size first, else the frame plan's large frames),
+ * mapping on the caller's path or, in stream order, by the mapper thread;
+ * freed ranges kept mapped (idle) and handed to the next allocation that
+ * fits, once the work before their free completed; the set's life and
+ * counts. The background pass that keeps tails ahead and gives back what
+ * ranges hold past their need is grow_bg.c; what both share, grow_int.h. */
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,61 +14,25 @@
 
 #include "async_map.h"
 #include "frame_plan.h"
-#include "grow.h"
+#include "grow_int.h"
 #include "log.h"
 #include "refill.h"
 #include "wire.h"
 
-/* Tail target: used / 2^AHEAD_SHIFT (about 1.6 % of the range), at least
- * TAIL_MIN (half the size used, for ranges under twice that: a small range
- * keeps a tail its own size's order, one unit at least; and no more than
- * TAIL_STEPS growth steps, so ranges that grow by little keep little ahead)
- * and twice the last growth step, in whole units; refilled by one target's
- * worth when it falls under half of it. A range not yet grown caps its
- * floor by the latest step of any range (its hint). */
-#define AHEAD_SHIFT 6
-#define TAIL_MIN ((size_t)8 << 20)   /* fewer, larger frames: fewer descriptors and grants */
-#define TAIL_STEPS 4
-#define IDLE_MAX 256            /* idle ranges kept mapped at most */
-#define RESERVE_MIN ((size_t)1 << 30)   /* address space a range reserves at least */
-#define CACHE_STALE_MS 50       /* cached frames past the cache's size go back after this
-                                 * (spare ranges are made from the daemon's frames too) */
-#define RECENT 32               /* allocation sizes a spare range is sized from */
-#define SPARES_PER_PASS 4       /* spare ranges one background pass maps at most */
-#define TAILS_PER_PASS 16       /* tails one pass refills at most; the next pass comes at
-                                 * once, after what freed meanwhile went back */
-
-/* Driver work by kind, counted for the log line at close
- * (MOONBRIGHT_LOG=info): how often, how many bytes, how long. */
-enum { GT_WAIT, GT_QUEUED, GT_TAIL, GT_SPARE, GT_IDLE, GT_CUT, GT_STALE, GT_N };
+/* The kinds of driver work, as logged at close. */
 static const char *const gt_name[GT_N] = {
     "maps on the caller's path", "maps queued for a stream", "tails mapped ahead",
     "spare ranges mapped",
     "idle ranges unmapped", "tails cut", "stale cached frames returned",
 };
-struct grow_tally {
-    uint64_t n, bytes, ns, frames;
-};
 
-static void tally(struct grow_tally *t, size_t bytes, size_t frames, uint64_t t0)
+void tally(struct grow_tally *t, size_t bytes, size_t frames, uint64_t t0)
 {
     __atomic_fetch_add(&t->n, 1, __ATOMIC_RELAXED);
     __atomic_fetch_add(&t->frames, frames, __ATOMIC_RELAXED);
     __atomic_fetch_add(&t->bytes, bytes, __ATOMIC_RELAXED);
     __atomic_fetch_add(&t->ns, mb_now_ns() - t0, __ATOMIC_RELAXED);
 }
-
-/* Where a caller's wait went: logged at debug level when it took more than
- * SLOW_WAIT_MS (MOONBRIGHT_LOG=debug), so that a slow allocation or growth
- * says what it waited for. */
-#define SLOW_WAIT_MS 1
-struct wait_parts {
-    uint64_t busy_ns;            /* for another thread mapping the same range */
-    uint64_t lock_ns;            /* for the frame lock */
-    uint64_t grant_ns;           /* in daemon grants (round trip and imports) */
-    uint64_t map_ns;             /* mapping, access grants included */
-    size_t cached, granted;      /* frames taken from the cache, and granted */
-};
 
 static void wait_log(const char *what, size_t bytes, uint64_t t0, const struct wait_parts *w)
 {
@@ -93,87 +59,8 @@ static void fl_lock_for(mb_client *c, struct wait_parts *w)
     w->lock_ns += mb_now_ns() - t0;
 }
 
-/* A freed range, still mapped: reused once its fence completed (an event
- * recorded on the freeing stream, or a legacy-clock token). */
-struct gidle {
-    struct stitched *s;
-    void *fence;
-    void *stream;                /* freed on it (NULL: the legacy default stream) */
-    void *prior;                 /* the range's prior fence still pending (see growable) */
-    size_t used;                 /* the size its last owner used (what its work may touch) */
-    int64_t since_ms;
-    bool spare;                  /* mapped ahead by spares_work, not freed by a user */
-    /* Freed while mappings of its last owner were still queued (grow_free
-     * does not wait for the mapper): that owner's record, which the jobs
-     * end on (x->idle, x->s == s); kept until taken or unmapped. NULL
-     * otherwise. */
-    struct growable *x;
-    struct gidle *next;
-};
-
-/* Invariants (growable_is_valid): used <= max <= s->reserved, used <=
- * s->bytes <= s->reserved; s->bytes is the sum of s->frames[0..s->n), each
- * a multiple of the unit; busy while one thread maps frames past s->bytes
- * (s->frames[s->n..] are its own) and while jobs are pending; enqueuing
- * only with a job pending; a freed record (idle) busy only while its jobs
- * run. */
-struct growable {
-    struct stitched *s;
-    size_t used;
-    size_t max;                  /* the largest size mb_grow accepts (max, in whole units) */
-    size_t limit;                /* mapping stops here: max, or the plan of the first
-                                  * size if larger (the reservation may be larger still,
-                                  * so that the range fits later requests once freed) */
-    size_t step;                 /* the last growth (bytes), 0 before the first */
-    size_t hint;                 /* any range's latest growth when this one was made */
-    int64_t last_ms;             /* last allocation or growth */
-    bool busy;
-    /* Mappings after mb_grow_async or mb_malloc_growable_async returned:
-     * s->frames[.n) and s->bytes already hold them; bytes past `settled`
-     * are mapped by the client's mapper thread (async_map.c), in order, as
-     * `pending` jobs, the last one seq. The range stays busy until they
-     * are done; a stream-ordered growth past s->bytes queues one more
-     * (`queuing` while it takes frames), any other waits. `broken`: one
-     * failed and the range ended where it had mapped; the jobs after it
-     * only return their frames. */
-    unsigned pending;
-    bool queuing, broken;
-    bool enqueuing;              /* map_queue is handing a job to the mapper: seq not set yet */
-    uint32_t seq;
-    size_t settled;
-    /* Reused in stream order (idle_take) before the work of its last
-     * owner completed: that work's fence, on prior_stream; until it
-     * completes no byte below prior_used (what that owner used) is
-     * unmapped. */
-    void *prior, *prior_stream;
-    size_t prior_used;
-    /* Freed with jobs still pending: on g->idle (a gidle's x), out of the
-     * set's map and sums; the next owner that takes the range in stream
-     * order takes this record with it. */
-    bool idle;
-};
-
-/* Guarded by lock (taken after c->lock, never held across a call into the
- * frame layer). Invariants: ahead == sum of s->bytes - used over ranges. */
-struct growset {
-    pthread_mutex_t lock;
-    pthread_cond_t not_busy;     /* a range stopped being busy */
-    struct ptrmap map;           /* va -> struct growable */
-    size_t n, used, ahead;
-    size_t last_step;            /* the latest growth of any range (bytes) */
-    struct gidle *idle;          /* freed ranges still mapped, newest first */
-    size_t n_idle, idle_bytes;   /* idle_bytes == sum of their s->bytes */
-    uint64_t waits;
-    uint64_t queued;             /* mappings of stream-ordered calls left to the mapper */
-    uint64_t reuse_kind[3];      /* freed ranges reused, by idle_fit: within, past, short */
-    uint64_t reuse_spare, drop_spare, drop_freed;
-    uint64_t reuse_ordered;      /* of them, taken in stream order before their fence */
-    struct grow_tally tally[GT_N];   /* where the time goes (logged at close) */
-    size_t recent[RECENT];       /* the first sizes of the latest allocations (a ring) */
-    unsigned n_recent;           /* allocations recorded (the ring's next slot mod RECENT) */
-};
-
-static bool growable_is_valid(const mb_client *c, const struct growable *x)
+/* The invariants written at struct growable (grow_int.h). */
+bool growable_is_valid(const mb_client *c, const struct growable *x)
 {
     const struct stitched *s = x->s;
     size_t sum = 0;
@@ -189,45 +76,10 @@ static bool growable_is_valid(const mb_client *c, const struct growable *x)
            (!x->idle || x->pending || !x->busy);
 }
 
-#ifdef MB_DEBUG
-#define GROW_CHECK(c, x) do { if (!growable_is_valid(c, x)) abort(); } while (0)
-#else
-#define GROW_CHECK(c, x) ((void)(0 && growable_is_valid(c, x)))
-#endif
-
-static size_t round_unit(size_t b, size_t unit) { return (b + unit - 1) / unit * unit; }
-
-/* The tail a range of `used` bytes growing by `step` keeps ahead. */
-static size_t target_for(size_t used, size_t step, size_t hint, size_t unit)
-{
-    size_t t = used >> AHEAD_SHIFT, floor = used / 2 < TAIL_MIN ? used / 2 : TAIL_MIN;
-    size_t by = step ? step : hint;
-    if (by && floor > TAIL_STEPS * by)
-        floor = TAIL_STEPS * by;
-    if (t < 2 * step)
-        t = 2 * step;
-    if (t < floor)
-        t = floor;
-    return round_unit(t ? t : 1, unit);
-}
-
-static size_t target_of(const mb_client *c, const struct growable *x)
-{
-    return target_for(x->used, x->step, x->hint, c->frame_bytes);
-}
-
-/* Is x's tail below half its target, with room left to map and no thread
- * mapping it? g->lock held. */
-static bool tail_short(const mb_client *c, const struct growable *x)
-{
-    const struct stitched *s = x->s;
-    return !x->busy && s->bytes < x->limit && s->bytes - x->used < target_of(c, x) / 2;
-}
-
 /* ---- the frame layer: every call grow.c makes into it ---- */
 
 /* The bytes the frame plan's frames for `bytes` hold. */
-static size_t plan_bytes(size_t bytes, size_t unit)
+size_t plan_bytes(size_t bytes, size_t unit)
 {
     uint64_t covered = 0;
     mb_frame_plan(bytes, unit, MB_MAX_ORDER, NULL, 0, &covered);
@@ -294,7 +146,7 @@ static int fl_grant(mb_client *c, size_t need, size_t want, size_t room, struct 
  * other at unit boundaries, whatever their sizes), with no round trip when
  * they hold need; the daemon's (fl_grant) for the rest. */
 #define TAKE_CACHED_MAX 64
-static int fl_take(mb_client *c, size_t need, size_t want, size_t room, struct wait_parts *w,
+int fl_take(mb_client *c, size_t need, size_t want, size_t room, struct wait_parts *w,
                    struct stitched **out)
 {
     struct cframe *cached[TAKE_CACHED_MAX];
@@ -344,7 +196,7 @@ static int fl_take(mb_client *c, size_t need, size_t want, size_t room, struct w
 }
 
 /* Frames taken but not mapped go back. */
-static void fl_put(mb_client *c, struct cframe **f, size_t n)
+void fl_put(mb_client *c, struct cframe **f, size_t n)
 {
     fl_lock(c);
     for (size_t i = 0; i < n; i++)
@@ -498,7 +350,7 @@ static int map_queue(mb_client *c, struct growset *g, struct growable *x, struct
  * out-of-memory are errors of this call) and mapped by the mapper thread,
  * stream gated behind them (map_queue); *queued says so, and x stays busy
  * until the mapper is done. */
-static int map_tail(mb_client *c, struct growset *g, struct growable *x, size_t need, size_t want,
+int map_tail(mb_client *c, struct growset *g, struct growable *x, size_t need, size_t want,
                     struct wait_parts *w, void *stream, bool *queued)
 {
     struct stitched *s = x->s, *t;
@@ -541,17 +393,11 @@ static int map_tail(mb_client *c, struct growset *g, struct growable *x, size_t 
     return 0;
 }
 
-/* A tail being unmapped: frames [k, n) of x's range, from offset off on. */
-struct tail_cut {
-    struct growable *x;
-    size_t k, n, off, gone;
-};
-
 /* Cut the frames lying wholly past keep (>= x->used) off x's range for
  * tail_unmap: x made busy, its bytes and g->ahead lowered (a grow past them
  * waits for the unmap). False when none lies past keep or one is shared
  * with another process (never cached here). g->lock held. */
-static bool tail_cut_held(struct growset *g, struct growable *x, size_t keep, struct tail_cut *cut)
+bool tail_cut_held(struct growset *g, struct growable *x, size_t keep, struct tail_cut *cut)
 {
     struct stitched *s = x->s;
     size_t k = 0, off = 0;
@@ -573,7 +419,7 @@ static bool tail_cut_held(struct growset *g, struct growable *x, size_t keep, st
 /* Unmap a cut's frames into the frame cache, or hand them back to the
  * range when the unmap fails; then x is no longer busy. fl_lock held;
  * g->lock taken to publish unless `held`. */
-static void tail_unmap(mb_client *c, struct growset *g, const struct tail_cut *cut, bool held)
+void tail_unmap(mb_client *c, struct growset *g, const struct tail_cut *cut, bool held)
 {
     struct growable *x = cut->x;
     struct stitched *s = x->s;
@@ -656,7 +502,7 @@ static void fence_wait(mb_client *c, void **f)
 /* The bytes of x no unmap may reach below: its used size, and while a
  * former owner's work is pending (reused in stream order) what that owner
  * used. g->lock held. */
-static size_t keep_floor(mb_client *c, struct growable *x)
+size_t keep_floor(mb_client *c, struct growable *x)
 {
     return fence_settled(c, &x->prior) || x->prior_used < x->used ? x->used : x->prior_used;
 }
@@ -751,7 +597,7 @@ static struct stitched *idle_take(mb_client *c, struct growset *g, size_t need_r
 
 /* s, mapped and free, becomes an idle range (i's fence set or NULL).
  * g->lock held. */
-static void idle_push_held(struct growset *g, struct gidle *i, struct stitched *s)
+void idle_push_held(struct growset *g, struct gidle *i, struct stitched *s)
 {
     i->s = s;
     i->since_ms = mb_now_ms();
@@ -763,12 +609,12 @@ static void idle_push_held(struct growset *g, struct gidle *i, struct stitched *
 
 /* Freed ranges kept mapped: at most this many bytes (1/64 of the bytes in
  * use, and 128 MiB besides), the rest unmapped by the background thread. */
-static size_t idle_cap(const struct growset *g) { return (g->used >> AHEAD_SHIFT) + ((size_t)128 << 20); }
+size_t idle_cap(const struct growset *g) { return (g->used >> AHEAD_SHIFT) + ((size_t)128 << 20); }
 
 /* Unlink idle ranges whose fence and mappings completed: all (idle_ms <
  * 0), those idle since before now - idle_ms, and more while they hold
  * more than idle_cap. g->lock held. */
-static struct gidle *idle_detach_held(mb_client *c, struct growset *g, int64_t now, int64_t idle_ms)
+struct gidle *idle_detach_held(mb_client *c, struct growset *g, int64_t now, int64_t idle_ms)
 {
     struct gidle *gone = NULL;
     for (struct gidle **pp = &g->idle; *pp;) {
@@ -796,7 +642,7 @@ static struct gidle *idle_detach_held(mb_client *c, struct growset *g, int64_t n
 /* Unmap the ranges idle_detach_held took; fl_lock held, and with `yield`
  * no other lock: waiting callers take the frame lock between ranges
  * (fl_yield), each range's frames already in the cache. */
-static void idle_unmap(mb_client *c, struct growset *g, struct gidle *gone, bool yield)
+void idle_unmap(mb_client *c, struct growset *g, struct gidle *gone, bool yield)
 {
     while (gone) {
         if (yield)
@@ -814,7 +660,7 @@ static void idle_unmap(mb_client *c, struct growset *g, struct gidle *gone, bool
     }
 }
 
-static void idle_release_held(mb_client *c, struct growset *g, int64_t now, int64_t idle_ms)
+void idle_release_held(mb_client *c, struct growset *g, int64_t now, int64_t idle_ms)
 {
     idle_unmap(c, g, idle_detach_held(c, g, now, idle_ms), false);
 }
@@ -830,7 +676,7 @@ static size_t pow2_at_least(size_t x)
 /* A new range with nothing mapped, its address space reserved for `bytes`
  * to a power of two of RESERVE_MIN at least, so that it fits many later
  * requests once freed. */
-static int range_new(mb_client *c, size_t bytes, struct stitched **out)
+int range_new(mb_client *c, size_t bytes, struct stitched **out)
 {
     size_t unit = c->frame_bytes;
     size_t reserved = pow2_at_least(bytes > RESERVE_MIN ? bytes : RESERVE_MIN);
@@ -854,7 +700,7 @@ static int range_new(mb_client *c, size_t bytes, struct stitched **out)
 }
 
 /* A range range_new made, nothing mapped in it: its address space goes. */
-static void range_drop(mb_client *c, struct stitched *s)
+void range_drop(mb_client *c, struct stitched *s)
 {
     c->be->ops->free_va(c->be, s->va, s->reserved);
     free(s);
@@ -1279,252 +1125,6 @@ struct stitched *grow_find_held(mb_client *c, const void *ptr)
     }
     pthread_mutex_unlock(&g->lock);
     return x ? x->s : NULL;
-}
-
-/* ---- background ---- */
-
-static int cmp_size(const void *a, const void *b)
-{
-    size_t x = *(const size_t *)a, y = *(const size_t *)b;
-    return x < y ? -1 : x > y;
-}
-
-/* The size of a spare range: three quarters of the latest allocations'
- * first bytes fit in it (0 before any). g->lock held. */
-static size_t spare_size_held(const struct growset *g, size_t unit)
-{
-    unsigned n = g->n_recent < RECENT ? g->n_recent : RECENT;
-    if (!n)
-        return 0;
-    size_t v[RECENT];
-    memcpy(v, g->recent, n * sizeof(v[0]));
-    qsort(v, n, sizeof(v[0]), cmp_size);
-    return round_unit(v[n * 3 / 4 < n ? n * 3 / 4 : n - 1], unit);
-}
-
-/* Spare ranges: frames mapped ahead into ready idle ranges of a recent
- * allocation's size, so that the next mb_malloc_growable finds its first
- * bytes mapped: the frames the process caches first, the daemon's frame
- * plan for the rest (large frames: few descriptors, few maps). Only while
- * the idle ranges hold less than idle_cap. */
-static void spares_work(mb_client *c, struct growset *g)
-{
-    size_t unit = c->frame_bytes;
-    for (int k = 0; c->grow_spares && k < SPARES_PER_PASS; k++) {
-        pthread_mutex_lock(&g->lock);
-        size_t want = spare_size_held(g, unit);
-        bool room = want && g->idle_bytes + want <= idle_cap(g) && g->n_idle < IDLE_MAX;
-        pthread_mutex_unlock(&g->lock);
-        if (!room)
-            return;
-        struct stitched *t = NULL, *s = NULL;
-        uint64_t t0 = mb_now_ns();
-        if (fl_take(c, want, want, plan_bytes(want, unit), NULL, &t) != 0)
-            return;   /* no memory or quota for it now: none made */
-        size_t got = t->bytes, n = t->n;
-        struct gidle *i = calloc(1, sizeof(*i));
-        if (!i || range_new(c, got, &s) != 0) {
-            free(i);
-            fl_put(c, t->frames, n);
-            free(t);
-            return;
-        }
-        memcpy(s->frames, t->frames, n * sizeof(t->frames[0]));
-        s->n = n;
-        s->bytes = got;
-        free(t);
-        if (stitch_map(c->be, s, 0, n, 0) != 0) {
-            fl_put(c, s->frames, n);
-            range_drop(c, s);
-            free(i);
-            return;
-        }
-        fl_lock_bg(c);
-        c->fst.bytes_mapped += got;
-        fl_unlock(c);
-        pthread_mutex_lock(&g->lock);
-        i->spare = true;
-        idle_push_held(g, i, s);
-        pthread_mutex_unlock(&g->lock);
-        tally(&g->tally[GT_SPARE], got, n, t0);
-    }
-}
-
-/* Does x's tail want refilling: short, and in use within idle_ms? g->lock
- * held. */
-static bool tail_due(const mb_client *c, const struct growable *x, int64_t now, int idle_ms)
-{
-    return tail_short(c, x) && now - x->last_ms < idle_ms;
-}
-
-/* A range due for a refill, and how many of its growth steps its tail
- * still holds: the fewest first. */
-struct due {
-    void *va;
-    size_t steps;
-};
-
-static int cmp_due(const void *a, const void *b)
-{
-    size_t x = ((const struct due *)a)->steps, y = ((const struct due *)b)->steps;
-    return x < y ? -1 : x > y;
-}
-
-/* Refill the tails due, the closest to a wait first (at most
- * TAILS_PER_PASS): when the driver is the bottleneck, the ranges that would
- * otherwise map on their caller's path are served before those with steps
- * to spare. True when some were left for the next pass. */
-static bool refill_tails(mb_client *c, struct growset *g, int64_t now, int idle_ms)
-{
-    pthread_mutex_lock(&g->lock);
-    struct due *due = g->n ? malloc(g->n * sizeof(*due)) : NULL;
-    size_t n_due = 0;
-    for (size_t i = 0; due && i < g->map.cap && n_due < g->n; i++) {
-        struct ptrmap_slot *sl = &g->map.slots[i];
-        struct growable *x = sl->key > 1 ? sl->val : NULL;
-        if (!x || !tail_due(c, x, now, idle_ms))
-            continue;
-        size_t step = x->step > c->frame_bytes ? x->step : c->frame_bytes;
-        due[n_due++] = (struct due){ x->s->va, (x->s->bytes - x->used) / step };
-    }
-    if (n_due > 1)
-        qsort(due, n_due, sizeof(*due), cmp_due);
-    size_t k = 0;
-    for (; k < n_due && k < TAILS_PER_PASS; k++) {
-        /* Looked up again: it may have been freed or grown meanwhile. */
-        struct growable *x = ptrmap_get(&g->map, due[k].va);
-        if (!x || !tail_due(c, x, now, idle_ms))
-            continue;
-        /* Map one target's worth; busy holds off frees and grows of this
-         * range meanwhile. */
-        struct stitched *s = x->s;
-        size_t target = target_of(c, x), room = x->limit - s->bytes;
-        x->busy = true;
-        pthread_mutex_unlock(&g->lock);
-        size_t want = target < room ? target : room;
-        uint64_t t0 = mb_now_ns();
-        size_t had_n = s->n;
-        int rc = map_tail(c, g, x, want, want, NULL, NULL, NULL);
-        pthread_mutex_lock(&g->lock);
-        x->busy = false;
-        pthread_cond_broadcast(&g->not_busy);
-        if (rc == 0)
-            tally(&g->tally[GT_TAIL], want, s->n - had_n, t0);
-        else
-            x->last_ms = now - idle_ms;   /* out of memory: leave it until it grows again */
-    }
-    free(due);
-    pthread_mutex_unlock(&g->lock);
-    return k < n_due;
-}
-
-/* Give back what the ranges hold past their need: tails idle for idle_ms,
- * reused ranges' excess, freed ranges idle for idle_ms or past the idle
- * cap; then cached frames nobody took. */
-static void give_back(mb_client *c, struct growset *g, int64_t now, int idle_ms)
-{
-    pthread_mutex_lock(&g->lock);
-    bool tails = g->ahead > 0 || g->idle;   /* idle tails, excess, idle ranges */
-    pthread_mutex_unlock(&g->lock);
-    if (!tails)
-        return;
-    /* Tails and freed ranges idle for idle_ms go back: taken under g->lock,
-     * unmapped without it, so that grows within their tails go on, and
-     * with the frame lock, which callers waiting for it take between one
-     * range or tail and the next. */
-    fl_lock_bg(c);
-    pthread_mutex_lock(&g->lock);
-    struct gidle *gone = idle_detach_held(c, g, now, idle_ms);
-    struct tail_cut *cuts = g->n ? malloc(g->n * sizeof(*cuts)) : NULL;
-    size_t ncut = 0;
-    for (size_t i = 0; cuts && i < g->map.cap && ncut < g->n; i++) {
-        struct ptrmap_slot *sl = &g->map.slots[i];
-        struct growable *x = sl->key > 1 ? sl->val : NULL;
-        if (!x || x->busy)
-            continue;
-        size_t floor = keep_floor(c, x);
-        if (x->s->bytes > x->used && now - x->last_ms >= idle_ms)
-            ncut += tail_cut_held(g, x, floor, &cuts[ncut]);
-        else if (x->s->bytes - x->used > 2 * target_of(c, x)) {   /* a reused range's excess */
-            size_t keep = x->used + target_of(c, x);
-            ncut += tail_cut_held(g, x, keep > floor ? keep : floor, &cuts[ncut]);
-        }
-    }
-    pthread_mutex_unlock(&g->lock);
-    idle_unmap(c, g, gone, true);
-    for (size_t i = 0; i < ncut; i++) {
-        fl_yield(c);
-        tail_unmap(c, g, &cuts[i], false);
-    }
-    free(cuts);
-    /* Their frames went to the frame cache, where new ranges and tails
-     * take them whatever their size. Past the cache's usual bytes, frames
-     * nobody took within CACHE_STALE_MS go back to the daemon now rather
-     * than at the next idle trim. */
-    if (c->fc.bytes_cached > c->fc.keep_bytes) {
-        uint64_t t0 = mb_now_ns();
-        size_t had = c->fc.bytes_cached, had_n = c->fc.n_cached;
-        fcache_trim_stale(c, c->fc.keep_bytes, CACHE_STALE_MS);
-        tally(&g->tally[GT_STALE], had - c->fc.bytes_cached, had_n - c->fc.n_cached, t0);
-    }
-    fl_unlock(c);
-}
-
-/* One background pass. What the ranges hold past their need goes first:
- * unmapping is the driver's cheaper half, and the frames it puts in the
- * cache feed the tails mapped next without a grant. Then the tails, the
- * closest to a wait first, TAILS_PER_PASS at most, so that ranges freed
- * while the driver is slow do not pile up idle; spare ranges last. True
- * when tails are still due: the next pass should start at once. */
-bool grow_work(mb_client *c, struct growset *g, int64_t now, int idle_ms)
-{
-    give_back(c, g, now, idle_ms);
-    bool more = refill_tails(c, g, now, idle_ms);
-    spares_work(c, g);
-    return more;
-}
-
-void grow_trim_held(mb_client *c, struct growset *g)
-{
-    pthread_mutex_lock(&g->lock);
-    g->n_recent = 0;   /* no spare ranges until allocations come again */
-    idle_release_held(c, g, 0, -1);
-    /* What stays mapped past the sizes in use, and why (debug log). */
-    size_t busy = 0, busy_bytes = 0, floored = 0, floor_bytes = 0, left = 0, left_bytes = 0;
-    for (size_t i = 0; i < g->map.cap; i++) {
-        struct ptrmap_slot *sl = &g->map.slots[i];
-        struct growable *x = sl->key > 1 ? sl->val : NULL;
-        struct tail_cut cut;
-        if (!x || x->s->bytes <= x->used)
-            continue;
-        if (x->busy) {
-            busy++;
-            busy_bytes += x->s->bytes - x->used;
-            continue;
-        }
-        size_t keep = keep_floor(c, x);
-        if (keep > x->used) {
-            floored++;
-            floor_bytes += keep - x->used;
-        }
-        if (tail_cut_held(g, x, keep, &cut))
-            tail_unmap(c, g, &cut, true);
-        x->last_ms = 0;   /* not refilled until it grows again */
-        if (x->s->bytes > keep) {   /* inside a frame that holds used bytes too */
-            left++;
-            left_bytes += x->s->bytes - keep;
-        }
-    }
-    size_t n_idle = g->n_idle, idle_bytes = g->idle_bytes;
-    pthread_mutex_unlock(&g->lock);
-    if (busy || floored || left || n_idle)
-        mb_log(MB_LOG_DEBUG,
-               "growable ranges trimmed: mapped past their sizes still, %zu MiB in %zu ranges "
-               "busy mapping, %zu MiB in %zu kept for a former owner's work, %zu MiB in %zu "
-               "frames that hold used bytes too; %zu MiB in %zu idle ranges whose work is not "
-               "done",
-               busy_bytes >> 20, busy, floor_bytes >> 20, floored, left_bytes >> 20, left,
-               idle_bytes >> 20, n_idle);
 }
 
 /* What the ranges' driver work was, at close (MOONBRIGHT_LOG=info): where
