@@ -73,6 +73,7 @@ bool growable_is_valid(const mb_client *c, const struct growable *x)
            x->used <= x->max && x->max <= x->limit && x->limit <= s->reserved &&
            (!x->pending || (x->busy && x->settled <= s->bytes)) && (!x->queuing || x->busy) &&
            (!x->broken || x->pending || x->queuing) && (!x->enqueuing || x->pending) &&
+           (!x->making || x->busy) &&
            (!x->idle || x->pending || !x->busy);
 }
 
@@ -266,7 +267,7 @@ static int grow_job_run(void *arg, bool fail)
         x->settled = s->bytes;
         x->broken = true;
     }
-    if (--x->pending == 0 && !x->queuing) {   /* (else the queuing thread does) */
+    if (--x->pending == 0 && !x->queuing && !x->making) {   /* (else the calling thread does) */
         x->broken = false;
         x->busy = false;
     }
@@ -752,6 +753,7 @@ int grow_alloc(mb_client *c, size_t size, size_t max, void *stream, bool async, 
         x = xo;
     }
     x->prior_stream = stream;
+    x->making = true;   /* busy until this call publishes its size */
     if (s)
         g->ahead += s->bytes;   /* counted as used below */
     pthread_mutex_unlock(&g->lock);
@@ -795,7 +797,7 @@ int grow_alloc(mb_client *c, size_t size, size_t max, void *stream, bool async, 
                  size, t0, &w);
     }
     pthread_mutex_lock(&g->lock);
-    x->queuing = false;
+    x->queuing = x->making = false;
     if (rc == 0 && s->bytes < size)   /* queued, and failed already */
         rc = queued_failure(c);
     if (rc == 0) {
@@ -918,7 +920,7 @@ int grow_extend(mb_client *c, void *ptr, size_t new_size, void *stream, bool asy
                 if (appending)
                     x->queuing = true;
                 else
-                    x->busy = true;
+                    x->busy = x->making = true;
                 size_t had = x->s->bytes, had_n = x->s->n;
                 pthread_mutex_unlock(&g->lock);
                 uint64_t t1 = mb_now_ns();
@@ -933,10 +935,15 @@ int grow_extend(mb_client *c, void *ptr, size_t new_size, void *stream, bool asy
                         x->busy = false;
                     }
                     pthread_cond_broadcast(&g->not_busy);
-                } else if (!queued) {
-                    tally(&g->tally[GT_WAIT], x->s->bytes - had, x->s->n - had_n, t1);
-                    x->busy = false;
-                    pthread_cond_broadcast(&g->not_busy);
+                } else {
+                    x->making = false;
+                    if (!queued)
+                        tally(&g->tally[GT_WAIT], x->s->bytes - had, x->s->n - had_n, t1);
+                    if (!x->pending) {   /* mapped here, or its job done already */
+                        x->broken = false;
+                        x->busy = false;
+                        pthread_cond_broadcast(&g->not_busy);
+                    }
                 }
                 if (rc == 0 && new_size > x->s->bytes)   /* a queued mapping failed already */
                     rc = queued_failure(c);
@@ -1003,7 +1010,8 @@ int grow_free(mb_client *c, void *ptr, void *stream)
      * queuing behind its jobs), or shared with another process (unmapped
      * once freed): wait. */
     while (x && x->busy &&
-           !(frc == 0 && x->pending && !x->queuing && !x->enqueuing && !range_shared(x->s))) {
+           !(frc == 0 && x->pending && !x->queuing && !x->enqueuing && !x->making &&
+             !range_shared(x->s))) {
         pthread_cond_wait(&g->not_busy, &g->lock);
         x = ptrmap_get(&g->map, ptr);
     }

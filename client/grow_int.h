@@ -70,8 +70,8 @@ struct gidle {
  * s->bytes <= s->reserved; s->bytes is the sum of s->frames[0..s->n), each
  * a multiple of the unit; busy while one thread maps frames past s->bytes
  * (s->frames[s->n..] are its own) and while jobs are pending; enqueuing
- * only with a job pending; a freed record (idle) busy only while its jobs
- * run. */
+ * only with a job pending; making only while busy; a freed record (idle)
+ * busy only while its jobs run. */
 struct growable {
     struct stitched *s;
     size_t used;
@@ -94,6 +94,8 @@ struct growable {
     unsigned pending;
     bool queuing, broken;
     bool enqueuing;              /* map_queue is handing a job to the mapper: seq not set yet */
+    bool making;                 /* a call maps it and has not published its size yet: its
+                                  * last job leaves it busy (the call clears it) */
     uint32_t seq;
     size_t settled;
     /* Reused in stream order (idle_take) before the work of its last
