@@ -849,6 +849,23 @@ static void test_amap_host(void **state)
     amap_close(g_c);
 }
 
+/* MOONBRIGHT_GROW_FREE_LAG: how far a free may run ahead of the mapper;
+ * a value that is no count in range is ignored (the default, 8). */
+static void test_grow_free_lag_env(void **state)
+{
+    (void)state;
+    const char *vals[] = { "3", "0", "abc", "-1", "", "99999999" };
+    const size_t want[] = { 3, 0, 8, 8, 8, 8 };
+    for (size_t k = 0; k < sizeof(vals) / sizeof(vals[0]); k++) {
+        setenv("MOONBRIGHT_GROW_FREE_LAG", vals[k], 1);
+        mb_client *c = NULL;
+        assert_int_equal(mb_open(&c, "lag-env"), 0);
+        assert_int_equal(c->grow_free_lag, want[k]);
+        mb_close(c);
+    }
+    unsetenv("MOONBRIGHT_GROW_FREE_LAG");
+}
+
 /* Stream-ordered growable calls on the host backend, which cannot gate a
  * stream: they map before returning, as mb_malloc_growable and mb_grow
  * do (counted as waits, none queued), and the bytes are usable at once. */
@@ -1312,6 +1329,7 @@ int main(void)
         cmocka_unit_test(test_idle_and_close),
         cmocka_unit_test(test_amap_host),
         cmocka_unit_test(test_grow_async_host),
+        cmocka_unit_test(test_grow_free_lag_env),
         cmocka_unit_test(test_prepare),
         cmocka_unit_test(test_frame_lock_yields),
     };
