@@ -82,7 +82,7 @@ MB_API int mb_grow(mb_client *c, void *ptr, size_t new_size);
  * go on; nothing else reuses, unmaps or trims the range until they are
  * done). mb_free of such a range does not wait for them; it waits only
  * while the mapper has more than $MOONBRIGHT_GROW_FREE_LAG (default 8)
- * jobs queued.
+ * jobs queued and the range's own are not done.
  * Refused for budget or quota, these calls wait for the mappings
  * queued and the stream's work before the process gives back idle memory
  * and tries once more. On the host backend both map before returning. */
