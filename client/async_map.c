@@ -98,7 +98,8 @@ static bool amap_is_valid(const struct amap *a)
             return false;
     /* The mapper raises the flag for the head job before it takes the
      * lock to unlink it. */
-    uint32_t done = a->next_seq - (uint32_t)a->queued, flag = *a->flag;
+    uint32_t done = a->next_seq - (uint32_t)a->queued,
+             flag = __atomic_load_n(a->flag, __ATOMIC_ACQUIRE);
     return n == a->queued && seq == a->next_seq && (flag == done || (a->head && flag == done + 1));
 }
 #define AMAP_CHECK(a) do { if (!amap_is_valid(a)) abort(); } while (0)

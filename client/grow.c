@@ -72,7 +72,7 @@ bool growable_is_valid(const mb_client *c, const struct growable *x)
     return sum == s->bytes && x->used <= s->bytes && s->bytes <= s->reserved && s->n <= s->cap &&
            x->used <= x->max && x->max <= x->limit && x->limit <= s->reserved &&
            (!x->pending || (x->busy && x->settled <= s->bytes)) && (!x->queuing || x->busy) &&
-           (!x->broken || x->pending || x->queuing) && (!x->enqueuing || x->pending) &&
+           (!x->broken || x->pending || x->queuing) && (!x->enqueuing || x->busy) &&
            (!x->making || x->busy) &&
            (!x->idle || x->pending || !x->busy);
 }
@@ -771,7 +771,8 @@ int grow_alloc(mb_client *c, size_t size, size_t max, void *stream, bool async, 
         free(x);
         return rc;
     }
-    x->s = s;
+    if (!xo)
+        x->s = s;   /* (an adopted record has it: its jobs read it) */
     /* Published busy, used 0: the caller has not the pointer yet, and the
      * background thread and trims leave busy ranges alone; a mapping
      * queued below may end (and fail) before this call does. */

@@ -70,8 +70,8 @@ struct gidle {
  * s->bytes <= s->reserved; s->bytes is the sum of s->frames[0..s->n), each
  * a multiple of the unit; busy while one thread maps frames past s->bytes
  * (s->frames[s->n..] are its own) and while jobs are pending; enqueuing
- * only with a job pending; making only while busy; a freed record (idle)
- * busy only while its jobs run. */
+ * and making only while busy (the job may end before map_queue returns);
+ * a freed record (idle) busy only while its jobs run. */
 struct growable {
     struct stitched *s;
     size_t used;

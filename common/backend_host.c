@@ -185,6 +185,61 @@ static const struct mb_backend_ops host_ops = {
     .close = host_close,
 };
 
+/* Test hook ($MOONBRIGHT_TEST_HOST_GATES=1, any build): streams can be
+ * "gated", so that stream-ordered mappings run on the client's mapper
+ * thread as they do on a GPU. No device work runs on the host, so a gate
+ * holds nothing back: a test touches memory whose mapping was queued only
+ * after waiting for the mapper. */
+static int host_mapped_alloc(mb_backend *b, size_t bytes, void **host, uint64_t *dev)
+{
+    (void)b;
+    void *p = calloc(1, bytes);
+    if (!p)
+        return MB_ENOMEM;
+    *host = p;
+    *dev = (uint64_t)(uintptr_t)p;
+    return 0;
+}
+
+static void host_mapped_free(mb_backend *b, void *host)
+{
+    (void)b;
+    free(host);
+}
+
+static int host_stream_wait_value32(mb_backend *b, void *stream, uint64_t dev, uint32_t value)
+{
+    (void)b;
+    (void)stream;
+    (void)dev;
+    (void)value;
+    return 0;
+}
+
+static const struct mb_backend_ops host_gated_ops = {
+    .create = host_create,
+    .export_fd = host_export_fd,
+    .import_fd = host_import_fd,
+    .release = host_release,
+    .reserve = host_reserve,
+    .free_va = host_free_va,
+    .map = host_map,
+    .set_access = host_set_access,
+    .unmap = host_unmap,
+    .scrub = host_scrub,
+    .memset = host_memset,
+    .event_create = host_event_create,
+    .event_destroy = host_event_destroy,
+    .event_record = host_event_record,
+    .event_query = host_event_query,
+    .stream_sync = host_stream_sync,
+    .stream_query = host_stream_query,
+    .host_mapped_alloc = host_mapped_alloc,
+    .host_mapped_free = host_mapped_free,
+    .stream_wait_value32 = host_stream_wait_value32,
+    .close = host_close,
+};
+
 int mb_backend_host_open(int device, mb_backend **out)
 {
     mb_backend *b = calloc(1, sizeof(*b));
@@ -195,7 +250,8 @@ int mb_backend_host_open(int device, mb_backend **out)
     b->granularity = (size_t)sysconf(_SC_PAGESIZE);
     long pages = sysconf(_SC_PHYS_PAGES);
     b->total_bytes = pages > 0 ? (uint64_t)pages * b->granularity : 0;
-    b->ops = &host_ops;
+    const char *gates = getenv("MOONBRIGHT_TEST_HOST_GATES");
+    b->ops = gates && strcmp(gates, "1") == 0 ? &host_gated_ops : &host_ops;
     *out = b;
     return 0;
 }

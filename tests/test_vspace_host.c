@@ -849,6 +849,120 @@ static void test_amap_host(void **state)
     amap_close(g_c);
 }
 
+/* Bytes at p from `from` to `to` hold (check) or get (!check) a pattern of
+ * seed; true when they all matched. */
+static bool pattern(void *p, size_t from, size_t to, unsigned seed, bool check)
+{
+    unsigned char *b = p;
+    for (size_t i = from; i < to; i += 4096) {
+        unsigned char v = (unsigned char)(seed * 31 + i / 4096);
+        if (!check)
+            b[i] = v;
+        else if (b[i] != v)
+            return false;
+    }
+    return true;
+}
+
+/* Growable ranges in stream order with the mapper thread at work, on the
+ * host backend with its test gates ($MOONBRIGHT_TEST_HOST_GATES): calls
+ * return with mappings queued; a range freed with them still queued goes
+ * idle at once and a stream-ordered allocation on the same stream takes
+ * it, a synchronous one does not; then a random run of allocations,
+ * growths and frees, every byte checked once the mapper is done. Memory
+ * whose mapping is queued is touched only after amap_drain. */
+static void test_grow_async_gated(void **state)
+{
+    (void)state;
+    const size_t mib = (size_t)1 << 20;
+    setenv("MOONBRIGHT_TEST_HOST_GATES", "1", 1);
+    mb_client *c = NULL;
+    int rc = mb_open(&c, "gated");
+    unsetenv("MOONBRIGHT_TEST_HOST_GATES");
+    assert_int_equal(rc, 0);
+    amap_test_inject(c, 50 * 1000, 0);   /* 50 ms a job */
+    mb_client_stats st0 = stats_of(c);
+    void *p = NULL, *q = NULL, *r = NULL;
+    assert_int_equal(mb_malloc_growable_async(c, 4 * mib, (size_t)1 << 30, NULL, &p), 0);
+    size_t in_alloc = amap_in_flight(c);
+    assert_int_equal(mb_grow_async(c, p, 40 * mib, NULL), 0);
+    size_t in_grow = amap_in_flight(c);
+    assert_int_equal(mb_free(c, p), 0);
+    size_t in_free = amap_in_flight(c);
+    assert_int_equal(mb_malloc_growable(c, 40 * mib, (size_t)1 << 30, &q), 0);
+    assert_int_equal(mb_malloc_growable_async(c, 40 * mib, (size_t)1 << 30, NULL, &r), 0);
+    size_t in_reuse = amap_in_flight(c);
+    mb_client_stats st1 = stats_of(c);
+    printf("  in flight after the allocation %zu, the growth %zu, the free %zu, the reuse %zu; "
+           "queued %llu; freed %p, synchronous %p, same stream %p\n", in_alloc, in_grow, in_free,
+           in_reuse, (unsigned long long)(st1.grow_queued - st0.grow_queued), p, q, r);
+    assert_true(in_alloc >= 1 && in_grow >= 2);
+    assert_true(in_free >= 1);    /* the free did not wait */
+    assert_ptr_not_equal(q, p);   /* a synchronous allocation does not take it */
+    assert_ptr_equal(r, p);       /* the same stream does, at once */
+    assert_true(in_reuse >= 1);
+    assert_true(st1.grow_queued - st0.grow_queued >= 2);
+    amap_drain(c);
+    assert_true(mb_usable_size(c, r) == 40 * mib && mb_usable_size(c, q) == 40 * mib);
+    pattern(r, 0, 40 * mib, 1, false);
+    pattern(q, 0, 40 * mib, 2, false);
+    assert_true(pattern(r, 0, 40 * mib, 1, true));
+    assert_int_equal(mb_free(c, q), 0);
+    assert_int_equal(mb_free(c, r), 0);
+
+    /* A random run, the mapper fast: 6 slots, growths of 1-8 MiB. */
+    amap_test_inject(c, 0, 0);
+    enum { SLOTS = 6 };
+    void *ptr[SLOTS] = { 0 };
+    size_t size[SLOTS] = { 0 }, written[SLOTS] = { 0 };
+    unsigned seed[SLOTS] = { 0 };
+    unsigned x = 12345;
+    for (int op = 0; op < 3000; op++) {
+        x = x * 1103515245u + 12345u;
+        int k = (int)((x >> 16) % SLOTS), what = (int)((x >> 8) % 8);
+        if (what == 7) {   /* the mapper done: check what was written, write the rest */
+            amap_drain(c);
+            for (int j = 0; j < SLOTS; j++) {
+                if (!ptr[j])
+                    continue;
+                assert_true(pattern(ptr[j], 0, written[j], seed[j], true));
+                pattern(ptr[j], written[j], size[j], seed[j], false);
+                written[j] = size[j];
+            }
+        } else if (!ptr[k]) {
+            size[k] = ((x >> 4) % 16 + 1) * mib;
+            seed[k] = (unsigned)op;
+            written[k] = 0;
+            assert_int_equal(mb_malloc_growable_async(c, size[k], 512 * mib, NULL, &ptr[k]), 0);
+        } else if (what < 4 && size[k] < 400 * mib) {
+            size[k] += ((x >> 4) % 8 + 1) * mib;
+            assert_int_equal(mb_grow_async(c, ptr[k], size[k], NULL), 0);
+        } else {
+            if (written[k]) {   /* (its first bytes were mapped before they were written) */
+                amap_drain(c);
+                assert_true(pattern(ptr[k], 0, written[k], seed[k], true));
+            }
+            assert_int_equal(mb_free(c, ptr[k]), 0);
+            ptr[k] = NULL;
+        }
+        if (op % 500 == 0)
+            assert_int_equal(mb_trim(c, 0), 0);
+    }
+    amap_drain(c);
+    for (int j = 0; j < SLOTS; j++) {
+        if (!ptr[j])
+            continue;
+        assert_true(pattern(ptr[j], 0, written[j], seed[j], true));
+        assert_int_equal(mb_usable_size(c, ptr[j]), size[j]);
+        assert_int_equal(mb_free(c, ptr[j]), 0);
+    }
+    mb_client_stats st2 = stats_of(c);
+    printf("  random run: %llu mappings queued\n",
+           (unsigned long long)(st2.grow_queued - st1.grow_queued));
+    assert_true(st2.grow_queued > st1.grow_queued);
+    mb_close(c);
+}
+
 /* MOONBRIGHT_GROW_FREE_LAG: how far a free may run ahead of the mapper;
  * a value that is no count in range is ignored (the default, 8). */
 static void test_grow_free_lag_env(void **state)
@@ -1330,6 +1444,7 @@ int main(void)
         cmocka_unit_test(test_amap_host),
         cmocka_unit_test(test_grow_async_host),
         cmocka_unit_test(test_grow_free_lag_env),
+        cmocka_unit_test(test_grow_async_gated),
         cmocka_unit_test(test_prepare),
         cmocka_unit_test(test_frame_lock_yields),
     };
