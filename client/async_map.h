@@ -42,7 +42,9 @@
  * sleep that long before each mapping; $MOONBRIGHT_TEST_AMAP_FAIL=N makes
  * the next N mappings fail (MB_EBACKEND) after their pointer was returned.
  * Both are read when the client's mapper starts; amap_test_inject changes
- * them at run time. */
+ * them at run time. $MOONBRIGHT_TEST_HOST_GATES=1 gives the host backend
+ * stream gates that hold nothing back (backend_host.c), so that the mapper
+ * runs there too (test_vspace_host's test_grow_async_gated). */
 #ifndef MB_CLIENT_ASYNC_MAP_H
 #define MB_CLIENT_ASYNC_MAP_H
 
