@@ -4,6 +4,7 @@
 #include "backend.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
@@ -216,29 +217,17 @@ static int host_stream_wait_value32(mb_backend *b, void *stream, uint64_t dev, u
     return 0;
 }
 
-static const struct mb_backend_ops host_gated_ops = {
-    .create = host_create,
-    .export_fd = host_export_fd,
-    .import_fd = host_import_fd,
-    .release = host_release,
-    .reserve = host_reserve,
-    .free_va = host_free_va,
-    .map = host_map,
-    .set_access = host_set_access,
-    .unmap = host_unmap,
-    .scrub = host_scrub,
-    .memset = host_memset,
-    .event_create = host_event_create,
-    .event_destroy = host_event_destroy,
-    .event_record = host_event_record,
-    .event_query = host_event_query,
-    .stream_sync = host_stream_sync,
-    .stream_query = host_stream_query,
-    .host_mapped_alloc = host_mapped_alloc,
-    .host_mapped_free = host_mapped_free,
-    .stream_wait_value32 = host_stream_wait_value32,
-    .close = host_close,
-};
+/* host_ops with the gates: made once, on first use. */
+static struct mb_backend_ops host_gated_ops;
+static pthread_once_t host_gated_once = PTHREAD_ONCE_INIT;
+
+static void host_gated_init(void)
+{
+    host_gated_ops = host_ops;
+    host_gated_ops.host_mapped_alloc = host_mapped_alloc;
+    host_gated_ops.host_mapped_free = host_mapped_free;
+    host_gated_ops.stream_wait_value32 = host_stream_wait_value32;
+}
 
 int mb_backend_host_open(int device, mb_backend **out)
 {
@@ -251,7 +240,11 @@ int mb_backend_host_open(int device, mb_backend **out)
     long pages = sysconf(_SC_PHYS_PAGES);
     b->total_bytes = pages > 0 ? (uint64_t)pages * b->granularity : 0;
     const char *gates = getenv("MOONBRIGHT_TEST_HOST_GATES");
-    b->ops = gates && strcmp(gates, "1") == 0 ? &host_gated_ops : &host_ops;
+    b->ops = &host_ops;
+    if (gates && strcmp(gates, "1") == 0) {
+        pthread_once(&host_gated_once, host_gated_init);
+        b->ops = &host_gated_ops;
+    }
     *out = b;
     return 0;
 }
