@@ -263,6 +263,14 @@ int amap_take_error(mb_client *c)
     return rc;
 }
 
+/* Wait until at most `most` jobs are queued or job seq is done. a->lock
+ * held. */
+static void wait_behind_held(struct amap *a, size_t most, uint32_t seq)
+{
+    while (a->queued > most && (int32_t)(__atomic_load_n(a->flag, __ATOMIC_ACQUIRE) - seq) < 0)
+        pthread_cond_wait(&a->done, &a->lock);
+}
+
 /* Queue j behind the jobs queued, then gate stream on it; its seq. No
  * lock may be held that a job takes (the frame lock, a growable set's):
  * the driver blocks a stream operation while the stream's queue is full,
@@ -288,8 +296,7 @@ static uint32_t enqueue(mb_client *c, struct amap *a, struct amap_job *j, void *
         mb_log(MB_LOG_WARN, "failed to gate a stream behind a mapping: %s; waiting for it",
                mb_strerror(rc));
         pthread_mutex_lock(&a->lock);
-        while ((int32_t)(__atomic_load_n(a->flag, __ATOMIC_ACQUIRE) - seq) < 0)
-            pthread_cond_wait(&a->done, &a->lock);
+        wait_behind_held(a, 0, seq);
         pthread_mutex_unlock(&a->lock);
     }
     return seq;
@@ -414,8 +421,7 @@ void amap_wait_behind(mb_client *c, size_t most, uint32_t seq)
     if (!a)
         return;
     pthread_mutex_lock(&a->lock);
-    while (a->queued > most && (int32_t)(__atomic_load_n(a->flag, __ATOMIC_ACQUIRE) - seq) < 0)
-        pthread_cond_wait(&a->done, &a->lock);
+    wait_behind_held(a, most, seq);
     pthread_mutex_unlock(&a->lock);
 }
 
