@@ -971,6 +971,17 @@ int grow_extend(mb_client *c, void *ptr, size_t new_size, void *stream, bool asy
     return rc;
 }
 
+/* A freed range went idle: past the idle cap, the background thread
+ * unmaps the oldest. No lock held. */
+static void idle_pushed(mb_client *c, struct growset *g)
+{
+    pthread_mutex_lock(&g->lock);
+    bool over = g->idle_bytes > idle_cap(g);
+    pthread_mutex_unlock(&g->lock);
+    if (over && c->refill)
+        refill_kick(c->refill);
+}
+
 static bool range_shared(const struct stitched *s)
 {
     for (size_t i = 0; i < s->n; i++)
@@ -1038,18 +1049,17 @@ int grow_free(mb_client *c, void *ptr, void *stream)
         fence_drop(c, prior);
         prior = NULL;
     }
-    size_t used = x->used > x->prior_used || !prior ? x->used : x->prior_used;
-    if (x->pending) {   /* (frc == 0, not shared) */
+    if (i) {
         i->stream = stream;
         i->prior = prior;
-        i->used = used;
+        i->used = x->used > x->prior_used || !prior ? x->used : x->prior_used;
+    }
+    if (x->pending) {   /* (frc == 0, not shared) */
         i->x = x;
         x->idle = true;
         idle_push_held(g, i, s);
-        bool over = g->idle_bytes > idle_cap(g);
         pthread_mutex_unlock(&g->lock);
-        if (over && c->refill)
-            refill_kick(c->refill);
+        idle_pushed(c, g);
         return 0;
     }
     pthread_mutex_unlock(&g->lock);
@@ -1067,9 +1077,6 @@ int grow_free(mb_client *c, void *ptr, void *stream)
     if (!i)   /* (shared, or out of memory for the record: rare) */
         fence_wait(c, &prior);
     if (i) {
-        i->stream = stream;
-        i->prior = prior;
-        i->used = used;
         pthread_mutex_lock(&g->lock);
         if (g->n_idle < IDLE_MAX || prior) {
             idle_push_held(g, i, s);
@@ -1083,11 +1090,7 @@ int grow_free(mb_client *c, void *ptr, void *stream)
         }
     }
     if (!s) {
-        pthread_mutex_lock(&g->lock);
-        bool over = g->idle_bytes > idle_cap(g);
-        pthread_mutex_unlock(&g->lock);
-        if (over && c->refill)
-            refill_kick(c->refill);
+        idle_pushed(c, g);
         return 0;
     }
     /* Unmapped by the background thread once the stream's work is done. */
