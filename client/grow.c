@@ -893,11 +893,12 @@ int grow_extend(mb_client *c, void *ptr, size_t new_size, void *stream, bool asy
                 gated = amap_gate(c, stream, seq) == 0;
                 pthread_mutex_lock(&g->lock);
             }
-            t0 = gated ? 0 : mb_now_ns();
-            while (!gated && x->pending)
-                pthread_cond_wait(&g->not_busy, &g->lock);
-            if (!gated)
+            if (!gated) {
+                t0 = mb_now_ns();
+                while (x->pending)
+                    pthread_cond_wait(&g->not_busy, &g->lock);
                 w.busy_ns = mb_now_ns() - t0;
+            }
         }
         bool queued = false;
         if (new_size > x->s->bytes) {
