@@ -52,6 +52,14 @@ struct frame_cache {
     struct cframe *cached_large; /* larger orders (frame_plan.c), LIFO */
     size_t keep_bytes;           /* cached bytes kept when frames are freed */
     int64_t last_use_ms;         /* when a frame last entered or left the cache */
+    /* Near the budget: the most this process could hold without a
+     * reclaim, as of its last grant (held + GrantReply.room; held after a
+     * refusal; 0 before any grant), and whether what it holds comes within
+     * near_pct percent of that (`near`, atomic: read without the frame
+     * lock by fcache_near). */
+    size_t ceiling;
+    unsigned near_pct;
+    bool near;
 };
 
 /* Invariants: bytes == the sum of frames[0..n)'s bytes <= reserved; each
@@ -341,6 +349,13 @@ void fcache_report(mb_client *c, uint64_t tier_idle);
  * when either changed. */
 void fcache_report_counters(mb_client *c, uint64_t tier_idle, const mb_client_stats *st);
 bool fcache_is_valid(const struct frame_cache *fc);
+/* Is the process near the budget or its quota: what it could still be
+ * granted under fc.near_pct percent of what it holds? Layers that map
+ * ahead then pack their memory closely (grow.c). Any thread. */
+static inline bool fcache_near(mb_client *c)
+{
+    return __atomic_load_n(&c->fc.near, __ATOMIC_RELAXED);
+}
 
 /* stitch.c */
 /* Map bytes now inside a range of reserve_bytes (>= bytes). */

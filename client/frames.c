@@ -18,6 +18,15 @@
 #define FC_CHECK(fc) ((void)0)
 #endif
 
+/* Recompute fc->near after what the process holds or its ceiling
+ * changed. fl_lock held. */
+static void near_update(struct frame_cache *fc)
+{
+    bool near = fc->near_pct && fc->ceiling &&
+                (uint64_t)fc->bytes_held * (100 + fc->near_pct) > (uint64_t)fc->ceiling * 100;
+    __atomic_store_n(&fc->near, near, __ATOMIC_RELAXED);
+}
+
 static int hold(struct frame_cache *fc, struct cframe *f)
 {
     if (f->id >= fc->cap) {
@@ -36,6 +45,7 @@ static int hold(struct frame_cache *fc, struct cframe *f)
     fc->by_id[f->id] = f;
     fc->n_held++;
     fc->bytes_held += f->mem.bytes;
+    near_update(fc);
     return 0;
 }
 
@@ -217,6 +227,7 @@ void fcache_forget(mb_client *c, struct cframe *f)
     c->fc.n_held--;
     c->fc.n_in_use--;
     c->fc.bytes_held -= f->mem.bytes;
+    near_update(&c->fc);
     c->be->ops->release(c->be, &f->mem);
     free(f);
 }
@@ -292,6 +303,10 @@ static int grant(mb_client *c, uint64_t bytes, bool large, unsigned max_order, s
     req.grant = &g;
     Mb__Reply *rep;
     int rc = rpc_call(c, &req, &rep);
+    if (rc == MB_ENOMEM || rc == MB_EQUOTA) {   /* no room left */
+        c->fc.ceiling = c->fc.bytes_held;
+        near_update(&c->fc);
+    }
     if (rc != 0)
         return rc;
     bool warm = g.warm_max_frames && rep->body_case == MB__REPLY__BODY_GRANT &&
@@ -307,6 +322,8 @@ static int grant(mb_client *c, uint64_t bytes, bool large, unsigned max_order, s
     if (rc == 0) {
         rc = receive_frames(c, (const Mb__Frame *const *)rep->grant->frames, n, out);
         c->fst.import_ns += mb_now_ns() - t0;
+        c->fc.ceiling = c->fc.bytes_held + rep->grant->room;
+        near_update(&c->fc);
         if (got)
             *got = n;
     } else if (rep->body_case == MB__REPLY__BODY_GRANT) {
@@ -676,6 +693,7 @@ static uint32_t drop_cached(mb_client *c, struct cframe **pp)
     fc->n_held--;
     fc->bytes_cached -= f->mem.bytes;
     fc->bytes_held -= f->mem.bytes;
+    near_update(fc);
     c->be->ops->release(c->be, &f->mem);
     free(f);
     return id;

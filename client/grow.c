@@ -536,6 +536,21 @@ static bool idle_better(size_t b, size_t best, size_t size, size_t limit)
     return kb == 2 ? b > best : b < best;   /* short: the most mapped; else the least */
 }
 
+/* Near the budget (fcache_near), may idle range s serve a range used up
+ * to `size` with `target` ahead? Not when the bytes it would keep mapped
+ * past size + target exceed another target: frames go back whole, so once
+ * its excess is cut (give_back) the frame that holds size + target stays
+ * entire, and a large one strands memory the budget no longer has. */
+static bool idle_close(const struct stitched *s, size_t size, size_t target)
+{
+    size_t keep = size + target, off = 0;
+    if (s->bytes <= keep + target)
+        return true;
+    for (size_t k = 0; k < s->n && off < keep; k++)
+        off += s->frames[k]->mem.bytes;
+    return off <= keep + target;
+}
+
 /* Are the jobs of idle range i's last owner still pending? g->lock held. */
 static bool idle_pending(const struct gidle *i)
 {
@@ -550,16 +565,20 @@ static bool idle_pending(const struct gidle *i)
  * there; mappings still queued end on the record *xo, which the new owner
  * then becomes). Unlinked; g->lock held. */
 static struct stitched *idle_take(mb_client *c, struct growset *g, size_t need_res, size_t limit,
-                                  size_t size, bool async, void *stream, void **prior,
-                                  size_t *prior_used, struct growable **xo)
+                                  size_t size, size_t target, bool async, void *stream,
+                                  void **prior, size_t *prior_used, struct growable **xo)
 {
     struct gidle **best = NULL;
-    bool best_ordered = false;
+    bool best_ordered = false, near = fcache_near(c), passed = false;
     *xo = NULL;
     for (struct gidle **pp = &g->idle; *pp; pp = &(*pp)->next) {
         struct gidle *i = *pp;
         if (i->s->reserved < need_res)
             continue;
+        if (near && i->s->bytes >= size && !idle_close(i->s, size, target)) {
+            passed = true;
+            continue;
+        }
         if (best && !idle_better(i->s->bytes, (*best)->s->bytes, size, limit))
             continue;
         if (!fence_settled(c, &i->prior))
@@ -573,6 +592,7 @@ static struct stitched *idle_take(mb_client *c, struct growset *g, size_t need_r
         best = pp;
         best_ordered = !done;
     }
+    g->near_passes += passed;
     if (!best)
         return NULL;
     struct gidle *i = *best;
@@ -729,15 +749,15 @@ int grow_alloc(mb_client *c, size_t size, size_t max, void *stream, bool async, 
     x->hint = __atomic_load_n(&g->last_step, __ATOMIC_RELAXED);
     x->busy = true;   /* until its first bytes are mapped (or queued) */
     /* The first bytes and a tail ahead of them. */
-    size_t first = size + target_for(size, 0, x->hint, unit);
+    size_t target = target_for(size, 0, x->hint, unit), first = size + target;
     /* A freed range that fits is reused, mapped as it is. */
     pthread_mutex_lock(&g->lock);
     g->recent[g->n_recent++ % RECENT] = first;
     struct stitched *s = NULL;
     struct growable *xo = NULL;
     if (g->idle)
-        s = idle_take(c, g, need_res, x->limit, size, async, stream, &x->prior, &x->prior_used,
-                      &xo);
+        s = idle_take(c, g, need_res, x->limit, size, target, async, stream, &x->prior,
+                      &x->prior_used, &xo);
     if (xo) {
         /* Its former owner's mappings are still queued and end on its
          * record: this range becomes that record (busy while they run). */
@@ -1202,5 +1222,6 @@ void grow_stats(struct growset *g, mb_client_stats *st)
     st->bytes_idle += g->idle_bytes;   /* freed ranges kept mapped */
     st->grow_waits += g->waits;
     st->grow_queued += g->queued;
+    st->grow_near_passes += g->near_passes;
     pthread_mutex_unlock(&g->lock);
 }

@@ -40,14 +40,16 @@ static size_t spare_size_held(const struct growset *g, size_t unit)
  * allocation's size, so that the next mb_malloc_growable finds its first
  * bytes mapped: the frames the process caches first, the daemon's frame
  * plan for the rest (large frames: few descriptors, few maps). Only while
- * the idle ranges hold less than idle_cap. */
+ * the idle ranges hold less than idle_cap, and not near the budget, where
+ * a spare's size would rarely fit closely (idle_close). */
 static void spares_work(mb_client *c, struct growset *g)
 {
     size_t unit = c->frame_bytes;
     for (int k = 0; c->grow_spares && k < SPARES_PER_PASS; k++) {
         pthread_mutex_lock(&g->lock);
         size_t want = spare_size_held(g, unit);
-        bool room = want && g->idle_bytes + want <= idle_cap(g) && g->n_idle < IDLE_MAX;
+        bool room = want && g->idle_bytes + want <= idle_cap(g) && g->n_idle < IDLE_MAX &&
+                    !fcache_near(c);
         pthread_mutex_unlock(&g->lock);
         if (!room)
             return;

@@ -5,7 +5,7 @@
 #define MB_PROTOCOL_H
 
 /* Hello.version: a client of another version is refused with both named. */
-#define MB_PROTOCOL_VERSION 1u
+#define MB_PROTOCOL_VERSION 2u
 
 /* Most frames one grant hands out (and one Grant reply lists). */
 #define MB_GRANT_MAX_FRAMES 256u

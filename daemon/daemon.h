@@ -513,6 +513,10 @@ bool tenant_name_ok(const char *s);
 /* Whether `bytes` of frames fit for session s now: budget less granted less other
  * tenants' and uids' unmet min. *short_bytes gets what is missing. */
 bool grant_fits(const struct daemon *d, const struct session *s, uint64_t bytes, uint64_t *short_bytes);
+/* What s may still be granted without a reclaim: the budget's room less
+ * other tenants' and uids' unmet min, or its tenant's or uid's quota room
+ * when smaller (GrantReply.room). */
+uint64_t grant_room(const struct daemon *d, const struct session *s);
 /* Defer a grant that does not fit when other sessions report enough cached
  * bytes: queue it and send RECLAIM notices. 0 when deferred, else an
  * mb_status (the caller answers MB_ENOMEM). */

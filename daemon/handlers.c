@@ -251,6 +251,7 @@ void grant_now(struct daemon *d, struct session *s, uint64_t bytes, unsigned max
     }
     gr.n_frames = n;
     gr.frames = framep;
+    gr.room = grant_room(d, s);   /* with these frames charged */
     rep->body_case = MB__REPLY__BODY_GRANT;
     rep->grant = &gr;
 }

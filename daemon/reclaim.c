@@ -44,6 +44,19 @@ bool grant_fits(const struct daemon *d, const struct session *s, uint64_t want, 
     return want <= avail;
 }
 
+uint64_t grant_room(const struct daemon *d, const struct session *s)
+{
+    uint64_t room = sat_sub(sat_sub(d->pool.budget_bytes, d->pool.bytes_granted),
+                            reserved_for_others(d, s));
+    const struct tenant *t = s->tenant;
+    if (t && t->max != MB_CONFIG_UNLIMITED && sat_sub(t->max, t->bytes) < room)
+        room = sat_sub(t->max, t->bytes);
+    const struct mb_config_policy *u = mb_config_uid(&d->cfg, s->uid);
+    if (u && u->max != MB_CONFIG_UNLIMITED && sat_sub(u->max, uid_bytes(d, s->uid)) < room)
+        room = sat_sub(u->max, uid_bytes(d, s->uid));
+    return room;
+}
+
 static bool over_min(const struct session *s)
 {
     return !s->tenant || s->tenant->bytes > s->tenant->min;

@@ -398,6 +398,7 @@ static int session_grant(struct mbt_session *s, uint64_t bytes, bool large, uint
         return code;
     }
     size_t want = rep->grant->n_frames, got = 0;
+    s->last_room = rep->grant->room;
     for (size_t i = 0; i < want && s->n_frames < sizeof(s->frame_ids) / sizeof(s->frame_ids[0]); i++)
         s->frame_ids[s->n_frames++] = rep->grant->frames[i]->id;
     for (size_t i = 0; sizes && i < want && i < *n_sizes; i++)

@@ -88,6 +88,7 @@ struct mbt_session {
     uint64_t next_id;
     uint32_t frame_ids[1024];    /* frames granted and not returned */
     size_t n_frames;
+    uint64_t last_room;          /* GrantReply.room of the latest grant */
 };
 /* 0 or a negative mb_status (the hello reply's code). */
 int mbt_session_open(const struct mbt_daemon *d, const char *tenant, struct mbt_session *s);

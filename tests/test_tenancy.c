@@ -94,9 +94,18 @@ static void tenant_quota_and_other_tenant(void **state)
     struct mbt_daemon d;
     assert_int_equal(mbt_daemon_start(&d, extra), 0);
 
-    struct mbt_session a, s;
+    struct mbt_session a, s, o;
     assert_int_equal(mbt_session_open(&d, "capped", &a), 0);
-    assert_int_equal(mbt_session_grant(&a, 40u << 20), 0);
+    assert_int_equal(mbt_session_grant(&a, 30u << 20), 0);
+    assert_int_equal(a.last_room, 10u << 20);   /* the reply says what its quota leaves */
+    assert_int_equal(mbt_session_grant(&a, 10u << 20), 0);
+    assert_int_equal(a.last_room, 0);
+    /* Another tenant's room is the budget's: 128 MiB less the 40 held and
+     * its own 8. */
+    assert_int_equal(mbt_session_open(&d, "roomy", &o), 0);
+    assert_int_equal(mbt_session_grant(&o, 8u << 20), 0);
+    assert_int_equal(o.last_room, 80u << 20);
+    mbt_session_close(&o);
     /* At its max: one more frame is refused with a message naming the
      * tenant, what it holds and its max. */
     assert_int_equal(mbt_session_open(&d, "capped", &s), 0);

@@ -1035,6 +1035,57 @@ static mb_client *open_patient(const char *tenant, const char *cache)
     return open_patient_spares(tenant, cache, true);
 }
 
+/* Near the budget (what the daemon could still grant is under
+ * MOONBRIGHT_NEAR_BUDGET_PCT percent of what the process holds), a freed
+ * growable range whose frames would strand memory past a new owner's size
+ * once its excess went back is passed over; elsewhere it is reused. A
+ * daemon of its own, with a budget the client learns from its grants. */
+static void test_grow_near_budget(void **state)
+{
+    (void)state;
+    const size_t mib = 1 << 20;
+    const char *extra[] = { "--budget", "512M", NULL };
+    struct mbt_daemon d;
+    assert_int_equal(mbt_daemon_start(&d, extra), 0);
+    setenv("MOONBRIGHT_RUNTIME_DIR", d.dir, 1);
+    for (int near = 0; near < 2; near++) {
+        /* 1000 %: near while the room is under ten times what it holds. */
+        setenv("MOONBRIGHT_NEAR_BUDGET_PCT", near ? "1000" : "0", 1);
+        mb_client *c = open_patient_spares("near", "256M", false);
+        unsetenv("MOONBRIGHT_NEAR_BUDGET_PCT");
+        void *p, *q;
+        /* 64 MiB and its 8 MiB tail: a 64 MiB frame and an 8 MiB one. */
+        assert_int_equal(mb_malloc_growable(c, 64 * mib, 1024 * mib, &p), 0);
+        memset(p, 0x4D, 64 * mib);
+        mb_client_stats st = stats_of(c);
+        assert_true(st.grant_room > 0);
+        assert_true(st.grant_room + st.bytes_granted <= 512 * mib);
+        assert_int_equal(st.near_budget, near);
+        assert_int_equal(mb_free(c, p), 0);
+        mb_client_stats before = stats_of(c);
+        assert_true(before.bytes_idle >= 64 * mib);
+        /* 4 MiB and a 2 MiB tail: the freed range would keep its 64 MiB
+         * frame whole. */
+        assert_int_equal(mb_malloc_growable(c, 4 * mib, 1024 * mib, &q), 0);
+        memset(q, 0x4E, 4 * mib);
+        mb_client_stats after = stats_of(c);
+        if (near) {
+            assert_ptr_not_equal(q, p);
+            assert_int_equal(after.grow_near_passes, before.grow_near_passes + 1);
+            assert_int_equal(after.grow_waits, before.grow_waits + 1);   /* mapped its own */
+        } else {
+            assert_ptr_equal(q, p);
+            assert_int_equal(after.grow_near_passes, 0);
+            assert_int_equal(after.grow_waits, before.grow_waits);
+        }
+        assert_int_equal(mb_usable_size(c, q), 4 * mib);
+        assert_int_equal(mb_free(c, q), 0);
+        mb_close(c);
+    }
+    setenv("MOONBRIGHT_RUNTIME_DIR", g_d.dir, 1);
+    mbt_daemon_stop(&d);
+}
+
 /* A freed growable range stays mapped and the next allocation it fits
  * takes it: no daemon request, no mapping, no wait; one it does not fit
  * (a larger max) gets a range of its own. Trim unmaps the idle ranges. */
@@ -1433,6 +1484,7 @@ int main(void)
         cmocka_unit_test(test_map_during_refill),
         cmocka_unit_test(test_grow_tail),
         cmocka_unit_test(test_grow_reuse),
+        cmocka_unit_test(test_grow_near_budget),
         cmocka_unit_test(test_grow_excess_and_spares),
         cmocka_unit_test(test_grow_cache_drains),
         cmocka_unit_test(test_grow_uses_cached_frames),

@@ -523,6 +523,8 @@ struct strat_result {
     uint64_t driver_waits;      /* allocations and resizes that waited on the driver */
     uint64_t grow_queued;       /* MoonBright: growable calls that left their mapping to the
                                  * mapper thread (grow_async) */
+    uint64_t near_passes;       /* MoonBright: growable allocations near the budget that
+                                 * passed over a freed range (mb_stats grow_near_passes) */
     uint64_t daemon_requests;   /* MoonBright: round trips to the daemon */
     bool creates_known;
     uint64_t grant_creates;     /* MoonBright: frames the daemon created on grant paths meanwhile */
@@ -875,6 +877,7 @@ static int run_strategy(struct replay_ctx *x, const struct replay_cfg *cfg, stru
         else if (x->kind == S_VSPACE)
             r->driver_waits = st1.vspace_refill_waits - st0.vspace_refill_waits;
         r->grow_queued = st1.grow_queued - st0.grow_queued;
+        r->near_passes = st1.grow_near_passes - st0.grow_near_passes;
     }
     r->n_alloc = va.n;
     r->n_free = vf.n;
@@ -1107,6 +1110,10 @@ static void print_json(const char *trace, const char *format, size_t nreq, uint3
             jw_u64(&w, "grow_queued", r->grow_queued);
         else
             jw_null(&w, "grow_queued");
+        if (mb)
+            jw_u64(&w, "near_passes", r->near_passes);
+        else
+            jw_null(&w, "near_passes");
         if (mb)
             jw_u64(&w, "daemon_requests", r->daemon_requests);
         else

@@ -158,6 +158,17 @@ typedef struct mb_client_stats {
     uint64_t grow_queued;            /* mb_malloc_growable_async and mb_grow_async calls
                                       * past the mapped tail that left the mapping to the
                                       * mapper thread: the stream waited, not the caller */
+    /* Near the budget: what the daemon could still grant this process
+     * without a reclaim (budget and quotas), as of its last grant less what
+     * it took since (0 after a refusal, and before any grant); near_budget
+     * when that is under MOONBRIGHT_NEAR_BUDGET_PCT percent (12) of what it
+     * holds. Then growable ranges are packed closely: no spare ranges, and
+     * a freed range is reused only if it would hold at most one tail more
+     * than needed once its excess went back. */
+    size_t grant_room;
+    int near_budget;
+    uint64_t grow_near_passes;       /* growable allocations near the budget that passed
+                                      * over such a freed range */
 } mb_client_stats;
 MB_API int mb_stats(mb_client *c, mb_client_stats *out);
 
