@@ -208,6 +208,7 @@ struct mb_client {
                                   * and smaller ones use separate arenas (tiers.c) */
     bool close_fit;              /* $MOONBRIGHT_HEAP_CLOSE_FIT: large requests never split a much
                                   * larger free block (less memory, more misses) */
+    bool heap_near;              /* the heap fits closely for now: near the budget (tiers.c) */
     int64_t next_reconnect_ms;   /* back-off: earliest next attempt */
     int reconnect_wait_ms;       /* current back-off step */
     char tenant[64];

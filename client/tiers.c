@@ -692,8 +692,26 @@ void tiers_slab_put(mb_client *c, void **ptrs, size_t n, void *ev, bool pending)
 
 /* ---- allocation and free ---- */
 
+/* Near the budget or the quota (fcache_near) the heap fits closely, as
+ * MOONBRIGHT_HEAP_CLOSE_FIT makes it always: a large request misses
+ * rather than split a free block much larger than itself, and the miss
+ * rebuilds from free arenas' frames (repair) before it asks for more;
+ * arenas are not extended past the blocks it refused meanwhile. More
+ * misses and maps, less memory: the trade only near the budget. c->lock
+ * held. */
+static void heap_follow_budget(mb_client *c)
+{
+    bool near = fcache_near(c);
+    if (near == c->heap_near)
+        return;
+    c->heap_near = near;
+    mb_pool_set_close_fit(c->pool, near || c->close_fit ? OWN_ARENA_ABOVE : 0);
+    mb_pool_set_extend_min(c->pool, c->extend && !near ? 1 : 0);
+}
+
 int tiers_alloc(mb_client *c, size_t size, void *stream, bool sync, void **ptr)
 {
+    heap_follow_budget(c);
     uint64_t misses = mb_pool_misses(c->pool);
     int rc = mb_pool_alloc(c->pool, size, sync ? MB_POOL_SYNC : stream, ptr);
     bool unfenced = false;

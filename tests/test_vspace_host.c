@@ -980,6 +980,21 @@ static void test_grow_free_lag_env(void **state)
     unsetenv("MOONBRIGHT_GROW_FREE_LAG");
 }
 
+static void test_near_budget_pct_env(void **state)
+{
+    (void)state;
+    const char *vals[] = { "25", "0", "x", "-3", "", "1001" };
+    const unsigned want[] = { 25, 0, 12, 12, 12, 12 };
+    for (size_t k = 0; k < sizeof(vals) / sizeof(vals[0]); k++) {
+        setenv("MOONBRIGHT_NEAR_BUDGET_PCT", vals[k], 1);
+        mb_client *c = NULL;
+        assert_int_equal(mb_open(&c, "near-env"), 0);
+        assert_int_equal(c->fc.near_pct, want[k]);
+        mb_close(c);
+    }
+    unsetenv("MOONBRIGHT_NEAR_BUDGET_PCT");
+}
+
 /* Stream-ordered growable calls on the host backend, which cannot gate a
  * stream: they map before returning, as mb_malloc_growable and mb_grow
  * do (counted as waits, none queued), and the bytes are usable at once. */
@@ -1038,9 +1053,10 @@ static mb_client *open_patient(const char *tenant, const char *cache)
 /* Near the budget (what the daemon could still grant is under
  * MOONBRIGHT_NEAR_BUDGET_PCT percent of what the process holds), a freed
  * growable range whose frames would strand memory past a new owner's size
- * once its excess went back is passed over; elsewhere it is reused. A
+ * once its excess went back is passed over, and the heap fits large
+ * requests closely; elsewhere the range is reused and the heap splits. A
  * daemon of its own, with a budget the client learns from its grants. */
-static void test_grow_near_budget(void **state)
+static void test_near_budget(void **state)
 {
     (void)state;
     const size_t mib = 1 << 20;
@@ -1079,6 +1095,18 @@ static void test_grow_near_budget(void **state)
             assert_int_equal(after.grow_waits, before.grow_waits);
         }
         assert_int_equal(mb_usable_size(c, q), 4 * mib);
+        assert_int_equal(mb_free(c, q), 0);
+        /* The heap: a 64 MiB block freed, then 16 MiB asked for. Near the
+         * budget the request misses rather than split a block four times
+         * its size; elsewhere it is carved from it. */
+        assert_int_equal(mb_malloc(c, 64 * mib, &p), 0);
+        assert_int_equal(mb_free(c, p), 0);
+        before = stats_of(c);
+        assert_int_equal(mb_malloc(c, 16 * mib, &q), 0);
+        memset(q, 0x4F, 16 * mib);
+        after = stats_of(c);
+        assert_int_equal(after.heap_hits, before.heap_hits + !near);
+        assert_int_equal(after.heap_grants, before.heap_grants + near);
         assert_int_equal(mb_free(c, q), 0);
         mb_close(c);
     }
@@ -1484,7 +1512,7 @@ int main(void)
         cmocka_unit_test(test_map_during_refill),
         cmocka_unit_test(test_grow_tail),
         cmocka_unit_test(test_grow_reuse),
-        cmocka_unit_test(test_grow_near_budget),
+        cmocka_unit_test(test_near_budget),
         cmocka_unit_test(test_grow_excess_and_spares),
         cmocka_unit_test(test_grow_cache_drains),
         cmocka_unit_test(test_grow_uses_cached_frames),
@@ -1496,6 +1524,7 @@ int main(void)
         cmocka_unit_test(test_amap_host),
         cmocka_unit_test(test_grow_async_host),
         cmocka_unit_test(test_grow_free_lag_env),
+        cmocka_unit_test(test_near_budget_pct_env),
         cmocka_unit_test(test_grow_async_gated),
         cmocka_unit_test(test_prepare),
         cmocka_unit_test(test_frame_lock_yields),
