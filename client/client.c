@@ -267,6 +267,19 @@ static bool gave_back_after_refusal(mb_client *c, int rc)
     return changed;
 }
 
+/* A call refused for budget or quota even after its retry says so once,
+ * with the daemon's words for the last refusal (rpc.c logs refusals at
+ * info: most are recovered from). */
+static int refused_log(mb_client *c, int rc, const char *what, size_t bytes)
+{
+    if (rc != MB_ENOMEM && rc != MB_EQUOTA)
+        return rc;
+    char why[sizeof(c->refusal)];
+    fcache_refusal(c, rc, why, sizeof(why));
+    mb_log(MB_LOG_WARN, "%s of %zu bytes failed: %s", what, bytes, why);
+    return rc;
+}
+
 static int do_malloc(mb_client *c, size_t size, void *stream, bool sync, void **ptr)
 {
     if (!c || !ptr || size == 0)
@@ -274,7 +287,7 @@ static int do_malloc(mb_client *c, size_t size, void *stream, bool sync, void **
     int rc = malloc_once(c, size, stream, sync, ptr);
     if (gave_back_after_refusal(c, rc))
         rc = malloc_once(c, size, stream, sync, ptr);
-    return rc;
+    return refused_log(c, rc, "an allocation", size);
 }
 
 static int do_free(mb_client *c, void *ptr, void *stream)
@@ -351,7 +364,7 @@ static int do_malloc_growable(mb_client *c, size_t size, size_t max_size, void *
     settle_refused(c, rc, async, stream);
     if (gave_back_after_refusal(c, rc))
         rc = grow_alloc(c, size, max_size, stream, async, ptr);
-    return rc;
+    return refused_log(c, rc, "a growable allocation", size);
 }
 
 static int do_grow(mb_client *c, void *ptr, size_t new_size, void *stream, bool async)
@@ -362,7 +375,7 @@ static int do_grow(mb_client *c, void *ptr, size_t new_size, void *stream, bool 
     settle_refused(c, rc, async, stream);
     if (gave_back_after_refusal(c, rc))
         rc = grow_extend(c, ptr, new_size, stream, async);
-    return rc;
+    return refused_log(c, rc, "a growth", new_size);
 }
 
 int mb_malloc_growable(mb_client *c, size_t size, size_t max_size, void **ptr)

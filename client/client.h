@@ -212,6 +212,8 @@ struct mb_client {
     int64_t next_reconnect_ms;   /* back-off: earliest next attempt */
     int reconnect_wait_ms;       /* current back-off step */
     char tenant[64];
+    char refusal[256];           /* the daemon's words for the latest request refused for
+                                  * budget or quota (flock): logged if the call fails */
     bool reclaim_due;            /* a RECLAIM notice waits to be answered */
     uint64_t reclaim_bytes;      /* ... for this many bytes (0: all cached) */
     uint64_t cache_reported;     /* bytes of the last Cache report */
@@ -350,6 +352,10 @@ void fcache_report(mb_client *c, uint64_t tier_idle);
  * when either changed. */
 void fcache_report_counters(mb_client *c, uint64_t tier_idle, const mb_client_stats *st);
 bool fcache_is_valid(const struct frame_cache *fc);
+/* Why a call failed with rc, for its error message: the daemon's words
+ * for the latest refusal when rc is a refusal for budget or quota, else
+ * rc's name. Takes the frame lock. */
+void fcache_refusal(mb_client *c, int rc, char *buf, size_t n);
 /* Is the process near the budget or its quota: what it could still be
  * granted under fc.near_pct percent of what it holds? Layers that map
  * ahead then pack their memory closely (grow.c). Any thread. */

@@ -2,6 +2,7 @@
  * (own cache first, then a grant whose handles arrive on the handle channel
  * and are imported once), caching them unmapped by size, and handing them
  * back. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -219,6 +220,14 @@ static int receive_frames(mb_client *c, const Mb__Frame *const *fr, size_t n, st
     }
     free(ids);
     return rc;
+}
+
+void fcache_refusal(mb_client *c, int rc, char *buf, size_t n)
+{
+    pthread_mutex_lock(&c->flock);
+    bool said = (rc == MB_ENOMEM || rc == MB_EQUOTA) && c->refusal[0];
+    snprintf(buf, n, "%s", said ? c->refusal : mb_strerror(rc));
+    pthread_mutex_unlock(&c->flock);
 }
 
 void fcache_forget(mb_client *c, struct cframe *f)

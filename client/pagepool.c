@@ -336,9 +336,12 @@ static int map_extent(struct pagepool *p, size_t need, size_t low, size_t used, 
     int rc = fl_map(c, bytes, out);
     if ((rc == MB_ENOMEM || rc == MB_EQUOTA) && bytes > exact)
         rc = fl_map(c, exact, out);
-    if (rc)
+    if (rc) {
+        char why[sizeof(c->refusal)];
+        fcache_refusal(c, rc, why, sizeof(why));
         mb_log(MB_LOG_ERR, "failed to map %zu KiB for %zu %zu-KiB vspace pages: %s",
-               exact >> 10, need, pb >> 10, mb_strerror(rc));
+               exact >> 10, need, pb >> 10, why);
+    }
     return rc;
 }
 

@@ -252,7 +252,16 @@ int rpc_call(mb_client *c, Mb__Request *req, Mb__Reply **out)
         return rc;
     if ((*out)->code != 0) {
         rc = (*out)->code < MB_STATUS_MIN || (*out)->code > 0 ? MB_EPROTO : (*out)->code;
-        mb_log(MB_LOG_WARN, "moonbrightd refused: %s", (*out)->error ? (*out)->error : mb_strerror(rc));
+        const char *why = (*out)->error ? (*out)->error : mb_strerror(rc);
+        if (rc == MB_ENOMEM || rc == MB_EQUOTA) {
+            /* Near the budget the library gives memory back and tries
+             * again, or asks for less: the call that finally fails says
+             * why (client.c), in these words. */
+            snprintf(c->refusal, sizeof(c->refusal), "%s", why);
+            mb_log(MB_LOG_INFO, "moonbrightd refused: %s", why);
+        } else {
+            mb_log(MB_LOG_WARN, "moonbrightd refused: %s", why);
+        }
         mb__reply__free_unpacked(*out, NULL);
         *out = NULL;
     }

@@ -123,7 +123,12 @@ static void tenant_quota_and_other_tenant(void **state)
     /* The library reports the same status. */
     char buf[1024];
     const char *one[] = { MB_CLIENT_BIN, "alloc", "1048576", "capped", NULL };
-    assert_int_equal(mbt_run(&d, one, buf, sizeof(buf), false), 20 - MB_EQUOTA);
+    assert_int_equal(mbt_run(&d, one, buf, sizeof(buf), true), 20 - MB_EQUOTA);
+    /* Once, with the daemon's words: the refusals it recovers from are
+     * not warnings. */
+    assert_non_null(strstr(buf, "warning: an allocation of 1048576 bytes failed: quota of tenant "
+                                "'capped' exceeded"));
+    assert_null(strstr(buf, "moonbrightd refused"));
     /* Another tenant is unaffected. */
     const char *other[] = { MB_CLIENT_BIN, "pattern", "1048576", "9", "other", NULL };
     assert_int_equal(mbt_run(&d, other, buf, sizeof(buf), false), 0);
