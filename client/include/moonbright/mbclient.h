@@ -162,9 +162,11 @@ typedef struct mb_client_stats {
      * without a reclaim (budget and quotas), as of its last grant less what
      * it took since (0 after a refusal, and before any grant); near_budget
      * when that is under MOONBRIGHT_NEAR_BUDGET_PCT percent (12) of what it
-     * holds. Then growable ranges are packed closely: no spare ranges, and
-     * a freed range is reused only if it would hold at most one tail more
-     * than needed once its excess went back. */
+     * holds. Then memory is packed closely: the heap fits large requests
+     * closely (as MOONBRIGHT_HEAP_CLOSE_FIT=1 does always), growable
+     * ranges get no spare ranges, and a freed growable range is reused
+     * only if it would hold at most one tail more than needed once its
+     * excess went back. */
     size_t grant_room;
     int near_budget;
     uint64_t grow_near_passes;       /* growable allocations near the budget that passed
