@@ -578,6 +578,8 @@ static void h_tenants(struct request_ctx *rc, const Mb__Request *req, Mb__Reply 
         Mb__ClientCounters *k = &counters[n];
         mb__client_counters__init(k);
         for (const struct session *s = t->sessions; s; s = s->t_next) {
+            uint64_t room = grant_room(d, s);
+            ti->room = s == t->sessions || room < ti->room ? room : ti->room;
             ti->cached += s->cached;
             k->bytes_idle += s->counters[0];
             k->heap_hits += s->counters[1];

@@ -65,6 +65,7 @@ static void every_command_json(void **state)
     assert_string_equal(json_get(&t->kids[0], "name")->str, "alpha");
     assert_int_equal((int)json_num(&t->kids[0], "sessions"), 1);
     assert_int_equal((int)json_num(&t->kids[0], "bytes"), 3 * FRAME);
+    assert_int_equal((int)json_num(&t->kids[0], "room"), (8 << 20) - 3 * FRAME);   /* the budget's */
     assert_int_equal(json_get(&t->kids[0], "max")->type, JSON_NULL);
     assert_int_equal((int)json_num(&t->kids[0], "min"), 0);
     assert_int_equal((int)json_num(&t->kids[0], "cached"), FRAME);

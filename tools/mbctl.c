@@ -426,16 +426,18 @@ static const Mb__ClientCounters no_counters = MB__CLIENT_COUNTERS__INIT;
 
 static void print_tenants(const Mb__TenantsReply *t)
 {
-    char a[32], b[32], c[32], e[32], f[32];
-    printf("%-24s %8s %12s %12s %12s %12s %12s %10s %8s %8s %8s %8s\n", "TENANT", "SESSIONS",
-           "BYTES", "MAX", "MIN", "CACHED", "IDLE", "HEAP HITS", "GRANTS", "STITCHES", "UNMAPS",
-           "WAITS");
+    char a[32], b[32], c[32], e[32], f[32], r[32];
+    printf("%-24s %8s %12s %12s %12s %12s %12s %12s %10s %8s %8s %8s %8s\n", "TENANT", "SESSIONS",
+           "BYTES", "MAX", "ROOM", "MIN", "CACHED", "IDLE", "HEAP HITS", "GRANTS", "STITCHES",
+           "UNMAPS", "WAITS");
     for (size_t i = 0; i < t->n_tenants; i++) {
         const Mb__TenantInfo *ti = t->tenants[i];
         const Mb__ClientCounters *k = ti->counters ? ti->counters : &no_counters;
-        printf("%-24s %8u %12s %12s %12s %12s %12s %10llu %8llu %8llu %8llu %8llu\n", ti->name,
+        printf("%-24s %8u %12s %12s %12s %12s %12s %12s %10llu %8llu %8llu %8llu %8llu\n", ti->name,
                ti->sessions, mb_format_size(ti->bytes, a, sizeof(a)),
-               size_or_unlimited(ti->max, b, sizeof(b)), mb_format_size(ti->min, c, sizeof(c)),
+               size_or_unlimited(ti->max, b, sizeof(b)),
+               ti->sessions ? mb_format_size(ti->room, r, sizeof(r)) : "-",
+               mb_format_size(ti->min, c, sizeof(c)),
                mb_format_size(ti->cached, e, sizeof(e)), mb_format_size(k->bytes_idle, f, sizeof(f)),
                (unsigned long long)k->heap_hits, (unsigned long long)k->heap_grants,
                (unsigned long long)k->stitches, (unsigned long long)k->unmaps,
@@ -462,6 +464,7 @@ static int cli_tenants(struct ctl *ctl, int argc, char **argv)
                    (unsigned long long)ti->bytes);
             json_max(ti->max);
             const Mb__ClientCounters *k = ti->counters ? ti->counters : &no_counters;
+            printf(",\"room\":%llu", (unsigned long long)ti->room);
             printf(",\"min\":%llu,\"cached\":%llu,\"idle\":%llu,\"heap_hits\":%llu,"
                    "\"heap_grants\":%llu,\"stitches\":%llu,\"unmaps\":%llu,"
                    "\"refill_waits\":%llu,\"grow_waits\":%llu,\"heap_extends\":%llu,"
