@@ -318,8 +318,11 @@ static void note_demand(struct pagepool *p, size_t n, int64_t now)
  * watermark's worth); no lock held. Sizes: order 5..9 frames of the unit,
  * the smallest that covers need + low but none above the free-page cap (so
  * a pool's free pages stay a few percent of its used ones); exactly need
- * when that fails for memory or quota. */
-static int map_extent(struct pagepool *p, size_t need, size_t low, size_t used, struct stitched **out)
+ * when that fails for memory or quota. A failure is an error for a caller
+ * (refill false); the refill thread's tries again later, so it is news
+ * only (near the budget it is expected). */
+static int map_extent(struct pagepool *p, size_t need, size_t low, size_t used, bool refill,
+                      struct stitched **out)
 {
     mb_client *c = p->c;
     size_t unit = c->frame_bytes, pb = p->page_bytes;
@@ -339,21 +342,22 @@ static int map_extent(struct pagepool *p, size_t need, size_t low, size_t used, 
     if (rc) {
         char why[sizeof(c->refusal)];
         fcache_refusal(c, rc, why, sizeof(why));
-        mb_log(MB_LOG_ERR, "failed to map %zu KiB for %zu %zu-KiB vspace pages: %s",
-               exact >> 10, need, pb >> 10, why);
+        mb_log(refill ? MB_LOG_INFO : MB_LOG_ERR, "%s to map %zu KiB for %zu %zu-KiB vspace pages: %s",
+               refill ? "the refill thread could not" : "failed", exact >> 10, need, pb >> 10, why);
     }
     return rc;
 }
 
 /* Grow by one extent for need pages with the pool lock held on entry and
- * exit (dropped around the frame layer); delay_us: the refill test hook. */
-static int grow_locked(struct pagepool *p, size_t need, unsigned delay_us)
+ * exit (dropped around the frame layer); refill: for the refill thread,
+ * delay_us its test hook. */
+static int grow_locked(struct pagepool *p, size_t need, bool refill, unsigned delay_us)
 {
     size_t low = p->low, used = p->n_used;
     p->growers++;
     pthread_mutex_unlock(&p->lock);
     struct stitched *s;
-    int rc = map_extent(p, need, low, used, &s);
+    int rc = map_extent(p, need, low, used, refill, &s);
     if (delay_us) {
         struct timespec ts = { delay_us / 1000000u, (long)(delay_us % 1000000u) * 1000L };
         nanosleep(&ts, NULL);
@@ -389,7 +393,7 @@ int pagepool_take(struct pagepool *p, size_t n, uint64_t *out)
             pthread_cond_wait(&p->grown, &p->lock);
             continue;
         }
-        rc = grow_locked(p, n - p->n_free, 0);
+        rc = grow_locked(p, n - p->n_free, false, 0);
     }
     if (waited)
         p->waits++;
@@ -422,7 +426,7 @@ int pagepool_prepare(struct pagepool *p, size_t n)
     int rc = 0;
     pthread_mutex_lock(&p->lock);
     while (rc == 0 && p->n_free < n)
-        rc = grow_locked(p, n - p->n_free, 0);
+        rc = grow_locked(p, n - p->n_free, false, 0);
     PP_CHECK(p);
     pthread_mutex_unlock(&p->lock);
     return rc;
@@ -546,7 +550,7 @@ bool pagepool_work(struct pagepool *p, int64_t now, int idle_ms, unsigned delay_
     uint64_t trims = p->trims;
     if (p->n_free < p->low && p->growers == 0 && now >= p->retry_ms) {
         size_t need = p->low + p->low / 2 - p->n_free;
-        if (grow_locked(p, need, delay_us) != 0)
+        if (grow_locked(p, need, true, delay_us) != 0)
             p->retry_ms = now + 1000;
         else
             again = p->n_free < p->low;
