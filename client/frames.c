@@ -25,6 +25,10 @@ static void near_update(struct frame_cache *fc)
 {
     bool near = fc->near_pct && fc->ceiling &&
                 (uint64_t)fc->bytes_held * (100 + fc->near_pct) > (uint64_t)fc->ceiling * 100;
+    if (near != __atomic_load_n(&fc->near, __ATOMIC_RELAXED))
+        mb_log(MB_LOG_DEBUG, "%s: %zu MiB held, %zu MiB more could be granted",
+               near ? "near the budget or quota, memory is packed closely" : "room again",
+               fc->bytes_held >> 20, (fc->ceiling > fc->bytes_held ? fc->ceiling - fc->bytes_held : 0) >> 20);
     __atomic_store_n(&fc->near, near, __ATOMIC_RELAXED);
 }
 
