@@ -2,7 +2,9 @@
  * a real moonbrightd (host backend): mixed allocations and frees from bytes
  * to a gigabyte across all tiers (slab, pool, stitched, growable), checking
  * that every live block keeps its contents, blocks never overlap, alignment
- * holds, stats balance, and frees of unknown pointers are refused. */
+ * holds, stats balance, and frees of unknown pointers are refused. Run a
+ * second time near the budget (test_client_model_near: memory packed
+ * closely most of the time). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -85,14 +87,16 @@ static size_t touch(struct block *b, bool check)
 static void model(void **state)
 {
     struct mbt_daemon d;
-    static const char *const args[] = { "--frame-size", "2M", "--budget", "64G", NULL };
+    /* $MB_MODEL_BUDGET: another budget (the default holds every peak). */
+    const char *budget = getenv("MB_MODEL_BUDGET");
+    const char *const args[] = { "--frame-size", "2M", "--budget", budget ? budget : "64G", NULL };
     assert_int_equal(mbt_daemon_start(&d, args), 0);
     setenv("MOONBRIGHT_RUNTIME_DIR", d.dir, 1);
     mb_client *c;
     assert_int_equal(mb_open(&c, "model"), 0);
 
     struct block live[MAXLIVE];
-    size_t n = 0, ops = 0, allocs = 0;
+    size_t n = 0, ops = 0, allocs = 0, near_seen = 0;
     const char *env = getenv("MB_MODEL_OPS");
     size_t total = env ? strtoull(env, NULL, 10) : 400000;
     for (; ops < total; ops++) {
@@ -147,10 +151,16 @@ static void model(void **state)
              * thread is mapping into a growable tail right now */
             assert_true(st.bytes_granted >= st.bytes_mapped + st.bytes_cached);
             assert_true(st.slab_live <= st.slab_mapped && st.pool_live <= st.pool_mapped);
+            near_seen += st.near_budget != 0;
         }
         if (ops % 50000 == 49999)
             assert_int_equal(mb_trim(c, 0), 0);
     }
+    /* $MB_MODEL_NEAR=1: the run is meant to be near the budget (packed
+     * closely) at most checks: it was. */
+    const char *near = getenv("MB_MODEL_NEAR");
+    if (near && strcmp(near, "1") == 0)
+        assert_true(near_seen * 2 > ops / 997 + 1);
     int dummy;
     assert_int_equal(mb_free(c, &dummy), MB_ENOENT);
     while (n)
@@ -161,8 +171,9 @@ static void model(void **state)
     assert_int_equal(st.bytes_live, 0);
     assert_int_equal(st.bytes_granted, 0);
     printf("client model: %zu operations, %zu allocations, %llu daemon round trips, %llu heap arenas "
-           "extended, %llu holes filled again\n", ops, allocs, (unsigned long long)st.daemon_requests,
-           (unsigned long long)st.heap_extends, (unsigned long long)st.heap_fills);
+           "extended, %llu holes filled again, near the budget at %zu of %zu checks\n", ops, allocs,
+           (unsigned long long)st.daemon_requests, (unsigned long long)st.heap_extends,
+           (unsigned long long)st.heap_fills, near_seen, ops / 997 + 1);
     mb_close(c);
     struct json *j = mbt_status(&d);
     assert_non_null(j);
