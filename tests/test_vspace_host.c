@@ -963,6 +963,24 @@ static void test_grow_async_gated(void **state)
     mb_close(c);
 }
 
+/* A client knob read from the environment at mb_open: each of vals[k]
+ * gives want[k], as read back by value_of. */
+static void check_env_knob(const char *name, const char *const *vals, const size_t *want, size_t n,
+                           size_t (*value_of)(const mb_client *))
+{
+    for (size_t k = 0; k < n; k++) {
+        setenv(name, vals[k], 1);
+        mb_client *c = NULL;
+        assert_int_equal(mb_open(&c, "env-knob"), 0);
+        assert_int_equal(value_of(c), want[k]);
+        mb_close(c);
+    }
+    unsetenv(name);
+}
+
+static size_t free_lag_of(const mb_client *c) { return c->grow_free_lag; }
+static size_t near_pct_of(const mb_client *c) { return c->fc.near_pct; }
+
 /* MOONBRIGHT_GROW_FREE_LAG: how far a free may run ahead of the mapper;
  * a value that is no count in range is ignored (the default, 8). */
 static void test_grow_free_lag_env(void **state)
@@ -970,29 +988,16 @@ static void test_grow_free_lag_env(void **state)
     (void)state;
     const char *vals[] = { "3", "0", "abc", "-1", "", "99999999" };
     const size_t want[] = { 3, 0, 8, 8, 8, 8 };
-    for (size_t k = 0; k < sizeof(vals) / sizeof(vals[0]); k++) {
-        setenv("MOONBRIGHT_GROW_FREE_LAG", vals[k], 1);
-        mb_client *c = NULL;
-        assert_int_equal(mb_open(&c, "lag-env"), 0);
-        assert_int_equal(c->grow_free_lag, want[k]);
-        mb_close(c);
-    }
-    unsetenv("MOONBRIGHT_GROW_FREE_LAG");
+    check_env_knob("MOONBRIGHT_GROW_FREE_LAG", vals, want, 6, free_lag_of);
 }
 
+/* MOONBRIGHT_NEAR_BUDGET_PCT: 0 to 1000, else the default 12. */
 static void test_near_budget_pct_env(void **state)
 {
     (void)state;
     const char *vals[] = { "25", "0", "x", "-3", "", "1001" };
-    const unsigned want[] = { 25, 0, 12, 12, 12, 12 };
-    for (size_t k = 0; k < sizeof(vals) / sizeof(vals[0]); k++) {
-        setenv("MOONBRIGHT_NEAR_BUDGET_PCT", vals[k], 1);
-        mb_client *c = NULL;
-        assert_int_equal(mb_open(&c, "near-env"), 0);
-        assert_int_equal(c->fc.near_pct, want[k]);
-        mb_close(c);
-    }
-    unsetenv("MOONBRIGHT_NEAR_BUDGET_PCT");
+    const size_t want[] = { 25, 0, 12, 12, 12, 12 };
+    check_env_knob("MOONBRIGHT_NEAR_BUDGET_PCT", vals, want, 6, near_pct_of);
 }
 
 /* Stream-ordered growable calls on the host backend, which cannot gate a
