@@ -42,7 +42,8 @@ struct cframe {
  *   n_cached + n_in_use == n_held
  *   the two cached lists hold exactly the held frames with !in_use:
  *   `cached` the order-0 frames, `cached_large` the larger ones
- *   bytes_cached and bytes_held are the bytes of those frames */
+ *   bytes_cached and bytes_held are the bytes of those frames
+ *   near == (near_pct && ceiling && bytes_held > ceiling / (1 + near_pct / 100)) */
 struct frame_cache {
     struct cframe **by_id;       /* indexed by frame id; NULL when not held */
     uint32_t cap;

@@ -21,10 +21,15 @@
 
 /* Recompute fc->near after what the process holds or its ceiling
  * changed. fl_lock held. */
+static bool near_now(const struct frame_cache *fc)
+{
+    return fc->near_pct && fc->ceiling &&
+           (uint64_t)fc->bytes_held * (100 + fc->near_pct) > (uint64_t)fc->ceiling * 100;
+}
+
 static void near_update(struct frame_cache *fc)
 {
-    bool near = fc->near_pct && fc->ceiling &&
-                (uint64_t)fc->bytes_held * (100 + fc->near_pct) > (uint64_t)fc->ceiling * 100;
+    bool near = near_now(fc);
     if (near != __atomic_load_n(&fc->near, __ATOMIC_RELAXED))
         mb_log(MB_LOG_DEBUG, "%s: %zu MiB held, %zu MiB more could be granted",
                near ? "near the budget or quota, memory is packed closely" : "room again",
@@ -809,7 +814,8 @@ bool fcache_is_valid(const struct frame_cache *fc)
             return false;
         cached_bytes += f->mem.bytes;
     }
+    /* near follows what is held and the ceiling (near_update at every change) */
     return held == fc->n_held && cached == fc->n_cached && in_use == fc->n_in_use &&
            fc->n_cached + fc->n_in_use == fc->n_held && held_bytes == fc->bytes_held &&
-           cached_bytes == fc->bytes_cached;
+           cached_bytes == fc->bytes_cached && near_now(fc) == __atomic_load_n(&fc->near, __ATOMIC_RELAXED);
 }
