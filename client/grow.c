@@ -575,10 +575,6 @@ static struct stitched *idle_take(mb_client *c, struct growset *g, size_t need_r
         struct gidle *i = *pp;
         if (i->s->reserved < need_res)
             continue;
-        if (near && i->s->bytes >= size && !idle_close(i->s, size, target)) {
-            passed = true;
-            continue;
-        }
         if (best && !idle_better(i->s->bytes, (*best)->s->bytes, size, limit))
             continue;
         if (!fence_settled(c, &i->prior))
@@ -589,6 +585,10 @@ static struct stitched *idle_take(mb_client *c, struct growset *g, size_t need_r
         bool done = fence_done(c, i->fence) == 1;
         if (!done && !ordered)
             continue;
+        if (near && i->s->bytes >= size && !idle_close(i->s, size, target)) {
+            passed = true;   /* it would have been taken */
+            continue;
+        }
         best = pp;
         best_ordered = !done;
     }
