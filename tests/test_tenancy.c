@@ -164,6 +164,31 @@ static void tenant_quota_and_other_tenant(void **state)
     unlink(conf);
 }
 
+/* GrantReply.room: the budget's room less other tenants' unmet min (a
+ * tenant's own min is no charge against it). */
+static void grant_room_counts_others_min(void **state)
+{
+    (void)state;
+    char conf[64];
+    mbt_write_config(conf, sizeof(conf), "[tenant guarded]\nmin = 16M\n");
+    const char *extra[] = { "--frame-size", "1M", "--budget", "64M", "--config", conf, NULL };
+    struct mbt_daemon d;
+    assert_int_equal(mbt_daemon_start(&d, extra), 0);
+    struct mbt_session p, g;
+    assert_int_equal(mbt_session_open(&d, "plain", &p), 0);
+    assert_int_equal(mbt_session_open(&d, "guarded", &g), 0);
+    assert_int_equal(mbt_session_grant(&p, 8u << 20), 0);
+    assert_int_equal(p.last_room, 40u << 20);   /* 64 - 8 - guarded's 16 */
+    assert_int_equal(mbt_session_grant(&g, 4u << 20), 0);
+    assert_int_equal(g.last_room, 52u << 20);   /* 64 - 12: its own min is its to use */
+    assert_int_equal(mbt_session_grant(&p, 1u << 20), 0);
+    assert_int_equal(p.last_room, 39u << 20);   /* 64 - 13 - the 12 guarded still may take */
+    mbt_session_close(&p);
+    mbt_session_close(&g);
+    assert_int_equal(mbt_daemon_stop(&d), 0);
+    unlink(conf);
+}
+
 static void uid_quota(void **state)
 {
     if (!mbt_can_setpriv())
@@ -533,6 +558,7 @@ int main(void)
     setenv("MOONBRIGHT_LARGE_FRAMES", "0", 1);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(tenant_quota_and_other_tenant),
+        cmocka_unit_test(grant_room_counts_others_min),
         cmocka_unit_test(uid_quota),
         cmocka_unit_test(non_admin_refused_victim_intact),
         cmocka_unit_test(foreign_frames_refused),
