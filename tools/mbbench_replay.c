@@ -1398,6 +1398,11 @@ int bench_replay(int argc, char **argv)
                    r->err ? "  " : "", r->err ? r->note : "");
         }
         for (int i = 0; i < nres; i++)
+            if (res[i].ran && res[i].near_passes)
+                printf("note: %s came near the budget and packed closely: %llu growable "
+                       "allocations passed over a freed range (mb_stats grow_near_passes)\n",
+                       strat_name[res[i].kind], (unsigned long long)res[i].near_passes);
+        for (int i = 0; i < nres; i++)
             if (res[i].ran && res[i].kind == S_VSPACE && res[i].prepared_pages)
                 printf("note: vspace readied %zu pages with mb_vspace_prepare before the replay "
                        "(%.2f ms, not in its times; --cold skips it)\n",
