@@ -376,7 +376,10 @@ static int heap_grow(void *ctx, size_t min_bytes, void **base, size_t *bytes)
         if (c->punch)
             heap_punch(c, want);
     }
-    size_t room = c->extend ? ARENA_ROOM : 0;
+    /* Room to extend into, unless arenas do not extend: near the budget
+     * misses are many, and 64 GiB of address space each would run a
+     * process out of it (ThreadSanitizer's smaller space first). */
+    size_t room = c->extend && !c->heap_near ? ARENA_ROOM : 0;
     int rc = backing_take(c, want, repair, room, base, bytes);
     if ((rc == MB_ENOMEM || rc == MB_EQUOTA) && want > backing_bytes(c, min_bytes)) {
         /* Near the budget or the tenant's quota: an arena just big enough
