@@ -36,24 +36,33 @@ static uint64_t reserved_for_others(const struct daemon *d, const struct session
     return r;
 }
 
+/* The budget's room for s: less what is granted and what other tenants'
+ * and uids' unmet min keeps for them. */
+static uint64_t budget_room(const struct daemon *d, const struct session *s)
+{
+    return sat_sub(sat_sub(d->pool.budget_bytes, d->pool.bytes_granted), reserved_for_others(d, s));
+}
+
 bool grant_fits(const struct daemon *d, const struct session *s, uint64_t want, uint64_t *short_bytes)
 {
-    uint64_t granted = d->pool.bytes_granted;
-    uint64_t avail = sat_sub(sat_sub(d->pool.budget_bytes, granted), reserved_for_others(d, s));
+    uint64_t avail = budget_room(d, s);
     *short_bytes = sat_sub(want, avail);
     return want <= avail;
 }
 
 uint64_t grant_room(const struct daemon *d, const struct session *s)
 {
-    uint64_t room = sat_sub(sat_sub(d->pool.budget_bytes, d->pool.bytes_granted),
-                            reserved_for_others(d, s));
+    uint64_t room = budget_room(d, s);
     const struct tenant *t = s->tenant;
-    if (t && t->max != MB_CONFIG_UNLIMITED && sat_sub(t->max, t->bytes) < room)
-        room = sat_sub(t->max, t->bytes);
+    if (t && t->max != MB_CONFIG_UNLIMITED) {
+        uint64_t left = sat_sub(t->max, t->bytes);
+        room = left < room ? left : room;
+    }
     const struct mb_config_policy *u = mb_config_uid(&d->cfg, s->uid);
-    if (u && u->max != MB_CONFIG_UNLIMITED && sat_sub(u->max, uid_bytes(d, s->uid)) < room)
-        room = sat_sub(u->max, uid_bytes(d, s->uid));
+    if (u && u->max != MB_CONFIG_UNLIMITED) {
+        uint64_t left = sat_sub(u->max, uid_bytes(d, s->uid));
+        room = left < room ? left : room;
+    }
     return room;
 }
 
