@@ -246,7 +246,7 @@ static int malloc_once(mb_client *c, size_t size, void *stream, bool sync, void 
  * ranges) and the caller tries once more. */
 static bool gave_back_after_refusal(mb_client *c, int rc)
 {
-    if (rc != MB_ENOMEM && rc != MB_EQUOTA)
+    if (!refused_for_room(rc))
         return false;
     pthread_mutex_lock(&c->flock);
     size_t held = c->fc.bytes_held, cached = c->fc.bytes_cached;
@@ -272,7 +272,7 @@ static bool gave_back_after_refusal(mb_client *c, int rc)
  * info: most are recovered from). */
 static int refused_log(mb_client *c, int rc, const char *what, size_t bytes)
 {
-    if (rc != MB_ENOMEM && rc != MB_EQUOTA)
+    if (!refused_for_room(rc))
         return rc;
     char why[sizeof(c->refusal)];
     fcache_refusal(c, rc, why, sizeof(why));
@@ -348,7 +348,7 @@ int mb_free_async(mb_client *c, void *ptr, void *stream) { return do_free(c, ptr
  * can go back too (the one host wait of these calls, on this path only). */
 static void settle_refused(mb_client *c, int rc, bool async, void *stream)
 {
-    if (!async || (rc != MB_ENOMEM && rc != MB_EQUOTA))
+    if (!async || !refused_for_room(rc))
         return;
     amap_drain(c);
     if (c->be->ops->stream_sync)

@@ -353,6 +353,9 @@ void fcache_report(mb_client *c, uint64_t tier_idle);
  * when either changed. */
 void fcache_report_counters(mb_client *c, uint64_t tier_idle, const mb_client_stats *st);
 bool fcache_is_valid(const struct frame_cache *fc);
+/* Is rc a refusal for budget or quota (MB_ENOMEM, MB_EQUOTA): what giving
+ * memory back, or asking for less, may cure? */
+static inline bool refused_for_room(int rc) { return rc == MB_ENOMEM || rc == MB_EQUOTA; }
 /* Why a call failed with rc, for its error message: the daemon's words
  * for the latest refusal when rc is a refusal for budget or quota, else
  * rc's name. Takes the frame lock. */

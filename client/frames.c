@@ -234,7 +234,7 @@ static int receive_frames(mb_client *c, const Mb__Frame *const *fr, size_t n, st
 void fcache_refusal(mb_client *c, int rc, char *buf, size_t n)
 {
     pthread_mutex_lock(&c->flock);
-    bool said = (rc == MB_ENOMEM || rc == MB_EQUOTA) && c->refusal[0];
+    bool said = refused_for_room(rc) && c->refusal[0];
     snprintf(buf, n, "%s", said ? c->refusal : mb_strerror(rc));
     pthread_mutex_unlock(&c->flock);
 }
@@ -321,7 +321,7 @@ static int grant(mb_client *c, uint64_t bytes, bool large, unsigned max_order, s
     req.grant = &g;
     Mb__Reply *rep;
     int rc = rpc_call(c, &req, &rep);
-    if (rc == MB_ENOMEM || rc == MB_EQUOTA) {   /* no room left */
+    if (refused_for_room(rc)) {   /* no room left */
         c->fc.ceiling = c->fc.bytes_held;
         near_update(&c->fc);
     }
@@ -444,7 +444,7 @@ static int grant_plan_again(mb_client *c, size_t bytes, unsigned max_order, cons
     if (!fr)
         return MB_ENOMEM;
     int rc = grant(c, bytes, true, max_order, n, orders, 0, fr, NULL);
-    if (rc == MB_ENOMEM || rc == MB_EQUOTA) {
+    if (refused_for_room(rc)) {
         n = n0;
         rc = fcache_take(c, n0, fr);
     }
@@ -662,7 +662,7 @@ int fcache_take_plan(mb_client *c, size_t bytes, unsigned max_order, struct cfra
     if (rc != 0)
         while (have > 0)
             fcache_put(c, fr[--have]);
-    if (rc == MB_ENOMEM || rc == MB_EQUOTA) {
+    if (refused_for_room(rc)) {
         /* Out of memory or quota in these sizes: hand back what the cache
          * holds and try again, then take order-0 frames (exact, reusing
          * what remains cached). */

@@ -987,7 +987,7 @@ int grow_extend(mb_client *c, void *ptr, size_t new_size, void *stream, bool asy
         refill_kick(c->refill);
     if (t0)
         wait_log("a growth", new_size, t0, &w);
-    if (rc && rc != MB_ENOMEM && rc != MB_EQUOTA)   /* (those: client.c, after its retry) */
+    if (rc && !refused_for_room(rc))   /* (those: client.c, after its retry) */
         mb_log(MB_LOG_ERR, "failed to grow a range to %zu bytes: %s", new_size, mb_strerror(rc));
     return rc;
 }

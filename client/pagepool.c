@@ -337,7 +337,7 @@ static int map_extent(struct pagepool *p, size_t need, size_t low, size_t used, 
     if (bytes < exact)
         bytes = exact;   /* more than one large frame: the plan of exactly need */
     int rc = fl_map(c, bytes, out);
-    if ((rc == MB_ENOMEM || rc == MB_EQUOTA) && bytes > exact)
+    if (refused_for_room(rc) && bytes > exact)
         rc = fl_map(c, exact, out);
     if (rc) {
         char why[sizeof(c->refusal)];

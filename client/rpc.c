@@ -253,7 +253,7 @@ int rpc_call(mb_client *c, Mb__Request *req, Mb__Reply **out)
     if ((*out)->code != 0) {
         rc = (*out)->code < MB_STATUS_MIN || (*out)->code > 0 ? MB_EPROTO : (*out)->code;
         const char *why = (*out)->error ? (*out)->error : mb_strerror(rc);
-        if (rc == MB_ENOMEM || rc == MB_EQUOTA) {
+        if (refused_for_room(rc)) {
             /* Near the budget the library gives memory back and tries
              * again, or asks for less: the call that finally fails says
              * why (client.c), in these words. */

@@ -381,7 +381,7 @@ static int heap_grow(void *ctx, size_t min_bytes, void **base, size_t *bytes)
      * process out of it (ThreadSanitizer's smaller space first). */
     size_t room = c->extend && !c->heap_near ? ARENA_ROOM : 0;
     int rc = backing_take(c, want, repair, room, base, bytes);
-    if ((rc == MB_ENOMEM || rc == MB_EQUOTA) && want > backing_bytes(c, min_bytes)) {
+    if (refused_for_room(rc) && want > backing_bytes(c, min_bytes)) {
         /* Near the budget or the tenant's quota: an arena just big enough
          * may still fit. */
         want = backing_bytes(c, min_bytes);
