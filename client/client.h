@@ -367,6 +367,12 @@ static inline bool fcache_near(mb_client *c)
 {
     return __atomic_load_n(&c->fc.near, __ATOMIC_RELAXED);
 }
+/* What the daemon could still grant: the ceiling less what is held (0
+ * past it). fl_lock held. */
+static inline size_t fcache_room(const struct frame_cache *fc)
+{
+    return fc->ceiling > fc->bytes_held ? fc->ceiling - fc->bytes_held : 0;
+}
 
 /* stitch.c */
 /* Map bytes now inside a range of reserve_bytes (>= bytes). */

@@ -19,21 +19,22 @@
 #define FC_CHECK(fc) ((void)0)
 #endif
 
-/* Recompute fc->near after what the process holds or its ceiling
- * changed. fl_lock held. */
+/* Is what the process holds within near_pct percent of its ceiling? */
 static bool near_now(const struct frame_cache *fc)
 {
     return fc->near_pct && fc->ceiling &&
            (uint64_t)fc->bytes_held * (100 + fc->near_pct) > (uint64_t)fc->ceiling * 100;
 }
 
+/* Recompute fc->near after what the process holds or its ceiling
+ * changed. fl_lock held. */
 static void near_update(struct frame_cache *fc)
 {
     bool near = near_now(fc);
     if (near != __atomic_load_n(&fc->near, __ATOMIC_RELAXED))
         mb_log(MB_LOG_DEBUG, "%s: %zu MiB held, %zu MiB more could be granted",
                near ? "near the budget or quota, memory is packed closely" : "room again",
-               fc->bytes_held >> 20, (fc->ceiling > fc->bytes_held ? fc->ceiling - fc->bytes_held : 0) >> 20);
+               fc->bytes_held >> 20, fcache_room(fc) >> 20);
     __atomic_store_n(&fc->near, near, __ATOMIC_RELAXED);
 }
 

@@ -186,7 +186,7 @@ void maint_stats(mb_client *c, mb_client_stats *out)
     refill_stats(c, out);
     out->bytes_cached = c->fc.bytes_cached;
     out->bytes_granted = c->fc.bytes_held;
-    out->grant_room = c->fc.ceiling > c->fc.bytes_held ? c->fc.ceiling - c->fc.bytes_held : 0;
+    out->grant_room = fcache_room(&c->fc);
     out->near_budget = fcache_near(c);
     pthread_mutex_unlock(&c->flock);
     out->bytes_live = out->slab_live + out->pool_live + out->stitch_live;
