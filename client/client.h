@@ -352,6 +352,9 @@ void fcache_report(mb_client *c, uint64_t tier_idle);
 /* The same with the allocator's counters (mbctl tenants shows them), sent
  * when either changed. */
 void fcache_report_counters(mb_client *c, uint64_t tier_idle, const mb_client_stats *st);
+/* The same, always sent, marked as the answer to a RECLAIM notice (after
+ * the Returns it made), so that waiting grants stop waiting for it. */
+void fcache_answer_notice(mb_client *c, uint64_t tier_idle);
 bool fcache_is_valid(const struct frame_cache *fc);
 /* Is rc a refusal for budget or quota (MB_ENOMEM, MB_EQUOTA): what giving
  * memory back, or asking for less, may cure? */

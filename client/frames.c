@@ -87,7 +87,7 @@ static int return_ids(mb_client *c, uint32_t *ids, size_t n) { return send_retur
 /* What this process could hand back: cached frames, plus the idle bytes
  * its upper layers reported (tiers, page pools, growable tails: what a
  * trim would release; an upper bound, since a partly used arena stays). */
-static void report(mb_client *c, uint64_t tier_idle, const mb_client_stats *st)
+static void report(mb_client *c, uint64_t tier_idle, const mb_client_stats *st, bool answer)
 {
     uint64_t now = c->fc.bytes_cached + tier_idle;
     uint64_t v[MB_CLIENT_COUNTERS] = { 0 };
@@ -100,7 +100,7 @@ static void report(mb_client *c, uint64_t tier_idle, const mb_client_stats *st)
         memcpy(v, k, sizeof(v));
     }
     bool counters = st && memcmp(v, c->counters_reported, sizeof(v)) != 0;
-    if ((now == c->cache_reported && !counters) || c->broken)
+    if ((now == c->cache_reported && !counters && !answer) || c->broken)
         return;
     Mb__Request req = MB__REQUEST__INIT;
     Mb__Cache m = MB__CACHE__INIT;
@@ -119,6 +119,7 @@ static void report(mb_client *c, uint64_t tier_idle, const mb_client_stats *st)
         cc.grow_queued = v[9];
         m.counters = &cc;
     }
+    m.answers_notice = answer;
     req.body_case = MB__REQUEST__BODY_CACHE;
     req.cache = &m;
     if (rpc_post(c, &req) == 0) {
@@ -128,12 +129,14 @@ static void report(mb_client *c, uint64_t tier_idle, const mb_client_stats *st)
     }
 }
 
-void fcache_report(mb_client *c, uint64_t tier_idle) { report(c, tier_idle, NULL); }
+void fcache_report(mb_client *c, uint64_t tier_idle) { report(c, tier_idle, NULL, false); }
 
 void fcache_report_counters(mb_client *c, uint64_t tier_idle, const mb_client_stats *st)
 {
-    report(c, tier_idle, st);
+    report(c, tier_idle, st, false);
 }
+
+void fcache_answer_notice(mb_client *c, uint64_t tier_idle) { report(c, tier_idle, NULL, true); }
 
 /* A channel message that belongs to no call in progress: its frames were
  * granted to a call that gave up before the answer came. */

@@ -206,8 +206,7 @@ static void answer_reclaim(mb_client *c, uint64_t want)
         tc_flush_every_thread(c, false);   /* thread caches hold slab objects */
     maint_release(c, -1, keep);
     pthread_mutex_lock(&c->flock);
-    c->cache_reported = (uint64_t)-1;   /* always answer with a report */
-    fcache_report(c, c->tier_idle);
+    fcache_answer_notice(c, c->tier_idle);   /* after the Returns, on the same socket */
     pthread_mutex_unlock(&c->flock);
 }
 

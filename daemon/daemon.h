@@ -283,6 +283,7 @@ struct daemon_counters {
     uint64_t reclaim_notices;    /* RECLAIM notices sent */
     uint64_t reclaim_bytes;      /* returned while a grant was pending */
     uint64_t reclaim_timeouts;   /* pending grants answered MB_ENOMEM at their deadline */
+    uint64_t reclaim_short;      /* ... before it: every session asked had answered */
     uint64_t conns_refused;      /* connections closed at accept (caps, descriptors) */
     uint64_t hello_timeouts;     /* handle-channel connections closed without hello */
     uint64_t slow_readers;       /* control connections dropped for unread replies */
@@ -523,8 +524,12 @@ uint64_t grant_room(const struct daemon *d, const struct session *s);
 int pending_add(struct daemon *d, struct session *s, const uint8_t *ident, size_t ident_len,
                 uint64_t req_id, uint64_t bytes, unsigned max_order, uint64_t t0_ns,
                 uint64_t short_bytes);
-/* Answer pending grants that now fit (FIFO) or whose deadline passed. */
+/* Answer pending grants that now fit (FIFO), whose deadline passed, or
+ * that no session asked can still help. */
 void pending_run(struct daemon *d);
+/* s answered a RECLAIM notice (Cache.answers_notice, after its Return):
+ * it is no longer waited for, and waiting grants are looked at again. */
+void reclaim_answered(struct daemon *d, struct session *s);
 /* Drop a session's pending grant without answering (it ended). */
 void pending_drop_session(struct daemon *d, uint64_t session);
 /* Answer every pending grant with an error (drain, shutdown). */

@@ -457,6 +457,8 @@ static void h_cache(struct request_ctx *rc, const Mb__Request *req, Mb__Reply *r
         };
         memcpy(s->counters, v, sizeof(v));
     }
+    if (req->cache->answers_notice)
+        reclaim_answered(rc->d, s);
     mb__cache_reply__init(&cr);
     rep->body_case = MB__REPLY__BODY_CACHE;
     rep->cache = &cr;
@@ -784,6 +786,7 @@ static void h_metrics(struct request_ctx *rc, const Mb__Request *req, Mb__Reply 
     mr.reclaim_timeouts = d->count.reclaim_timeouts;
     mr.refused_auth = d->count.refused_auth;
     mr.reclaim_ignored = d->count.reclaim_ignored;
+    mr.reclaim_short = d->count.reclaim_short;
     rep->body_case = MB__REPLY__BODY_METRICS;
     rep->metrics = &mr;
 }

@@ -2,9 +2,14 @@
  * a FIFO while sessions that report cached frames are asked (RECLAIM
  * notices, tenants above their min first) to hand some back; the poll loop
  * answers it when returned frames cover it (checking quotas again), asks
- * the next sessions when the asked ones let their deadline pass, or
- * answers MB_ENOMEM. Also the guarantee arithmetic every grant goes
- * through. */
+ * the next sessions when the asked ones answered or let their deadline
+ * pass, or answers MB_ENOMEM: at the deadline, or at once when every
+ * session asked has answered and none reports more. Also the guarantee
+ * arithmetic every grant goes through.
+ *
+ * A session's notice_deadline_ms is nonzero from an automatic notice until
+ * it answers (Cache.answers_notice) or the deadline passes; while it is,
+ * the session is not asked again and waiting grants wait for it. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -102,8 +107,9 @@ uint32_t reclaim_ask(struct daemon *d, const struct tenant *t, const struct sess
     for (struct session *s = d->sessions; s; s = s->next) {
         if (!s->bound || s == except || s->frames == 0 || (t && s->tenant != t))
             continue;
-        if (automatic && (s->cached == 0 || s->ignored_notices || s->notice_deadline_ms > now))
-            continue;   /* only sessions that report a cache, and answer, are asked, once */
+        if (automatic && (s->cached == 0 || s->ignored_notices || s->notice_deadline_ms > now ||
+                          s->waiting))
+            continue;   /* only sessions that report a cache, and can answer, are asked, once */
         v[k++] = s;
     }
     qsort(v, k, sizeof(*v), ask_order);
@@ -129,6 +135,17 @@ uint32_t reclaim_ask(struct daemon *d, const struct tenant *t, const struct sess
     return sent;
 }
 
+/* Whether a session other than s was asked for frames and may still
+ * answer. One whose own grant waits cannot (its client answers notices
+ * between calls), so it is neither asked nor waited for. */
+static bool answers_due(const struct daemon *d, const struct session *s, int64_t now)
+{
+    for (const struct session *o = d->sessions; o; o = o->next)
+        if (o != s && !o->waiting && o->notice_deadline_ms > now)
+            return true;
+    return false;
+}
+
 int pending_add(struct daemon *d, struct session *s, const uint8_t *ident, size_t ident_len,
                 uint64_t req_id, uint64_t bytes, unsigned max_order, uint64_t t0_ns,
                 uint64_t short_bytes)
@@ -136,9 +153,12 @@ int pending_add(struct daemon *d, struct session *s, const uint8_t *ident, size_
     if (d->reclaim_timeout_ms <= 0 || d->n_pending >= MB_MAX_PENDING || s->waiting ||
         ident_len > sizeof(((struct pending *)0)->ident))
         return MB_ENOMEM;
+    if (s->notice_deadline_ms > mb_now_ms())
+        return MB_ENOMEM;   /* a grant waits for s's answer: s cannot give it while it waits
+                             * itself, so it is refused, gives back, and answers first */
     uint64_t cached = 0;
     for (const struct session *o = d->sessions; o; o = o->next)
-        if (o != s && o->bound && !o->ignored_notices)
+        if (o != s && o->bound && !o->ignored_notices && !o->waiting)
             cached += o->cached;
     if (cached < short_bytes)
         return MB_ENOMEM;   /* nobody could give enough back: fail now */
@@ -165,6 +185,9 @@ int pending_add(struct daemon *d, struct session *s, const uint8_t *ident, size_
     mb_log(MB_LOG_INFO, "session %llu waits for %s: asked %u sessions for %s of cached frames",
            (unsigned long long)s->id, mb_format_size(grant_bytes(d, bytes, max_order), b, sizeof(b)),
            asked, mb_format_size(short_bytes, a, sizeof(a)));
+    /* Grants queued before may have waited for s, which cannot answer
+     * now; and this one may have nobody left to wait for. */
+    pending_run(d);
     return 0;
 }
 
@@ -187,6 +210,14 @@ static void pending_answer(struct daemon *d, struct pending *p, Mb__Reply *rep)
         mb_log(MB_LOG_DEBUG, "failed to send a deferred grant reply (peer gone)");
 }
 
+static void ignored(struct daemon *d, struct session *s, const char *how)
+{
+    s->ignored_notices++;
+    d->count.reclaim_ignored++;
+    mb_log(MB_LOG_INFO, "session %llu (pid %d) %s; other sessions are asked first from now on",
+           (unsigned long long)s->id, (int)s->pid, how);
+}
+
 /* Sessions whose notice deadline passed without a return are marked: their
  * cache reports no longer get them asked first, nor count for a grant. */
 static void mark_ignored(struct daemon *d, int64_t now)
@@ -195,13 +226,20 @@ static void mark_ignored(struct daemon *d, int64_t now)
         if (!s->notice_deadline_ms || now < s->notice_deadline_ms)
             continue;
         s->notice_deadline_ms = 0;
-        if (s->reclaim_returned != s->returned_at_notice)
-            continue;
-        s->ignored_notices++;
-        d->count.reclaim_ignored++;
-        mb_log(MB_LOG_INFO, "session %llu (pid %d) let a RECLAIM notice pass unanswered; "
-               "other sessions are asked first from now on", (unsigned long long)s->id, (int)s->pid);
+        if (s->reclaim_returned == s->returned_at_notice)
+            ignored(d, s, "let a RECLAIM notice pass unanswered");
     }
+}
+
+void reclaim_answered(struct daemon *d, struct session *s)
+{
+    if (!s->notice_deadline_ms)
+        return;   /* not asked by a waiting grant, or its deadline passed */
+    s->notice_deadline_ms = 0;
+    if (s->reclaim_returned == s->returned_at_notice && s->cached)
+        ignored(d, s, "answered a RECLAIM notice returning nothing, yet reports a cache");
+    if (d->pending)
+        pending_run(d);
 }
 
 /* Quotas again at grant time: other sessions, or a lowered max, may have
@@ -249,24 +287,38 @@ void pending_run(struct daemon *d)
             blocked = true;
             continue;
         }
-        if (now >= p->deadline_ms) {
-            Mb__Reply rep = MB__REPLY__INIT;
-            char a[32], b[32], c[32], w[32];
-            mb_reply_error(&rep, MB_ENOMEM,
-                           "cannot grant %s: %s of %s budget in use, and reclaim returned "
-                           "only %s within %lld ms",
-                           mb_format_size(grant_bytes(d, p->bytes, p->max_order), w, sizeof(w)),
-                           mb_format_size(d->pool.bytes_granted, a, sizeof(a)),
-                           mb_format_size(d->pool.budget_bytes, b, sizeof(b)),
-                           mb_format_size(d->count.reclaim_bytes - p->reclaimed_at_start, c, sizeof(c)),
-                           (long long)d->reclaim_timeout_ms);
-            d->count.reclaim_timeouts++;
-            s->waiting = false;
-            pending_answer(d, p, &rep);
-            pending_unlink(d, p);
+        bool late = now >= p->deadline_ms;
+        if (!late && !blocked && !answers_due(d, s, now)) {
+            /* Every session asked has answered, and this still does not
+             * fit: ask those that report a cache now, or refuse at once. */
+            if (reclaim_ask(d, NULL, s, short_bytes, NULL) > 0) {
+                blocked = true;
+                continue;
+            }
+        } else if (!late) {
+            blocked = true;
             continue;
         }
-        blocked = true;
+        Mb__Reply rep = MB__REPLY__INIT;
+        char a[32], b[32], c[32], w[32], why[64];
+        if (late)
+            snprintf(why, sizeof(why), "within %lld ms", (long long)d->reclaim_timeout_ms);
+        else
+            snprintf(why, sizeof(why), "(no session asked could return more)");
+        mb_reply_error(&rep, MB_ENOMEM, "cannot grant %s: %s of %s budget in use, and reclaim "
+                       "returned only %s %s",
+                       mb_format_size(grant_bytes(d, p->bytes, p->max_order), w, sizeof(w)),
+                       mb_format_size(d->pool.bytes_granted, a, sizeof(a)),
+                       mb_format_size(d->pool.budget_bytes, b, sizeof(b)),
+                       mb_format_size(d->count.reclaim_bytes - p->reclaimed_at_start, c, sizeof(c)),
+                       why);
+        if (late)
+            d->count.reclaim_timeouts++;
+        else
+            d->count.reclaim_short++;
+        s->waiting = false;
+        pending_answer(d, p, &rep);
+        pending_unlink(d, p);
     }
 }
 

@@ -454,15 +454,20 @@ int mbt_session_return(struct mbt_session *s, const uint32_t *ids, size_t n)
     return 0;
 }
 
-int mbt_session_cache(struct mbt_session *s, uint64_t bytes)
+static int send_cache(struct mbt_session *s, uint64_t bytes, bool answer)
 {
     Mb__Request req = MB__REQUEST__INIT;
     Mb__Cache c = MB__CACHE__INIT;
     c.bytes = bytes;
+    c.answers_notice = answer;
     req.body_case = MB__REQUEST__BODY_CACHE;
     req.cache = &c;
     return mbt_session_call(s, &req, NULL);
 }
+
+int mbt_session_cache(struct mbt_session *s, uint64_t bytes) { return send_cache(s, bytes, false); }
+
+int mbt_session_answer(struct mbt_session *s, uint64_t bytes) { return send_cache(s, bytes, true); }
 
 static void take_notice(void *ctx, const Mb__Reply *r)
 {

@@ -110,6 +110,8 @@ int mbt_session_grant_warm(struct mbt_session *s, uint64_t bytes, uint32_t warm_
 int mbt_session_return(struct mbt_session *s, const uint32_t *ids, size_t n);
 /* Report cached bytes (Cache); returns the reply's code. */
 int mbt_session_cache(struct mbt_session *s, uint64_t bytes);
+/* The same, marked as the answer to a RECLAIM notice (Cache.answers_notice). */
+int mbt_session_answer(struct mbt_session *s, uint64_t bytes);
 /* Wait for a notice; 0 and *kind, *bytes set, or -1 after timeout_ms. */
 int mbt_session_notice(struct mbt_session *s, int timeout_ms, int *kind, uint64_t *bytes);
 

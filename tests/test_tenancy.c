@@ -501,6 +501,108 @@ static void reclaim_deadline_and_order(void **state)
     unlink(conf);
 }
 
+/* A session answers a notice with less than the waiting grant needs: the
+ * grant is refused then, not at the 20 s deadline (past the client's 5 s
+ * timeout, which would make it MB_EUNAVAIL). One that answers returning
+ * nothing while it reports a cache is asked last from then on. */
+static void reclaim_answers_end_the_wait(void **state)
+{
+    struct mbt_daemon d = reclaim_daemon("20000", NULL);
+    struct mbt_session a;
+    assert_int_equal(mbt_session_open(&d, "cachey", &a), 0);
+    assert_int_equal(mbt_session_grant(&a, 6 * FRAME), 0);
+    assert_int_equal(mbt_session_cache(&a, 6 * FRAME), 0);
+    char size[32], buf[1024];
+    snprintf(size, sizeof(size), "%u", 4 * FRAME);
+    const char *b_argv[] = { MB_CLIENT_BIN, "alloc", size, "needy", NULL };
+    /* B needs 4 of 8 frames: 2 are free, 2 are asked of A, which returns
+     * one and has nothing more. */
+    pid_t b = mbt_spawn(&d, b_argv, NULL, NULL);
+    int kind;
+    uint64_t bytes;
+    assert_int_equal(mbt_session_notice(&a, 10000, &kind, &bytes), 0);
+    assert_int_equal(kind, MB__NOTICE__KIND__RECLAIM);
+    assert_int_equal(bytes, 2 * FRAME);
+    assert_int_equal(mbt_session_return(&a, a.frame_ids, 1), 0);
+    assert_int_equal(mbt_session_answer(&a, 0), 0);
+    assert_int_equal(mbt_wait(b), 20 - MB_ENOMEM);
+    const char *m[] = { "metrics", NULL };
+    struct json *j = mbt_ctl_json(&d, NULL, m);
+    assert_non_null(j);
+    assert_int_equal((int)json_num(j, "reclaim_notices"), 1);
+    assert_int_equal((int)json_num(j, "reclaim_bytes"), FRAME);
+    assert_int_equal((int)json_num(j, "reclaim_short"), 1);
+    assert_int_equal((int)json_num(j, "reclaim_timeouts"), 0);
+    assert_int_equal((int)json_num(j, "reclaim_ignored"), 0);
+    json_free(j);
+    /* A reports its 5 frames cached again, is asked for the one missing,
+     * and answers without returning it. */
+    assert_int_equal(mbt_session_cache(&a, 5 * FRAME), 0);
+    b = mbt_spawn(&d, b_argv, NULL, NULL);
+    assert_int_equal(mbt_session_notice(&a, 10000, &kind, &bytes), 0);
+    assert_int_equal(kind, MB__NOTICE__KIND__RECLAIM);
+    assert_int_equal(bytes, FRAME);
+    assert_int_equal(mbt_session_answer(&a, 5 * FRAME), 0);
+    assert_int_equal(mbt_wait(b), 20 - MB_ENOMEM);
+    j = mbt_ctl_json(&d, NULL, m);
+    assert_non_null(j);
+    assert_int_equal((int)json_num(j, "reclaim_notices"), 2);
+    assert_int_equal((int)json_num(j, "reclaim_short"), 2);
+    assert_int_equal((int)json_num(j, "reclaim_timeouts"), 0);
+    assert_int_equal((int)json_num(j, "reclaim_ignored"), 1);
+    json_free(j);
+    /* Its report no longer defers a grant: refused at once, no notice. */
+    assert_int_equal(mbt_run(&d, b_argv, buf, sizeof(buf), false), 20 - MB_ENOMEM);
+    j = mbt_ctl_json(&d, NULL, m);
+    assert_int_equal((int)json_num(j, "reclaim_notices"), 2);
+    json_free(j);
+    mbt_session_close(&a);
+    assert_int_equal(mbt_daemon_stop(&d), 0);
+}
+
+/* A session a waiting grant has asked for frames cannot answer while a
+ * grant of its own waits: its own grant that does not fit is refused at
+ * once instead of queued behind (each would wait for the other until the
+ * deadline); it then answers, and the first grant completes. */
+static void reclaim_asked_session_not_queued(void **state)
+{
+    struct mbt_daemon d = reclaim_daemon("20000", NULL);
+    struct mbt_session a, c;
+    assert_int_equal(mbt_session_open(&d, "cachey", &a), 0);
+    assert_int_equal(mbt_session_open(&d, "other", &c), 0);
+    assert_int_equal(mbt_session_grant(&a, 5 * FRAME), 0);
+    assert_int_equal(mbt_session_cache(&a, 5 * FRAME), 0);
+    assert_int_equal(mbt_session_grant(&c, 2 * FRAME), 0);
+    assert_int_equal(mbt_session_cache(&c, 2 * FRAME), 0);
+    /* 1 frame is free; B needs 4: A, with the larger cache, is asked for 3. */
+    char size[32];
+    snprintf(size, sizeof(size), "%u", 4 * FRAME);
+    const char *b_argv[] = { MB_CLIENT_BIN, "alloc", size, "needy", NULL };
+    pid_t b = mbt_spawn(&d, b_argv, NULL, NULL);
+    int kind;
+    uint64_t bytes;
+    assert_int_equal(mbt_session_notice(&a, 10000, &kind, &bytes), 0);
+    assert_int_equal(kind, MB__NOTICE__KIND__RECLAIM);
+    assert_int_equal(bytes, 3 * FRAME);
+    /* A asks for 2 more: C's cache could cover the one missing, but A's
+     * grant would wait behind B's, which waits for A. */
+    assert_int_equal(mbt_session_grant(&a, 2 * FRAME), MB_ENOMEM);
+    assert_int_equal(mbt_session_return(&a, a.frame_ids, 3), 0);
+    assert_int_equal(mbt_session_answer(&a, 2 * FRAME), 0);
+    assert_int_equal(mbt_wait(b), 0);
+    const char *m[] = { "metrics", NULL };
+    struct json *j = mbt_ctl_json(&d, NULL, m);
+    assert_non_null(j);
+    assert_int_equal((int)json_num(j, "reclaim_notices"), 1);
+    assert_int_equal((int)json_num(j, "reclaim_bytes"), 3 * FRAME);
+    assert_int_equal((int)json_num(j, "reclaim_timeouts"), 0);
+    assert_int_equal((int)json_num(j, "reclaim_ignored"), 0);
+    json_free(j);
+    mbt_session_close(&a);
+    mbt_session_close(&c);
+    assert_int_equal(mbt_daemon_stop(&d), 0);
+}
+
 /* A caches most of the budget and idles; B's request succeeds by reclaiming
  * from A; A's live data is untouched. Needs libmbclient to report its cache
  * (Cache) and answer RECLAIM notices: skipped, visibly, until it does. */
@@ -565,6 +667,8 @@ int main(void)
         cmocka_unit_test(kill_withdraws_until_exit),
         cmocka_unit_test(reclaim_notice_completes_grant),
         cmocka_unit_test(reclaim_deadline_and_order),
+        cmocka_unit_test(reclaim_answers_end_the_wait),
+        cmocka_unit_test(reclaim_asked_session_not_queued),
         cmocka_unit_test(elastic_reclaim_end_to_end),
         cmocka_unit_test(warm_grant_takes_free_frames),
     };

@@ -751,6 +751,9 @@ static void prom_metrics(const Mb__MetricsReply *m, const Mb__TenantsReply *t)
     printf("moonbright_reclaim_bytes_total{device=\"%u\"} %llu\n", dev, (unsigned long long)m->reclaim_bytes);
     prom_head("moonbright_reclaim_timeouts_total", "counter", "Waiting grants that ran out of time.");
     printf("moonbright_reclaim_timeouts_total{device=\"%u\"} %llu\n", dev, (unsigned long long)m->reclaim_timeouts);
+    prom_head("moonbright_reclaim_short_total", "counter",
+              "Waiting grants refused before their deadline: every session asked had answered.");
+    printf("moonbright_reclaim_short_total{device=\"%u\"} %llu\n", dev, (unsigned long long)m->reclaim_short);
     prom_head("moonbright_reclaim_ignored_total", "counter",
               "RECLAIM notices that passed their deadline without a return.");
     printf("moonbright_reclaim_ignored_total{device=\"%u\"} %llu\n", dev,
@@ -771,7 +774,7 @@ static void json_metrics(const Mb__MetricsReply *m)
            "\"sessions_closed\":%llu,\"sessions_killed\":%llu,\"refused_permission\":%llu,"
            "\"refused_quota\":%llu,\"malformed\":%llu,\"scrubs\":%llu,\"reclaim_notices\":%llu,"
            "\"reclaim_bytes\":%llu,\"reclaim_timeouts\":%llu,\"released_isolation\":%llu,"
-           "\"released_idle\":%llu,\"reclaim_ignored\":%llu,\"commands\":[",
+           "\"released_idle\":%llu,\"reclaim_ignored\":%llu,\"reclaim_short\":%llu,\"commands\":[",
            s->device, s->frames_free, s->frames_granted, (unsigned long long)s->bytes_free,
            (unsigned long long)s->bytes_granted, (unsigned long long)s->budget_bytes, s->n_sessions,
            (unsigned long long)m->sessions_opened, (unsigned long long)m->sessions_closed,
@@ -780,7 +783,7 @@ static void json_metrics(const Mb__MetricsReply *m)
            (unsigned long long)s->scrubs, (unsigned long long)s->reclaim_notices,
            (unsigned long long)m->reclaim_bytes, (unsigned long long)m->reclaim_timeouts,
            (unsigned long long)s->released_isolation, (unsigned long long)s->released_idle,
-           (unsigned long long)m->reclaim_ignored);
+           (unsigned long long)m->reclaim_ignored, (unsigned long long)m->reclaim_short);
     for (size_t i = 0; i < m->n_commands; i++) {
         const Mb__CommandStats *c = m->commands[i];
         printf("%s{\"name\":", i ? "," : "");
