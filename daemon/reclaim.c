@@ -9,7 +9,14 @@
  *
  * A session's notice_deadline_ms is nonzero from an automatic notice until
  * it answers (Cache.answers_notice) or the deadline passes; while it is,
- * the session is not asked again and waiting grants wait for it. */
+ * the session is not asked again and waiting grants wait for it.
+ *
+ * No two grants wait on each other (a client answers notices between its
+ * calls, so a session whose grant waits answers nothing until that grant
+ * is answered): the grant at the head of the queue neither asks nor waits
+ * for sessions whose grants wait behind it, and a session that a waiting
+ * grant asked, and that has returned nothing since, is refused rather
+ * than queued. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -89,8 +96,11 @@ static int ask_order(const void *a, const void *b)
     return x->cached < y->cached ? 1 : x->cached > y->cached ? -1 : 0;
 }
 
-uint32_t reclaim_ask(struct daemon *d, const struct tenant *t, const struct session *except,
-                     uint64_t bytes, uint64_t *cached_out)
+/* reclaim_ask; with skip_waiting, not the sessions whose own grant waits:
+ * the grant at the head of the queue asks without them, since they wait
+ * behind it and could answer only after it. */
+static uint32_t ask(struct daemon *d, const struct tenant *t, const struct session *except,
+                    uint64_t bytes, uint64_t *cached_out, bool skip_waiting)
 {
     uint32_t n = 0, sent = 0;
     for (struct session *s = d->sessions; s; s = s->next)
@@ -108,7 +118,7 @@ uint32_t reclaim_ask(struct daemon *d, const struct tenant *t, const struct sess
         if (!s->bound || s == except || s->frames == 0 || (t && s->tenant != t))
             continue;
         if (automatic && (s->cached == 0 || s->ignored_notices || s->notice_deadline_ms > now ||
-                          s->waiting))
+                          (skip_waiting && s->waiting)))
             continue;   /* only sessions that report a cache, and can answer, are asked, once */
         v[k++] = s;
     }
@@ -135,9 +145,16 @@ uint32_t reclaim_ask(struct daemon *d, const struct tenant *t, const struct sess
     return sent;
 }
 
+uint32_t reclaim_ask(struct daemon *d, const struct tenant *t, const struct session *except,
+                     uint64_t bytes, uint64_t *cached_out)
+{
+    return ask(d, t, except, bytes, cached_out, false);
+}
+
 /* Whether a session other than s was asked for frames and may still
- * answer. One whose own grant waits cannot (its client answers notices
- * between calls), so it is neither asked nor waited for. */
+ * answer, for the grant at the head of the queue. A session whose own
+ * grant waits (behind it) answers only after it (its client answers
+ * notices between calls), so it is not waited for. */
 static bool answers_due(const struct daemon *d, const struct session *s, int64_t now)
 {
     for (const struct session *o = d->sessions; o; o = o->next)
@@ -153,13 +170,13 @@ int pending_add(struct daemon *d, struct session *s, const uint8_t *ident, size_
     if (d->reclaim_timeout_ms <= 0 || d->n_pending >= MB_MAX_PENDING || s->waiting ||
         ident_len > sizeof(((struct pending *)0)->ident))
         return MB_ENOMEM;
-    if (s->notice_deadline_ms > mb_now_ms())
-        return MB_ENOMEM;   /* a grant waits for s's answer: s cannot give it while it waits
-                             * itself, so it is refused, gives back, and answers first */
+    if (s->notice_deadline_ms > mb_now_ms() && s->reclaim_returned == s->returned_at_notice)
+        return MB_ENOMEM;   /* a grant waits for s's answer, which s could not give while it
+                             * waits itself: refused, s gives back first (then it may wait) */
     uint64_t cached = 0;
     for (const struct session *o = d->sessions; o; o = o->next)
-        if (o != s && o->bound && !o->ignored_notices && !o->waiting)
-            cached += o->cached;
+        if (o != s && o->bound && !o->ignored_notices)
+            cached += o->cached;   /* sessions that wait, wait ahead of this grant */
     if (cached < short_bytes)
         return MB_ENOMEM;   /* nobody could give enough back: fail now */
     struct pending *p = calloc(1, sizeof(*p));
@@ -279,7 +296,7 @@ void pending_run(struct daemon *d)
             continue;
         }
         if (now >= p->deadline_ms && p->rounds + 1 < MB_RECLAIM_ROUNDS && !blocked &&
-            reclaim_ask(d, NULL, s, short_bytes, NULL) > 0) {
+            ask(d, NULL, s, short_bytes, NULL, true) > 0) {
             /* The asked sessions let the deadline pass: the next ones were
              * asked; wait for them. */
             p->rounds++;
@@ -291,7 +308,7 @@ void pending_run(struct daemon *d)
         if (!late && !blocked && !answers_due(d, s, now)) {
             /* Every session asked has answered, and this still does not
              * fit: ask those that report a cache now, or refuse at once. */
-            if (reclaim_ask(d, NULL, s, short_bytes, NULL) > 0) {
+            if (ask(d, NULL, s, short_bytes, NULL, true) > 0) {
                 blocked = true;
                 continue;
             }
