@@ -410,6 +410,45 @@ static struct mbt_daemon reclaim_daemon(const char *timeout_ms, const char *conf
     return d;
 }
 
+/* Start `mbtest_client alloc` of `frames` frames for tenant "needy", whose
+ * grant waits, and take the RECLAIM notice that session a gets for it,
+ * asking for `asked` bytes. argv keeps the command, for running it again. */
+struct needy {
+    char size[32];
+    const char *argv[5];
+};
+
+static pid_t needy_asks(struct mbt_daemon *d, struct needy *n, unsigned frames,
+                        struct mbt_session *a, uint64_t asked)
+{
+    snprintf(n->size, sizeof(n->size), "%u", frames * FRAME);
+    const char *argv[] = { MB_CLIENT_BIN, "alloc", n->size, "needy", NULL };
+    memcpy(n->argv, argv, sizeof(argv));
+    pid_t b = mbt_spawn(d, n->argv, NULL, NULL);
+    int kind;
+    uint64_t bytes;
+    assert_int_equal(mbt_session_notice(a, 10000, &kind, &bytes), 0);
+    assert_int_equal(kind, MB__NOTICE__KIND__RECLAIM);
+    assert_int_equal(bytes, asked);
+    return b;
+}
+
+/* The daemon's reclaim counters (mbctl metrics); -1 skips one. */
+static void expect_reclaim(struct mbt_daemon *d, int notices, int bytes, int short_, int timeouts,
+                           int ignored)
+{
+    const char *m[] = { "metrics", NULL };
+    struct json *j = mbt_ctl_json(d, NULL, m);
+    assert_non_null(j);
+    const char *key[] = { "reclaim_notices", "reclaim_bytes", "reclaim_short", "reclaim_timeouts",
+                          "reclaim_ignored" };
+    const int want[] = { notices, bytes, short_, timeouts, ignored };
+    for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++)
+        if (want[i] >= 0)
+            assert_int_equal((int)json_num(j, key[i]), want[i]);
+    json_free(j);
+}
+
 static void reclaim_notice_completes_grant(void **state)
 {
     struct mbt_daemon d = reclaim_daemon("20000", NULL);
@@ -418,32 +457,21 @@ static void reclaim_notice_completes_grant(void **state)
     assert_int_equal(mbt_session_grant(&a, 6 * FRAME), 0);
     assert_int_equal(mbt_session_cache(&a, 6 * FRAME), 0);
     /* B needs 4 of 8 frames: 2 are free, 2 must come back from A. */
-    char size[32];
-    snprintf(size, sizeof(size), "%u", 4 * FRAME);
-    const char *b_argv[] = { MB_CLIENT_BIN, "alloc", size, "needy", NULL };
-    pid_t b = mbt_spawn(&d, b_argv, NULL, NULL);
-    int kind;
-    uint64_t bytes;
-    assert_int_equal(mbt_session_notice(&a, 10000, &kind, &bytes), 0);
-    assert_int_equal(kind, MB__NOTICE__KIND__RECLAIM);
-    assert_int_equal(bytes, 2 * FRAME);
+    struct needy n;
+    pid_t b = needy_asks(&d, &n, 4, &a, 2 * FRAME);
     assert_int_equal(mbt_session_return(&a, a.frame_ids, 2), 0);
     assert_int_equal(mbt_wait(b), 0);
     assert_int_equal(mbt_session_cache(&a, 4 * FRAME), 0);
-    const char *m[] = { "metrics", NULL };
-    struct json *j = mbt_ctl_json(&d, NULL, m);
-    assert_non_null(j);
-    assert_int_equal((int)json_num(j, "reclaim_notices"), 1);
-    assert_int_equal((int)json_num(j, "reclaim_bytes"), 2 * FRAME);
-    assert_int_equal((int)json_num(j, "reclaim_timeouts"), 0);
-    json_free(j);
+    expect_reclaim(&d, 1, 2 * FRAME, 0, 0, -1);
     /* By hand: every session of the tenant is asked for all its cache. */
     const char *rc_args[] = { "reclaim", "cachey", NULL };
-    j = mbt_ctl_json(&d, NULL, rc_args);
+    struct json *j = mbt_ctl_json(&d, NULL, rc_args);
     assert_non_null(j);
     assert_int_equal((int)json_num(j, "sessions"), 1);
     assert_int_equal((int)json_num(j, "cached"), 4 * FRAME);
     json_free(j);
+    int kind;
+    uint64_t bytes;
     assert_int_equal(mbt_session_notice(&a, 10000, &kind, &bytes), 0);
     assert_int_equal(kind, MB__NOTICE__KIND__RECLAIM);
     assert_int_equal(bytes, 0);
@@ -512,50 +540,25 @@ static void reclaim_answers_end_the_wait(void **state)
     assert_int_equal(mbt_session_open(&d, "cachey", &a), 0);
     assert_int_equal(mbt_session_grant(&a, 6 * FRAME), 0);
     assert_int_equal(mbt_session_cache(&a, 6 * FRAME), 0);
-    char size[32], buf[1024];
-    snprintf(size, sizeof(size), "%u", 4 * FRAME);
-    const char *b_argv[] = { MB_CLIENT_BIN, "alloc", size, "needy", NULL };
     /* B needs 4 of 8 frames: 2 are free, 2 are asked of A, which returns
      * one and has nothing more. */
-    pid_t b = mbt_spawn(&d, b_argv, NULL, NULL);
-    int kind;
-    uint64_t bytes;
-    assert_int_equal(mbt_session_notice(&a, 10000, &kind, &bytes), 0);
-    assert_int_equal(kind, MB__NOTICE__KIND__RECLAIM);
-    assert_int_equal(bytes, 2 * FRAME);
+    struct needy n;
+    pid_t b = needy_asks(&d, &n, 4, &a, 2 * FRAME);
     assert_int_equal(mbt_session_return(&a, a.frame_ids, 1), 0);
     assert_int_equal(mbt_session_answer(&a, 0), 0);
     assert_int_equal(mbt_wait(b), 20 - MB_ENOMEM);
-    const char *m[] = { "metrics", NULL };
-    struct json *j = mbt_ctl_json(&d, NULL, m);
-    assert_non_null(j);
-    assert_int_equal((int)json_num(j, "reclaim_notices"), 1);
-    assert_int_equal((int)json_num(j, "reclaim_bytes"), FRAME);
-    assert_int_equal((int)json_num(j, "reclaim_short"), 1);
-    assert_int_equal((int)json_num(j, "reclaim_timeouts"), 0);
-    assert_int_equal((int)json_num(j, "reclaim_ignored"), 0);
-    json_free(j);
+    expect_reclaim(&d, 1, FRAME, 1, 0, 0);
     /* A reports its 5 frames cached again, is asked for the one missing,
      * and answers without returning it. */
     assert_int_equal(mbt_session_cache(&a, 5 * FRAME), 0);
-    b = mbt_spawn(&d, b_argv, NULL, NULL);
-    assert_int_equal(mbt_session_notice(&a, 10000, &kind, &bytes), 0);
-    assert_int_equal(kind, MB__NOTICE__KIND__RECLAIM);
-    assert_int_equal(bytes, FRAME);
+    b = needy_asks(&d, &n, 4, &a, FRAME);
     assert_int_equal(mbt_session_answer(&a, 5 * FRAME), 0);
     assert_int_equal(mbt_wait(b), 20 - MB_ENOMEM);
-    j = mbt_ctl_json(&d, NULL, m);
-    assert_non_null(j);
-    assert_int_equal((int)json_num(j, "reclaim_notices"), 2);
-    assert_int_equal((int)json_num(j, "reclaim_short"), 2);
-    assert_int_equal((int)json_num(j, "reclaim_timeouts"), 0);
-    assert_int_equal((int)json_num(j, "reclaim_ignored"), 1);
-    json_free(j);
+    expect_reclaim(&d, 2, FRAME, 2, 0, 1);
     /* Its report no longer defers a grant: refused at once, no notice. */
-    assert_int_equal(mbt_run(&d, b_argv, buf, sizeof(buf), false), 20 - MB_ENOMEM);
-    j = mbt_ctl_json(&d, NULL, m);
-    assert_int_equal((int)json_num(j, "reclaim_notices"), 2);
-    json_free(j);
+    char buf[1024];
+    assert_int_equal(mbt_run(&d, n.argv, buf, sizeof(buf), false), 20 - MB_ENOMEM);
+    expect_reclaim(&d, 2, FRAME, 2, 0, 1);
     mbt_session_close(&a);
     assert_int_equal(mbt_daemon_stop(&d), 0);
 }
@@ -575,29 +578,15 @@ static void reclaim_asked_session_not_queued(void **state)
     assert_int_equal(mbt_session_grant(&c, 2 * FRAME), 0);
     assert_int_equal(mbt_session_cache(&c, 2 * FRAME), 0);
     /* 1 frame is free; B needs 4: A, with the larger cache, is asked for 3. */
-    char size[32];
-    snprintf(size, sizeof(size), "%u", 4 * FRAME);
-    const char *b_argv[] = { MB_CLIENT_BIN, "alloc", size, "needy", NULL };
-    pid_t b = mbt_spawn(&d, b_argv, NULL, NULL);
-    int kind;
-    uint64_t bytes;
-    assert_int_equal(mbt_session_notice(&a, 10000, &kind, &bytes), 0);
-    assert_int_equal(kind, MB__NOTICE__KIND__RECLAIM);
-    assert_int_equal(bytes, 3 * FRAME);
+    struct needy n;
+    pid_t b = needy_asks(&d, &n, 4, &a, 3 * FRAME);
     /* A asks for 2 more: C's cache could cover the one missing, but A's
      * grant would wait behind B's, which waits for A. */
     assert_int_equal(mbt_session_grant(&a, 2 * FRAME), MB_ENOMEM);
     assert_int_equal(mbt_session_return(&a, a.frame_ids, 3), 0);
     assert_int_equal(mbt_session_answer(&a, 2 * FRAME), 0);
     assert_int_equal(mbt_wait(b), 0);
-    const char *m[] = { "metrics", NULL };
-    struct json *j = mbt_ctl_json(&d, NULL, m);
-    assert_non_null(j);
-    assert_int_equal((int)json_num(j, "reclaim_notices"), 1);
-    assert_int_equal((int)json_num(j, "reclaim_bytes"), 3 * FRAME);
-    assert_int_equal((int)json_num(j, "reclaim_timeouts"), 0);
-    assert_int_equal((int)json_num(j, "reclaim_ignored"), 0);
-    json_free(j);
+    expect_reclaim(&d, 1, 3 * FRAME, -1, 0, 0);
     mbt_session_close(&a);
     mbt_session_close(&c);
     assert_int_equal(mbt_daemon_stop(&d), 0);
