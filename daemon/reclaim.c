@@ -163,6 +163,12 @@ static bool answers_due(const struct daemon *d, const struct session *s, int64_t
     return false;
 }
 
+/* Has s returned nothing since its latest RECLAIM notice? */
+static bool returned_nothing(const struct session *s)
+{
+    return s->reclaim_returned == s->returned_at_notice;
+}
+
 int pending_add(struct daemon *d, struct session *s, const uint8_t *ident, size_t ident_len,
                 uint64_t req_id, uint64_t bytes, unsigned max_order, uint64_t t0_ns,
                 uint64_t short_bytes)
@@ -170,7 +176,7 @@ int pending_add(struct daemon *d, struct session *s, const uint8_t *ident, size_
     if (d->reclaim_timeout_ms <= 0 || d->n_pending >= MB_MAX_PENDING || s->waiting ||
         ident_len > sizeof(((struct pending *)0)->ident))
         return MB_ENOMEM;
-    if (s->notice_deadline_ms > mb_now_ms() && s->reclaim_returned == s->returned_at_notice)
+    if (s->notice_deadline_ms > mb_now_ms() && returned_nothing(s))
         return MB_ENOMEM;   /* a grant waits for s's answer, which s could not give while it
                              * waits itself: refused, s gives back first (then it may wait) */
     uint64_t cached = 0;
@@ -243,7 +249,7 @@ static void mark_ignored(struct daemon *d, int64_t now)
         if (!s->notice_deadline_ms || now < s->notice_deadline_ms)
             continue;
         s->notice_deadline_ms = 0;
-        if (s->reclaim_returned == s->returned_at_notice)
+        if (returned_nothing(s))
             ignored(d, s, "let a RECLAIM notice pass unanswered");
     }
 }
@@ -253,7 +259,7 @@ void reclaim_answered(struct daemon *d, struct session *s)
     if (!s->notice_deadline_ms)
         return;   /* not asked by a waiting grant, or its deadline passed */
     s->notice_deadline_ms = 0;
-    if (s->reclaim_returned == s->returned_at_notice && s->cached)
+    if (returned_nothing(s) && s->cached)
         ignored(d, s, "answered a RECLAIM notice returning nothing, yet reports a cache");
     if (d->pending)
         pending_run(d);
@@ -304,15 +310,12 @@ void pending_run(struct daemon *d)
             blocked = true;
             continue;
         }
+        /* Before the deadline it waits, unless every session asked has
+         * answered and none that reports a cache is left to ask: then it
+         * is refused at once. */
         bool late = now >= p->deadline_ms;
-        if (!late && !blocked && !answers_due(d, s, now)) {
-            /* Every session asked has answered, and this still does not
-             * fit: ask those that report a cache now, or refuse at once. */
-            if (ask(d, NULL, s, short_bytes, NULL, true) > 0) {
-                blocked = true;
-                continue;
-            }
-        } else if (!late) {
+        if (!late &&
+            (blocked || answers_due(d, s, now) || ask(d, NULL, s, short_bytes, NULL, true) > 0)) {
             blocked = true;
             continue;
         }
