@@ -41,8 +41,9 @@
  * and serves the next request that plans the same order, with no driver
  * call. The warm reserve (worker threads) keeps order-0 frames created and
  * exported ahead of demand, and after a request had to create an order-k
- * frame it also keeps one spare of that order ready, so the next first-time
- * request of that size does not wait for an export either. A planned frame
+ * frame it also keeps spares of that order ready (one more each time they
+ * ran out first, at most four), so the next request of that size does not
+ * wait for an export either. A planned frame
  * with no free or ready frame of its order is created on the request path
  * (one create + export, ~0.6 ms, which beats mapping the same bytes as
  * dozens of small handles at ~35 us each).

@@ -86,9 +86,10 @@ struct free_list {
  * demand (export costs ~0.6 ms on a GPU) into ready[]: order-0 frames until
  * fresh free and ready order-0 frames hold reserve_bytes (the target: the
  * configured reserve, or more when recent grants took more: see
- * frame_pool_tick), and spares of each order k a request had to create on
- * its own path: as many as the most one such request took (spare[k], at
- * most MB_SPARES_MAX); grants adopt
+ * frame_pool_tick; a grant raises it at once), and spares of each order k
+ * a request had to create on its own path: as many as the most one such
+ * request took, plus one each time a request had to create it again while
+ * spares were kept (spare[k], at most MB_SPARES_MAX); grants adopt
  * them into the books, so a grant from the reserve makes no driver call.
  * Only ready[], n_ready, creating, path_creating, committed, n_committed and spare[] are
  * shared with the workers (under lock). */
@@ -189,7 +190,7 @@ int frame_pool_grant(struct frame_pool *p, uint32_t n, uint64_t session, uid_t u
 void frame_pool_note_importer(struct frame_pool *p, uint32_t id, uid_t uid);
 /* The reserve follows demand: the target becomes the most order-0 bytes
  * taken from fresh frames in one second of the last idle period (at least
- * the configured reserve); once free bytes have exceeded the target for the
+ * the configured reserve; grants raise it between ticks); once free bytes have exceeded the target for the
  * idle period, frames free for that long are released to the driver down to
  * the target. Call from the poll loop; returns when to call again. */
 int64_t frame_pool_tick(struct frame_pool *p, int64_t now_ms);

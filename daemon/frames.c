@@ -348,7 +348,7 @@ int frame_pool_open_journal(struct frame_pool *p, const char *path)
 }
 
 /* Order-0 bytes taken from the fresh frames now: what the reserve must
- * replace (frame_pool_tick turns it into the target). */
+ * replace (demand_target turns it into the target). */
 static void count_demand(struct frame_pool *p, uint64_t bytes)
 {
     int64_t sec = mb_now_ms() / 1000;
@@ -392,26 +392,41 @@ static void trim_to(struct frame_pool *p, uint64_t target, int64_t cutoff)
 
 #define TICK_MS 250
 
-int64_t frame_pool_tick(struct frame_pool *p, int64_t now_ms)
+/* The reserve's target now: the configured reserve, or the most order-0
+ * bytes taken from fresh frames in one second of the last idle period
+ * (this second's so far included) when workers make frames; at most the
+ * budget. */
+static uint64_t demand_target(const struct frame_pool *p)
 {
     int64_t window = p->idle_ms > 0 ? (p->idle_ms + 999) / 1000 : 16;
     if (window > 16)
         window = 16;
-    count_demand(p, 0);   /* rotate to this second */
     uint64_t target = p->reserve_base, peak = 0;
     for (int64_t i = 0; i < window; i++)
         if (p->demand[(uint64_t)(p->demand_sec - i) % 16] > peak)
             peak = p->demand[(uint64_t)(p->demand_sec - i) % 16];
     if (p->n_workers && peak > target)
         target = peak;
-    if (target > p->budget_bytes)
-        target = p->budget_bytes;
+    return target < p->budget_bytes ? target : p->budget_bytes;
+}
+
+/* Set the target (raise_only: unless that lowers it), waking the workers
+ * when it changes. */
+static void set_target(struct frame_pool *p, uint64_t target, bool raise_only)
+{
     pthread_mutex_lock(&p->lock);
-    if (target != p->reserve_bytes) {
+    if (target != p->reserve_bytes && (!raise_only || target > p->reserve_bytes)) {
         p->reserve_bytes = target;
         pthread_cond_broadcast(&p->wake);
     }
     pthread_mutex_unlock(&p->lock);
+}
+
+int64_t frame_pool_tick(struct frame_pool *p, int64_t now_ms)
+{
+    count_demand(p, 0);   /* rotate to this second */
+    uint64_t target = demand_target(p);
+    set_target(p, target, false);
     if (p->idle_ms <= 0)
         return now_ms + TICK_MS;
     if (p->n_workers)
@@ -761,9 +776,12 @@ int frame_pool_grant_orders(struct frame_pool *p, const uint8_t *orders, uint32_
         if (created && k > 0 && p->n_workers) {
             /* Demand for this order: keep as many ready for the next
              * request (a burst of large frames waits for one export at
-             * most, not one per frame). */
+             * most, not one per frame), and one more each time the
+             * spares kept did not last until the workers replaced them. */
             pthread_mutex_lock(&p->lock);
-            uint32_t want = need[k] < MB_SPARES_MAX ? need[k] : MB_SPARES_MAX;
+            uint32_t want = need[k] > p->spare[k] ? need[k] : p->spare[k] + 1u;
+            if (want > MB_SPARES_MAX)
+                want = MB_SPARES_MAX;
             if (p->spare[k] < want)
                 p->spare[k] = (uint8_t)want;
             pthread_cond_broadcast(&p->wake);
@@ -812,8 +830,13 @@ int frame_pool_grant_orders(struct frame_pool *p, const uint8_t *orders, uint32_
         p->bytes_granted += obytes(p, k);
         ids[i] = id;
     }
-    if (fresh0)
+    if (fresh0) {
+        /* The target follows at once (the tick may lower it later): a
+         * burst of grants finds the workers making its next frames rather
+         * than making each on its own path until the next tick. */
         count_demand(p, fresh0);
+        set_target(p, demand_target(p), true);
+    }
     POOL_CHECK(p);
     return 0;
 }

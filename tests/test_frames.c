@@ -242,6 +242,54 @@ static void warm_reserve_fills_in_background(void **state)
     mb_backend_close(b);
 }
 
+/* The reserve's target follows grants at once, not at the next tick: the
+ * workers make the frames a burst of grants takes next while it goes on,
+ * so its later grants create nothing on their own path. */
+static void reserve_follows_grants_at_once(void **state)
+{
+    mb_backend *b;
+    assert_int_equal(mb_backend_host_open(0, &b), 0);
+    struct frame_pool p;
+    assert_int_equal(frame_pool_init(&p, b, FB, 64 * FB), 0);
+    assert_int_equal(frame_pool_prefill(&p, 0), 0);   /* workers, no configured reserve */
+    uint32_t ids[6];
+    assert_int_equal(frame_pool_grant(&p, 6, 1, 0, 1, ids), 0);
+    assert_int_equal(p.path_created, 6);   /* nothing was ready */
+    pthread_mutex_lock(&p.lock);
+    assert_true(p.reserve_bytes >= 6 * FB);   /* no tick has run */
+    pthread_mutex_unlock(&p.lock);
+    assert_int_equal(wait_ready(&p, 6), 6);
+    assert_int_equal(frame_pool_grant(&p, 6, 1, 0, 1, ids), 0);
+    assert_int_equal(p.path_created, 6);   /* all six from the reserve */
+    assert_true(frame_pool_is_valid(&p));
+    frame_pool_destroy(&p);
+    mb_backend_close(b);
+}
+
+/* Each grant that has to create a frame of an order whose spares did not
+ * last keeps one more spare of it, up to MB_SPARES_MAX. The workers are
+ * held back (none runs) so that no spare is made in between. */
+static void spares_grow_when_they_run_out(void **state)
+{
+    mb_backend *b;
+    assert_int_equal(mb_backend_host_open(0, &b), 0);
+    struct frame_pool p;
+    assert_int_equal(frame_pool_init(&p, b, FB, 64 * FB), 0);
+    p.n_workers = 1;   /* spares are kept only where workers make them */
+    uint8_t orders[1] = { 2 };
+    uint32_t id;
+    for (unsigned i = 1; i <= MB_SPARES_MAX + 2; i++) {
+        assert_int_equal(frame_pool_grant_orders(&p, orders, 1, 1, 0, 1, &id), 0);
+        assert_int_equal(p.path_created, i);
+        assert_int_equal(p.spare[2], i < MB_SPARES_MAX ? i : MB_SPARES_MAX);
+    }
+    assert_int_equal(p.spare[1], 0);   /* no other order's */
+    assert_true(frame_pool_is_valid(&p));
+    p.n_workers = 0;   /* no thread to join */
+    frame_pool_destroy(&p);
+    mb_backend_close(b);
+}
+
 /* With the budget full of the reserve's order-0 frames, a grant that must
  * create a larger frame releases only what it needs: the workers refill the
  * reserve only after it, not with each release's budget (which made a
@@ -518,6 +566,8 @@ int main(void)
         cmocka_unit_test(scrubbed_between_tenants),
         cmocka_unit_test(descriptor_cap_is_an_error_not_a_crash),
         cmocka_unit_test(warm_reserve_fills_in_background),
+        cmocka_unit_test(reserve_follows_grants_at_once),
+        cmocka_unit_test(spares_grow_when_they_run_out),
         cmocka_unit_test(room_made_once_with_reserve_full),
         cmocka_unit_test(frame_plan_policy),
         cmocka_unit_test(mixed_orders_recreate_within_budget),
