@@ -99,6 +99,11 @@ static void model(void **state)
     size_t n = 0, ops = 0, allocs = 0, near_seen = 0;
     const char *env = getenv("MB_MODEL_OPS");
     size_t total = env ? strtoull(env, NULL, 10) : 400000;
+    /* $MB_MODEL_SEED: another sequence of operations (nonzero). */
+    const char *seed = getenv("MB_MODEL_SEED");
+    if (seed && strtoull(seed, NULL, 10))
+        rng = strtoull(seed, NULL, 10);
+    uint64_t seed0 = rng;
     for (; ops < total; ops++) {
         bool do_alloc = n == 0 || (n < MAXLIVE && next() % 100 < 52);
         if (do_alloc) {
@@ -170,10 +175,11 @@ static void model(void **state)
     assert_int_equal(mb_stats(c, &st), 0);
     assert_int_equal(st.bytes_live, 0);
     assert_int_equal(st.bytes_granted, 0);
-    printf("client model: %zu operations, %zu allocations, %llu daemon round trips, %llu heap arenas "
-           "extended, %llu holes filled again, near the budget at %zu of %zu checks\n", ops, allocs,
-           (unsigned long long)st.daemon_requests, (unsigned long long)st.heap_extends,
-           (unsigned long long)st.heap_fills, near_seen, ops / 997 + 1);
+    printf("client model (seed %llu): %zu operations, %zu allocations, %llu daemon round trips, "
+           "%llu heap arenas extended, %llu holes filled again, near the budget at %zu of %zu checks\n",
+           (unsigned long long)seed0, ops, allocs, (unsigned long long)st.daemon_requests,
+           (unsigned long long)st.heap_extends, (unsigned long long)st.heap_fills, near_seen,
+           ops / 997 + 1);
     mb_close(c);
     struct json *j = mbt_status(&d);
     assert_non_null(j);
