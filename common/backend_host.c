@@ -1,6 +1,8 @@
 /* backend_host.c: the "host" backend: backend.h's contract on host memory.
  * A frame is a memfd, its export is that same fd, a reservation is an
- * inaccessible anonymous mapping, and map is mmap(MAP_FIXED|MAP_SHARED). */
+ * inaccessible anonymous mapping, and map is mmap(MAP_FIXED|MAP_SHARED).
+ * $MOONBRIGHT_HOST_COSTS adds a GPU driver's costs to its calls
+ * (host_costs.c). */
 #include "backend.h"
 
 #include <errno.h>
@@ -13,6 +15,7 @@
 
 #include <moonbright/status.h>
 
+#include "host_costs.h"
 #include "log.h"
 
 /* Reservations are aligned to the largest power of two not above their size,
@@ -244,6 +247,11 @@ int mb_backend_host_open(int device, mb_backend **out)
     if (gates && strcmp(gates, "1") == 0) {
         pthread_once(&host_gated_once, host_gated_init);
         b->ops = &host_gated_ops;
+    }
+    const char *costs = getenv("MOONBRIGHT_HOST_COSTS");
+    if (costs && mb_host_costs_apply(b, costs) != 0) {
+        free(b);
+        return MB_EINVAL;
     }
     *out = b;
     return 0;

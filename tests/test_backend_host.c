@@ -1,17 +1,21 @@
 /* test_backend_host.c: the host backend keeps backend.h's contract: frames
  * shared through their fds, stitched side by side, unmapped back into the
- * reservation, scrubbed to zero. */
+ * reservation, scrubbed to zero; its emulated driver costs read as
+ * documented and are paid. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 #include <cmocka.h>
 
 #include <moonbright/mbclient.h>
 
 #include "backend.h"
+#include "host_costs.h"
 
 #define FB ((size_t)64 << 10)
 
@@ -85,11 +89,74 @@ static void rejects_bad_input(void **state)
     mb_backend_close(b);
 }
 
+/* $MOONBRIGHT_HOST_COSTS reads as documented: "gpu", NAME=MICROSECONDS
+ * items over it or alone; anything else is refused. */
+static void host_costs_read(void **state)
+{
+    unsigned us[6];   /* create, export, import, map, unmap, release */
+    assert_int_equal(mb_host_costs_parse("gpu", us), 0);
+    assert_int_equal(us[0], 18);
+    assert_int_equal(us[1], 620);
+    assert_int_equal(us[3], 37);
+    assert_int_equal(mb_host_costs_parse("gpu,export=100", us), 0);
+    assert_int_equal(us[1], 100);
+    assert_int_equal(us[0], 18);
+    assert_int_equal(mb_host_costs_parse("map=40", us), 0);
+    assert_int_equal(us[3], 40);
+    assert_int_equal(us[0] + us[1] + us[2] + us[4] + us[5], 0);
+    const char *bad[] = { "", "gpu,", ",gpu", "bogus=1", "map=", "map=-1", "map=12x", "map=99999999999",
+                          "=5", "map", "gpu;map=1", "maps=1", "ma=1" };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+        assert_int_equal(mb_host_costs_parse(bad[i], us), MB_EINVAL);
+}
+
+static double ms_since(const struct timespec *t0)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)(t.tv_sec - t0->tv_sec) * 1e3 + (double)(t.tv_nsec - t0->tv_nsec) / 1e6;
+}
+
+/* With costs set, each call takes at least its cost (sleeps never end
+ * early), and the memory behaves as without them. A value that does not
+ * read, or another value once one was applied, fails the open. */
+static void host_costs_paid(void **state)
+{
+    mb_backend *b;
+    setenv("MOONBRIGHT_HOST_COSTS", "map=abc", 1);
+    assert_int_equal(mb_backend_open("host", 0, &b), MB_EINVAL);
+    setenv("MOONBRIGHT_HOST_COSTS", "map=20000,unmap=30000", 1);
+    assert_int_equal(mb_backend_open("host", 0, &b), 0);
+    struct mb_mem m = MB_MEM_INIT;
+    assert_int_equal(b->ops->create(b, FB, &m), 0);
+    void *va;
+    assert_int_equal(b->ops->reserve(b, FB, &va), 0);
+    struct timespec t0;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    assert_int_equal(b->ops->map(b, va, &m), 0);
+    assert_true(ms_since(&t0) >= 20.0);
+    assert_int_equal(b->ops->set_access(b, va, FB), 0);
+    memset(va, 0x5a, FB);
+    assert_int_equal(((unsigned char *)va)[FB - 1], 0x5a);
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    assert_int_equal(b->ops->unmap(b, va, FB), 0);
+    assert_true(ms_since(&t0) >= 30.0);
+    b->ops->free_va(b, va, FB);
+    b->ops->release(b, &m);
+    mb_backend *b2;
+    setenv("MOONBRIGHT_HOST_COSTS", "map=1", 1);
+    assert_int_equal(mb_backend_open("host", 0, &b2), MB_EINVAL);
+    unsetenv("MOONBRIGHT_HOST_COSTS");
+    mb_backend_close(b);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(stitch_and_share),
         cmocka_unit_test(rejects_bad_input),
+        cmocka_unit_test(host_costs_read),
+        cmocka_unit_test(host_costs_paid),   /* last: the costs stay applied in this process */
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -281,6 +281,13 @@ void jw_header(struct jw *w, const char *bench)
     jw_str(w, "runtime_dir", mb_default_runtime_dir());
     jw_i64(w, "device", bench_opt.device);
     jw_bool(w, "quick", bench_opt.quick);
+    /* The host backend's emulated driver costs, when this process has them
+     * (common/host_costs.c): its figures are host figures all the same. */
+    const char *costs = getenv("MOONBRIGHT_HOST_COSTS");
+    if (costs)
+        jw_str(w, "host_costs", costs);
+    else
+        jw_null(w, "host_costs");
 }
 
 /* ---- the daemon's status ---- */
