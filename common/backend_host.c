@@ -249,7 +249,7 @@ int mb_backend_host_open(int device, mb_backend **out)
         b->ops = &host_gated_ops;
     }
     const char *costs = getenv("MOONBRIGHT_HOST_COSTS");
-    if (costs && mb_host_costs_apply(b, costs) != 0) {
+    if (costs && *costs && mb_host_costs_apply(b, costs) != 0) {   /* empty: none */
         free(b);
         return MB_EINVAL;
     }

@@ -43,10 +43,10 @@
  * exported ahead of demand, and after a request had to create an order-k
  * frame it also keeps spares of that order ready (one more each time they
  * ran out first, at most four), so the next request of that size does not
- * wait for an export either. A planned frame
- * with no free or ready frame of its order is created on the request path
- * (one create + export, ~0.6 ms, which beats mapping the same bytes as
- * dozens of small handles at ~35 us each).
+ * wait for an export either. A planned frame with no free or ready frame
+ * of its order is created on the request path (one create + export,
+ * ~0.6 ms, which beats mapping the same bytes as dozens of small handles
+ * at ~35 us each).
  *
  * Split and merge by re-creation. A handle cannot be split or joined. When
  * creating a frame would exceed the budget, the daemon releases free frames

@@ -9,7 +9,7 @@
  * export 620, import 46, map 37 per handle with its access grant, unmap 28,
  * release 17) and/or NAME=MICROSECONDS items, comma-separated, for those
  * six names: "gpu,export=100" starts from the H200's figures, "map=40"
- * from none. Mapping and unmapping within one process take turns, as the
+ * from none; an empty value is no costs. Mapping and unmapping within one process take turns, as the
  * driver serialises them (FACTS.md: ~15-20 k frames/s whatever the
  * threads); creating and exporting do not.
  *
@@ -54,9 +54,10 @@ int mb_host_costs_parse(const char *spec, unsigned us[6])
             memcpy(us, gpu_us, sizeof(gpu_us));
         } else {
             const char *eq = memchr(p, '=', len);
+            size_t name_len = eq ? (size_t)(eq - p) : 0;
             int k = -1;
             for (int i = 0; eq && i < C_N; i++)
-                if ((size_t)(eq - p) == strlen(cost_names[i]) && strncmp(p, cost_names[i], (size_t)(eq - p)) == 0)
+                if (name_len == strlen(cost_names[i]) && strncmp(p, cost_names[i], name_len) == 0)
                     k = i;
             char *end = NULL;
             errno = 0;

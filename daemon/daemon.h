@@ -190,9 +190,10 @@ int frame_pool_grant(struct frame_pool *p, uint32_t n, uint64_t session, uid_t u
 void frame_pool_note_importer(struct frame_pool *p, uint32_t id, uid_t uid);
 /* The reserve follows demand: the target becomes the most order-0 bytes
  * taken from fresh frames in one second of the last idle period (at least
- * the configured reserve; grants raise it between ticks); once free bytes have exceeded the target for the
- * idle period, frames free for that long are released to the driver down to
- * the target. Call from the poll loop; returns when to call again. */
+ * the configured reserve; grants raise it between ticks); once free bytes
+ * have exceeded the target for the idle period, frames free for that long
+ * are released to the driver down to the target. Call from the poll loop;
+ * returns when to call again. */
 int64_t frame_pool_tick(struct frame_pool *p, int64_t now_ms);
 /* Bytes of frame id (which must exist). */
 uint64_t frame_pool_bytes(const struct frame_pool *p, uint32_t id);
