@@ -97,6 +97,20 @@ replay)
     strategies.2.peak_live_bytes strategies.2.grow_queued
   grep -Eq '"strategy":"grow_async"[^}]*"ok":true' "$dir/replay_jsonl.json" || {
     echo "bench_smoke: grow_async did not complete"; exit 1; }
+  # With the H200's driver costs emulated in the client (the daemon keeps
+  # none): the same replay completes and its JSON says so; a value that
+  # does not read stops it with an error.
+  MOONBRIGHT_HOST_COSTS=gpu run replay_costs replay "$dir/trace.jsonl" --strategies realloc,grow
+  grep -q '"host_costs":"gpu"' "$dir/replay_costs.json" || {
+    echo "bench_smoke: the replay did not record its emulated costs"; exit 1; }
+  [ "$(grep -o '"ok":true' "$dir/replay_costs.json" | wc -l)" -eq 2 ] || {
+    echo "bench_smoke: a replay with emulated costs did not complete"; exit 1; }
+  if MOONBRIGHT_HOST_COSTS=map=fast "$bench" replay "$dir/trace.jsonl" --quick --quiet \
+       --strategies realloc >/dev/null 2>"$dir/costs.err"; then
+    echo "bench_smoke: a replay with unreadable costs went on"; exit 1
+  fi
+  grep -q 'MOONBRIGHT_HOST_COSTS' "$dir/costs.err" || {
+    echo "bench_smoke: unreadable costs were not named"; cat "$dir/costs.err"; exit 1; }
   # A JSON line longer than any fixed buffer (Mooncake's hash_ids), and
   # BurstGPT's column names with a zero-token response: every request read.
   awk 'BEGIN { printf "{\"timestamp\": 5, \"input_length\": 900, \"output_length\": 30, \"hash_ids\": [0";
