@@ -755,8 +755,8 @@ static void prom_metrics(const Mb__MetricsReply *m, const Mb__TenantsReply *t)
               "Waiting grants refused before their deadline: every session asked had answered.");
     printf("moonbright_reclaim_short_total{device=\"%u\"} %llu\n", dev, (unsigned long long)m->reclaim_short);
     prom_head("moonbright_reclaim_ignored_total", "counter",
-              "RECLAIM notices that passed their deadline, or were answered, without a return "
-              "while the session reported a cache.");
+              "RECLAIM notices that passed their deadline without a return, or were answered "
+              "returning nothing by a session that reports a cache.");
     printf("moonbright_reclaim_ignored_total{device=\"%u\"} %llu\n", dev,
            (unsigned long long)m->reclaim_ignored);
     prom_head("moonbright_grants_waiting", "gauge", "Grants waiting for reclaimed frames.");
