@@ -308,12 +308,14 @@ void rpc_check_lost(mb_client *c);
 /* frames.c */
 /* n order-0 frames: cached ones first, then granted. */
 int fcache_take(mb_client *c, size_t n, struct cframe **out);
-/* The frames of the frame plan for `bytes` (no frame above max_order):
- * cached ones of the planned orders, the rest granted as large frames (with
- * warm grants, the daemon may grant free frames of other orders holding the
- * same bytes; falling back to order-0 frames when the grant fails for memory
- * or quota). *out is malloc'd, *n says how many. */
-int fcache_take_plan(mb_client *c, size_t bytes, unsigned max_order, struct cframe ***out, size_t *n);
+/* The frames of the frame plan for `bytes` (no frame above max_order), or
+ * of its exact plan (frame_plan.h): cached ones of the planned orders, the
+ * rest granted as large frames (with warm grants, the daemon may grant free
+ * frames of other orders holding the same bytes). When the grant fails for
+ * memory or quota: the cache handed back, the plan again, then the exact
+ * plan, then order-0 frames. *out is malloc'd, *n says how many. */
+int fcache_take_plan(mb_client *c, size_t bytes, unsigned max_order, bool exact,
+                     struct cframe ***out, size_t *n);
 /* Exactly one frame of each of orders[0..n) into out[i]: cached ones
  * first, the rest granted (no warm grant: other orders would not fit where
  * the caller maps them). On failure nothing is taken. */
@@ -398,8 +400,10 @@ struct stitched *stitch_new(size_t cap);
 /* Append f to a record stitch_new made (its bytes and reserved grow by f's). */
 void stitch_push(struct stitched *s, struct cframe *f);
 /* Take the frame plan's frames for bytes (largest first) into a new range
- * that is neither reserved nor mapped yet (va NULL). */
+ * that is neither reserved nor mapped yet (va NULL); stitch_take_exact,
+ * those of the exact plan (bytes in whole units, no rounding). */
 int stitch_take_large(mb_client *c, size_t bytes, struct stitched **out);
+int stitch_take_exact(mb_client *c, size_t bytes, struct stitched **out);
 /* The same with n one-unit frames. */
 int stitch_take_units(mb_client *c, size_t n, struct stitched **out);
 /* Map at least bytes now from whatever frames the cache holds (largest

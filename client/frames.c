@@ -304,12 +304,13 @@ static void swap_out(mb_client *c, uint64_t bytes)
     FC_CHECK(fc);
 }
 
-/* Ask the daemon for `n` frames (of `want` orders when large, else order 0)
- * covering `bytes`, after swap_out; import their handles; they arrive in use. With
+/* Ask the daemon for `n` frames (of `want` orders when large, by the plan
+ * or, exact, the exact plan; else order 0) covering `bytes`, after
+ * swap_out; import their handles; they arrive in use. With
  * warm_max (large only), the daemon may grant up to warm_max free frames
  * of other orders holding the same bytes instead (no frame made on its
  * path): out has room for max(n, warm_max), *got says how many came. */
-static int grant(mb_client *c, uint64_t bytes, bool large, unsigned max_order, size_t n,
+static int grant(mb_client *c, uint64_t bytes, bool large, unsigned max_order, bool exact, size_t n,
                  const uint8_t *want, uint32_t warm_max, struct cframe **out, size_t *got)
 {
     swap_out(c, bytes);
@@ -321,6 +322,7 @@ static int grant(mb_client *c, uint64_t bytes, bool large, unsigned max_order, s
     g.large = large && max_order > 0;
     g.max_order = g.large && max_order < MB_MAX_ORDER ? max_order : 0;
     g.warm_max_frames = g.large ? warm_max : 0;
+    g.exact = g.large && exact;
     req.body_case = MB__REQUEST__BODY_GRANT;
     req.grant = &g;
     Mb__Reply *rep;
@@ -424,7 +426,7 @@ int fcache_take(mb_client *c, size_t n, struct cframe **out)
     int rc = 0;
     while (rc == 0 && i < n) {
         size_t chunk = n - i < MB_GRANT_MAX_FRAMES ? n - i : MB_GRANT_MAX_FRAMES;
-        rc = grant(c, (uint64_t)chunk * c->frame_bytes, false, 0, chunk, NULL, 0, out + i, NULL);
+        rc = grant(c, (uint64_t)chunk * c->frame_bytes, false, 0, false, chunk, NULL, 0, out + i, NULL);
         if (rc == 0)
             i += chunk;
     }
@@ -437,18 +439,32 @@ int fcache_take(mb_client *c, size_t n, struct cframe **out)
 }
 
 /* After a large grant failed for memory or quota (and the cache was handed
- * back): the whole plan (n `orders`) once more, then order-0 frames covering
- * bytes exactly (the plan may round up by 3 %, and they may come from
- * frames the daemon holds in other sizes). */
-static int grant_plan_again(mb_client *c, size_t bytes, unsigned max_order, const uint8_t *orders,
-                            size_t n, struct cframe ***out, size_t *count)
+ * back): the whole plan (n `orders`, exact or not) once more; then, where
+ * the plan rounds, the exact plan (bytes in whole units: the plan may round
+ * up by 3 %). Order-0 frames only where the exact plan has too many frames
+ * for one grant: they hold the same bytes, so where those were refused
+ * they would be too, after the daemon made a first grant's worth of them
+ * on its path for nothing (256 frames, 0.2 s near a full budget). */
+static int grant_plan_again(mb_client *c, size_t bytes, unsigned max_order, bool exact,
+                            const uint8_t *orders, size_t n, struct cframe ***out, size_t *count)
 {
     size_t n0 = bytes / c->frame_bytes + (bytes % c->frame_bytes != 0);
     struct cframe **fr = calloc(n > n0 ? n : n0, sizeof(*fr));
     if (!fr)
         return MB_ENOMEM;
-    int rc = grant(c, bytes, true, max_order, n, orders, 0, fr, NULL);
-    if (refused_for_room(rc)) {
+    int rc = grant(c, bytes, true, max_order, exact, n, orders, 0, fr, NULL);
+    uint8_t ex[MB_GRANT_MAX_FRAMES];
+    uint64_t planned, exact_bytes;
+    mb_frame_plan(bytes, c->frame_bytes, max_order, NULL, 0, &planned);
+    size_t ne = mb_frame_plan_exact(bytes, c->frame_bytes, max_order, ex, MB_GRANT_MAX_FRAMES,
+                                    &exact_bytes);
+    bool exact_fits = ne <= MB_GRANT_MAX_FRAMES;
+    if (refused_for_room(rc) && !exact && exact_bytes < planned && exact_fits) {
+        rc = grant(c, bytes, true, max_order, true, ne, ex, 0, fr, NULL);
+        if (rc == 0)
+            n = ne;
+    }
+    if (refused_for_room(rc) && !exact_fits) {
         n = n0;
         rc = fcache_take(c, n0, fr);
     }
@@ -509,7 +525,7 @@ int fcache_take_any(mb_client *c, size_t bytes, unsigned max_order, struct cfram
         /* The rest by the frame plan (cached ones of its orders first). */
         struct cframe **more = NULL;
         size_t m = 0;
-        int rc = fcache_take_plan(c, left, max_order, &more, &m);
+        int rc = fcache_take_plan(c, left, max_order, false, &more, &m);
         struct cframe **nf = rc == 0 ? realloc(fr, (n + m) * sizeof(*fr)) : NULL;
         if (rc == 0 && !nf) {
             for (size_t i = 0; i < m; i++)
@@ -611,7 +627,8 @@ int fcache_take_orders(mb_client *c, const uint8_t *orders, size_t n, struct cfr
         while (missing[k] && rc == 0) {
             size_t j = missing[k] < MB_GRANT_MAX_FRAMES ? missing[k] : MB_GRANT_MAX_FRAMES, g = 0;
             memset(want, (int)k, j);
-            rc = grant(c, (uint64_t)j * ((uint64_t)c->frame_bytes << k), true, k, j, want, 0, got, &g);
+            rc = grant(c, (uint64_t)j * ((uint64_t)c->frame_bytes << k), true, k, false, j, want, 0, got,
+                       &g);
             if (rc == 0)
                 place_frames(c, orders, n, out, got, g);
             missing[k] -= rc == 0 ? j : 0;
@@ -626,11 +643,14 @@ int fcache_take_orders(mb_client *c, const uint8_t *orders, size_t n, struct cfr
     return rc;
 }
 
-int fcache_take_plan(mb_client *c, size_t bytes, unsigned max_order, struct cframe ***out, size_t *count)
+int fcache_take_plan(mb_client *c, size_t bytes, unsigned max_order, bool exact,
+                     struct cframe ***out, size_t *count)
 {
     struct frame_cache *fc = &c->fc;
     uint64_t covered;
-    size_t n = mb_frame_plan(bytes, c->frame_bytes, max_order, NULL, 0, &covered);
+    size_t (*plan)(uint64_t, size_t, unsigned, uint8_t *, size_t, uint64_t *) =
+        exact ? mb_frame_plan_exact : mb_frame_plan;
+    size_t n = plan(bytes, c->frame_bytes, max_order, NULL, 0, &covered);
     /* A warm grant may take up to c->warm_per_frame free frames for each
      * planned one (see grant): room for them. */
     size_t per = c->warm_per_frame, cap = n * (per > 1 ? per : 1);
@@ -642,9 +662,10 @@ int fcache_take_plan(mb_client *c, size_t bytes, unsigned max_order, struct cfra
         free(fr);
         return MB_ENOMEM;
     }
-    mb_frame_plan(bytes, c->frame_bytes, max_order, orders, n, &covered);
+    plan(bytes, c->frame_bytes, max_order, orders, n, &covered);
     /* The planned orders this process caches; the daemon grants the rest
-     * (the plan of a subset of a plan's frames is that subset). */
+     * (the plan of a subset of a plan's frames is that subset, the exact
+     * plan's too). */
     size_t have = 0, n_missing = 0;
     uint64_t missing_bytes = 0;
     for (size_t i = 0; i < n; i++) {
@@ -658,8 +679,8 @@ int fcache_take_plan(mb_client *c, size_t bytes, unsigned max_order, struct cfra
     }
     size_t granted = 0;
     uint32_t warm_max = (uint32_t)(n_missing * per < MB_GRANT_MAX_FRAMES ? n_missing * per : MB_GRANT_MAX_FRAMES);
-    int rc = n_missing ? grant(c, missing_bytes, true, max_order, n_missing, missing, warm_max, fr + have,
-                               &granted) : 0;
+    int rc = n_missing ? grant(c, missing_bytes, true, max_order, exact, n_missing, missing, warm_max,
+                               fr + have, &granted) : 0;
     free(missing);
     if (rc == 0)
         n = have + granted;
@@ -668,13 +689,13 @@ int fcache_take_plan(mb_client *c, size_t bytes, unsigned max_order, struct cfra
             fcache_put(c, fr[--have]);
     if (refused_for_room(rc)) {
         /* Out of memory or quota in these sizes: hand back what the cache
-         * holds and try again, then take order-0 frames (exact, reusing
-         * what remains cached). */
+         * holds and try again, then the exact plan, then order-0 frames
+         * (reusing what remains cached). */
         free(fr);
         fr = NULL;
         if (fc->n_cached)
             fcache_trim(c, 0);
-        rc = grant_plan_again(c, bytes, max_order, orders, n, &fr, &n);
+        rc = grant_plan_again(c, bytes, max_order, exact, orders, n, &fr, &n);
     }
     free(orders);
     if (rc != 0) {

@@ -87,47 +87,11 @@ size_t plan_bytes(size_t bytes, size_t unit)
     return (size_t)covered;
 }
 
-/* Exactly n units in frames of a power of two of units each, largest
- * first (n's binary digits): one plan request per frame, each exact. For
- * when the plan of n units rounds past the room (ranges of 128 MiB and
- * more), instead of n one-unit frames. fl_lock held. */
-static int fl_grant_exact(mb_client *c, size_t n, struct stitched **out)
-{
-    size_t unit = c->frame_bytes, top = (size_t)1 << MB_MAX_ORDER;
-    struct stitched *all = stitch_new(n);   /* a warm grant may take smaller frames */
-    if (!all)
-        return MB_ENOMEM;
-    int rc = 0;
-    size_t total = n * unit;
-    while (rc == 0 && all->bytes < total) {
-        size_t left = (total - all->bytes) / unit, part = top;
-        while (part > left)
-            part >>= 1;
-        struct stitched *t;
-        if ((rc = stitch_take_large(c, part * unit, &t)) != 0)
-            break;
-        for (size_t i = 0; i < t->n; i++) {
-            if (all->n < all->cap)
-                stitch_push(all, t->frames[i]);
-            else
-                fcache_put(c, t->frames[i]);   /* (a plan of one frame: never) */
-        }
-        free(t);
-    }
-    if (rc != 0) {
-        for (size_t i = 0; i < all->n; i++)
-            fcache_put(c, all->frames[i]);
-        free(all);
-        return rc;
-    }
-    *out = all;
-    return 0;
-}
-
 /* Frames from the daemon for `want` bytes (at least `need`), holding at
  * most `room`: the frame plan's for want, or else for need, when they fit
- * and large frames are on; else exact frames for need (fl_grant_exact), or
- * order-0 frames with large frames off. Into (*out)->frames[0..n). fl_lock
+ * and large frames are on; else the exact plan's for need (ranges of 128
+ * MiB and more, where the plan rounds past the room), or order-0 frames
+ * with large frames off. Into (*out)->frames[0..n). fl_lock
  * held. */
 static int fl_grant(mb_client *c, size_t need, size_t want, size_t room, struct stitched **out)
 {
@@ -139,7 +103,7 @@ static int fl_grant(mb_client *c, size_t need, size_t want, size_t room, struct 
     size_t n = round_unit(need, unit) / unit;
     if (n * unit > room)
         return MB_EINVAL;
-    return c->large_frames && n > 1 ? fl_grant_exact(c, n, out) : stitch_take_units(c, n, out);
+    return c->large_frames && n > 1 ? stitch_take_exact(c, n * unit, out) : stitch_take_units(c, n, out);
 }
 
 /* Frames for `want` bytes (at least `need`), holding at most `room`:

@@ -41,14 +41,19 @@ static int by_size_desc(const void *a, const void *b)
     return x < y ? 1 : x > y ? -1 : 0;
 }
 
-static int take_frames(mb_client *c, size_t bytes, bool any, unsigned max_order, size_t extra_cap,
-                       struct stitched **out)
+/* Which frames take_frames takes: the frame plan's, the exact plan's, or
+ * cached frames of any size first (fcache_take_any). */
+enum take_kind { TAKE_PLAN, TAKE_EXACT, TAKE_ANY };
+
+static int take_frames(mb_client *c, size_t bytes, enum take_kind kind, unsigned max_order,
+                       size_t extra_cap, struct stitched **out)
 {
     if (bytes == 0 || bytes > SIZE_MAX / 2)
         return MB_EINVAL;
     struct cframe **fr;
     size_t n;
-    int rc = any ? fcache_take_any(c, bytes, max_order, &fr, &n) : fcache_take_plan(c, bytes, max_order, &fr, &n);
+    int rc = kind == TAKE_ANY ? fcache_take_any(c, bytes, max_order, &fr, &n)
+                              : fcache_take_plan(c, bytes, max_order, kind == TAKE_EXACT, &fr, &n);
     if (rc != 0)
         return rc;
     /* Largest first: every frame then lies at a multiple of its size. */
@@ -84,7 +89,12 @@ void stitch_push(struct stitched *s, struct cframe *f)
 
 int stitch_take_large(mb_client *c, size_t bytes, struct stitched **out)
 {
-    return take_frames(c, bytes, false, MB_MAX_ORDER, 0, out);
+    return take_frames(c, bytes, TAKE_PLAN, MB_MAX_ORDER, 0, out);
+}
+
+int stitch_take_exact(mb_client *c, size_t bytes, struct stitched **out)
+{
+    return take_frames(c, bytes, TAKE_EXACT, MB_MAX_ORDER, 0, out);
 }
 
 int stitch_take_units(mb_client *c, size_t n, struct stitched **out)
@@ -106,7 +116,7 @@ static int alloc_frames(mb_client *c, size_t bytes, bool any, unsigned max_order
 {
     struct stitched *s;
     room = room / c->frame_bytes * c->frame_bytes;
-    int rc = take_frames(c, bytes, any, max_order, room / c->frame_bytes, &s);
+    int rc = take_frames(c, bytes, any ? TAKE_ANY : TAKE_PLAN, max_order, room / c->frame_bytes, &s);
     if (rc != 0)
         return rc;
     s->reserved += room;

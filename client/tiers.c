@@ -387,6 +387,13 @@ static int heap_grow(void *ctx, size_t min_bytes, void **base, size_t *bytes)
         want = backing_bytes(c, min_bytes);
         rc = backing_take(c, want, repair, room, base, bytes);
     }
+    size_t units = (min_bytes + c->frame_bytes - 1) / c->frame_bytes * c->frame_bytes;
+    if (refused_for_room(rc) && want > units) {
+        /* Nor the plan's rounding: whole units, which the frame layer asks
+         * for in the exact plan's frames once the plan is refused. */
+        want = units;
+        rc = backing_take(c, want, repair, room, base, bytes);
+    }
     return rc;
 }
 
@@ -439,16 +446,15 @@ static int heap_extend(void *ctx, void *base, size_t bytes, size_t min_more, siz
 /* Frames one fill lays out at most, for the request's part or the rest. */
 #define FILL_FRAMES 64
 
-/* Orders of frames that tile u units exactly, largest first: 512-unit
- * frames, then the binary digits of the rest (no rounding, unlike the
- * frame plan: they must fit a hole). Returns how many (at most max). */
-static size_t exact_orders(size_t u, uint8_t *orders, size_t max)
+/* Orders of frames that tile u units exactly, largest first: the exact
+ * plan (no rounding, unlike the frame plan: they must fit a hole). Returns
+ * how many, 0 when more than max. */
+static size_t exact_orders(mb_client *c, size_t u, uint8_t *orders, size_t max)
 {
-    size_t n = 0;
-    for (int k = MB_MAX_ORDER; k >= 0 && n < max; k--)
-        for (; u >= ((size_t)1 << k) && n < max; u -= (size_t)1 << k)
-            orders[n++] = (uint8_t)k;
-    return u ? 0 : n;
+    uint64_t covered;
+    size_t n = mb_frame_plan_exact((uint64_t)u * c->frame_bytes, c->frame_bytes, MB_MAX_ORDER,
+                                   orders, max, &covered);
+    return n <= max ? n : 0;
 }
 
 /* A miss fills the start of the hole [addr, addr + bytes) of the arena at
@@ -482,7 +488,7 @@ static int heap_fill(void *ctx, void *base, void *addr, size_t bytes, size_t cov
     uint64_t covered = 0;
     mb_frame_plan((uint64_t)head * fb, fb, MB_MAX_ORDER, NULL, 0, &covered);
     uint8_t orders[FILL_FRAMES];
-    size_t n_exact = covered / fb <= units ? 0 : exact_orders(head, orders, FILL_FRAMES);
+    size_t n_exact = covered / fb <= units ? 0 : exact_orders(c, head, orders, FILL_FRAMES);
     if (covered / fb > units && !n_exact)
         return MB_ELIMIT;
     pthread_mutex_unlock(&c->lock);
@@ -502,7 +508,7 @@ static int heap_fill(void *ctx, void *base, void *addr, size_t bytes, size_t cov
     uint8_t rest[FILL_FRAMES];
     struct cframe *ph[FILL_FRAMES];
     if (rc == 0 && got < units)
-        nrest = exact_orders(units - got, rest, FILL_FRAMES);
+        nrest = exact_orders(c, units - got, rest, FILL_FRAMES);
     if (rc == 0 && (got > units || (got < units && !nrest) || s->n - (to - from) + t->n + nrest > s->cap))
         rc = MB_ELIMIT;   /* past the hole, or no room in frames[] for the layout */
     for (; rc == 0 && made < nrest; made++) {

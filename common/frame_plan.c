@@ -64,8 +64,22 @@
  * has. Before any grant, cached frames past the cache's size (none of which
  * the request could use) go back first, at least the bytes it asks for.
  * When a large grant fails for memory or quota, the client returns its
- * cached frames and retries, then falls back to order-0 frames. */
+ * cached frames and retries, then asks for the exact plan, then falls back
+ * to order-0 frames.
+ *
+ * Exact plans (mb_frame_plan_exact, Grant.exact). Near the budget the 3 %
+ * a plan rounds up by may be more than the room left, where u units exactly
+ * would fit. The exact plan of u units is u's 512-unit frames (2^m with a
+ * cap m) and the binary digits of the rest, largest first: no rounding, at
+ * most u / 512 + 9 handles, where order-0 frames would take u (a 1.3 GiB
+ * allocation: 4 handles, not 650, each made and exported on the grant's
+ * path when the budget leaves no room for spares). Its frames are distinct
+ * powers of two below the cap, so the exact plan of a subset of them is
+ * that subset too. The client asks for it after the plan was refused, and
+ * for a growable range whose reservation the plan would round past. */
 #include "frame_plan.h"
+
+#include <stdbool.h>
 
 int mb_frame_order(uint64_t bytes, size_t unit)
 {
@@ -78,8 +92,8 @@ int mb_frame_order(uint64_t bytes, size_t unit)
     return -1;
 }
 
-size_t mb_frame_plan(uint64_t bytes, size_t unit, unsigned max_order, uint8_t *orders, size_t max,
-                     uint64_t *covered)
+static size_t plan(uint64_t bytes, size_t unit, unsigned max_order, bool exact, uint8_t *orders,
+                   size_t max, uint64_t *covered)
 {
     *covered = 0;
     if (bytes == 0 || unit == 0)
@@ -91,7 +105,7 @@ size_t mb_frame_plan(uint64_t bytes, size_t unit, unsigned max_order, uint8_t *o
     if (max_order > MB_MAX_ORDER)
         max_order = MB_MAX_ORDER;
     const uint64_t big = (uint64_t)1 << max_order;
-    uint64_t q = top / 32 ? top / 32 : 1;
+    uint64_t q = top / 32 && !exact ? top / 32 : 1;
     if (q > big)
         q = big;
     u = (u + q - 1) / q * q;
@@ -107,4 +121,16 @@ size_t mb_frame_plan(uint64_t bytes, size_t unit, unsigned max_order, uint8_t *o
             n++;
         }
     return n;
+}
+
+size_t mb_frame_plan(uint64_t bytes, size_t unit, unsigned max_order, uint8_t *orders, size_t max,
+                     uint64_t *covered)
+{
+    return plan(bytes, unit, max_order, false, orders, max, covered);
+}
+
+size_t mb_frame_plan_exact(uint64_t bytes, size_t unit, unsigned max_order, uint8_t *orders,
+                           size_t max, uint64_t *covered)
+{
+    return plan(bytes, unit, max_order, true, orders, max, covered);
 }

@@ -21,6 +21,12 @@
 size_t mb_frame_plan(uint64_t bytes, size_t unit, unsigned max_order, uint8_t *orders, size_t max,
                      uint64_t *covered);
 
+/* The same without rounding (frame_plan.c, "Exact plans"): bytes rounded
+ * up to whole units, in max_order frames and the binary digits of the
+ * rest, largest first. */
+size_t mb_frame_plan_exact(uint64_t bytes, size_t unit, unsigned max_order, uint8_t *orders,
+                           size_t max, uint64_t *covered);
+
 /* The order of a frame of `bytes`, or -1 when bytes is not unit << k. */
 int mb_frame_order(uint64_t bytes, size_t unit);
 

@@ -320,6 +320,14 @@ struct withdrawn {
     struct withdrawn *next;
 };
 
+/* How a grant's frames are planned (Grant.large, max_order, exact): no
+ * frame above max_order (0: whole units), rounded as the frame plan
+ * rounds or, exact, to whole units only (frame_plan.h). */
+struct grant_shape {
+    unsigned max_order;
+    bool exact;
+};
+
 /* A grant waiting for reclaimed frames (reclaim.c). */
 struct pending {
     uint8_t ident[MB_WIRE_MAX_IDENT];
@@ -327,7 +335,7 @@ struct pending {
     uint64_t session;            /* session id of the requester */
     uint64_t req_id;
     uint64_t bytes;              /* asked for */
-    unsigned max_order;          /* the plan's largest order (0: whole units) */
+    struct grant_shape shape;    /* how its frames are planned */
     uint64_t t0_ns;              /* arrival, for the latency histogram */
     int64_t deadline_ms;
     uint64_t reclaimed_at_start; /* count.reclaim_bytes when it began waiting */
@@ -524,7 +532,7 @@ uint64_t grant_room(const struct daemon *d, const struct session *s);
  * bytes: queue it and send RECLAIM notices. 0 when deferred, else an
  * mb_status (the caller answers MB_ENOMEM). */
 int pending_add(struct daemon *d, struct session *s, const uint8_t *ident, size_t ident_len,
-                uint64_t req_id, uint64_t bytes, unsigned max_order, uint64_t t0_ns,
+                uint64_t req_id, uint64_t bytes, struct grant_shape shape, uint64_t t0_ns,
                 uint64_t short_bytes);
 /* Answer pending grants that now fit (FIFO), whose deadline passed, or
  * that no session asked can still help. */
@@ -558,17 +566,17 @@ struct request_ctx {
     bool deferred;               /* set by a handler: no reply now (pending) */
 };
 void handle_request(struct request_ctx *rc, const Mb__Request *req, Mb__Reply *rep);
-/* Grant frames covering `bytes` to s (by the frame plan with no frame above
- * max_order; 0: order-0 frames) and pass their descriptors: fills rep
- * (reply body or error). With warm_max, free frames of any orders (at most
- * warm_max of them, holding no more than the plan) when they cover it.
- * Used by grant and by pending grants. */
-void grant_now(struct daemon *d, struct session *s, uint64_t bytes, unsigned max_order, uint32_t warm_max,
-               uint64_t t0_ns, Mb__Reply *rep);
+/* Grant frames covering `bytes` to s (planned as `shape` says; max_order
+ * 0: order-0 frames) and pass their descriptors: fills rep (reply body or
+ * error). With warm_max, free frames of any orders (at most warm_max of
+ * them, holding no more than the plan) when they cover it. Used by grant
+ * and by pending grants. */
+void grant_now(struct daemon *d, struct session *s, uint64_t bytes, struct grant_shape shape,
+               uint32_t warm_max, uint64_t t0_ns, Mb__Reply *rep);
 /* The bytes a grant of `bytes` charges: the plan's. */
-uint64_t grant_bytes(const struct daemon *d, uint64_t bytes, unsigned max_order);
-/* The largest order a Grant asks for (Grant.large, Grant.max_order). */
-unsigned grant_max_order(const Mb__Grant *g);
+uint64_t grant_bytes(const struct daemon *d, uint64_t bytes, struct grant_shape shape);
+/* How a Grant's frames are planned (Grant.large, max_order, exact). */
+struct grant_shape grant_shape_of(const Mb__Grant *g);
 /* Count a finished request in the per-command stats and counters. */
 void stats_record(struct daemon *d, int cmd, int code, uint64_t t0_ns);
 

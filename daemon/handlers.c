@@ -153,29 +153,32 @@ int send_frame_fds(struct daemon *d, struct session *s, const uint32_t *ids, uin
 
 /* The orders of the frames a grant of `bytes` takes; returns how many (0
  * when more than MAX_GRANT_FRAMES), *covered the bytes they hold. */
-static uint32_t grant_plan(const struct daemon *d, uint64_t bytes, unsigned max_order, uint8_t *orders,
-                           uint64_t *covered)
+static uint32_t grant_plan(const struct daemon *d, uint64_t bytes, struct grant_shape shape,
+                           uint8_t *orders, uint64_t *covered)
 {
-    size_t n = mb_frame_plan(bytes, d->pool.frame_bytes, max_order, orders, MAX_GRANT_FRAMES, covered);
+    size_t n = (shape.exact ? mb_frame_plan_exact : mb_frame_plan)(
+        bytes, d->pool.frame_bytes, shape.max_order, orders, MAX_GRANT_FRAMES, covered);
     return n <= MAX_GRANT_FRAMES ? (uint32_t)n : 0;
 }
 
-uint64_t grant_bytes(const struct daemon *d, uint64_t bytes, unsigned max_order)
+uint64_t grant_bytes(const struct daemon *d, uint64_t bytes, struct grant_shape shape)
 {
     uint64_t covered;
-    mb_frame_plan(bytes, d->pool.frame_bytes, max_order, NULL, 0, &covered);
+    (shape.exact ? mb_frame_plan_exact : mb_frame_plan)(bytes, d->pool.frame_bytes,
+                                                        shape.max_order, NULL, 0, &covered);
     return covered;
 }
 
-unsigned grant_max_order(const Mb__Grant *g)
+struct grant_shape grant_shape_of(const Mb__Grant *g)
 {
     if (!g->large)
-        return 0;
-    return g->max_order && g->max_order < MB_MAX_ORDER ? g->max_order : MB_MAX_ORDER;
+        return (struct grant_shape){ 0, false };
+    unsigned m = g->max_order && g->max_order < MB_MAX_ORDER ? g->max_order : MB_MAX_ORDER;
+    return (struct grant_shape){ m, g->exact };
 }
 
-void grant_now(struct daemon *d, struct session *s, uint64_t bytes, unsigned max_order, uint32_t warm_max,
-               uint64_t t0_ns, Mb__Reply *rep)
+void grant_now(struct daemon *d, struct session *s, uint64_t bytes, struct grant_shape shape,
+               uint32_t warm_max, uint64_t t0_ns, Mb__Reply *rep)
 {
     static Mb__GrantReply gr;
     static Mb__Frame frames[MAX_GRANT_FRAMES];
@@ -183,7 +186,7 @@ void grant_now(struct daemon *d, struct session *s, uint64_t bytes, unsigned max
     uint32_t ids[MAX_GRANT_FRAMES];
     uint8_t orders[MAX_GRANT_FRAMES];
     uint64_t covered;
-    uint32_t n = grant_plan(d, bytes, max_order, orders, &covered);
+    uint32_t n = grant_plan(d, bytes, shape, orders, &covered);
     if (n == 0) {
         mb_reply_error(rep, MB_EINVAL, "cannot grant %llu bytes in at most %u frames",
                        (unsigned long long)bytes, MAX_GRANT_FRAMES);
@@ -193,7 +196,7 @@ void grant_now(struct daemon *d, struct session *s, uint64_t bytes, unsigned max
         /* Free frames of any orders, when they hold it within the plan's
          * bytes: no frame made on this path. */
         uint8_t warm[MAX_GRANT_FRAMES];
-        uint32_t w = frame_pool_warm_plan(&d->pool, s->uid, bytes, covered, max_order,
+        uint32_t w = frame_pool_warm_plan(&d->pool, s->uid, bytes, covered, shape.max_order,
                                           warm_max < MAX_GRANT_FRAMES ? warm_max : MAX_GRANT_FRAMES, warm);
         if (w) {
             n = w;
@@ -285,8 +288,8 @@ static void h_grant(struct request_ctx *rc, const Mb__Request *req, Mb__Reply *r
     struct session *s = rc->s;
     uint64_t fb = d->pool.frame_bytes;
     uint64_t bytes = req->grant->bytes;
-    unsigned max_order = grant_max_order(req->grant);
-    uint64_t most = (uint64_t)MAX_GRANT_FRAMES * (fb << max_order);
+    struct grant_shape shape = grant_shape_of(req->grant);
+    uint64_t most = (uint64_t)MAX_GRANT_FRAMES * (fb << shape.max_order);
     if (bytes == 0 || bytes > most) {
         mb_reply_error(rep, MB_EINVAL, "grant of %llu bytes: ask for 1 to %llu bytes at a time",
                        (unsigned long long)bytes, (unsigned long long)most);
@@ -301,12 +304,12 @@ static void h_grant(struct request_ctx *rc, const Mb__Request *req, Mb__Reply *r
         mb_reply_error(rep, MB_EBUSY, "this session already has a grant waiting for reclaimed frames");
         return;
     }
-    uint64_t want = grant_bytes(d, bytes, max_order);
+    uint64_t want = grant_bytes(d, bytes, shape);
     if (!within_quota(d, s, want, rep))
         return;
     uint64_t short_bytes;
     if (!grant_fits(d, s, want, &short_bytes)) {
-        if (pending_add(d, s, rc->ident, rc->ident_len, req->id, bytes, max_order, rc->t0_ns,
+        if (pending_add(d, s, rc->ident, rc->ident_len, req->id, bytes, shape, rc->t0_ns,
                         short_bytes) == 0) {
             rc->deferred = true;
             return;
@@ -321,7 +324,7 @@ static void h_grant(struct request_ctx *rc, const Mb__Request *req, Mb__Reply *r
                        mb_format_size(short_bytes, c, sizeof(c)));
         return;
     }
-    grant_now(d, s, bytes, max_order, req->grant->warm_max_frames, rc->t0_ns, rep);
+    grant_now(d, s, bytes, shape, req->grant->warm_max_frames, rc->t0_ns, rep);
 }
 
 static void h_ret(struct request_ctx *rc, const Mb__Request *req, Mb__Reply *rep)

@@ -170,7 +170,7 @@ static bool returned_nothing(const struct session *s)
 }
 
 int pending_add(struct daemon *d, struct session *s, const uint8_t *ident, size_t ident_len,
-                uint64_t req_id, uint64_t bytes, unsigned max_order, uint64_t t0_ns,
+                uint64_t req_id, uint64_t bytes, struct grant_shape shape, uint64_t t0_ns,
                 uint64_t short_bytes)
 {
     if (d->reclaim_timeout_ms <= 0 || d->n_pending >= MB_MAX_PENDING || s->waiting ||
@@ -193,7 +193,7 @@ int pending_add(struct daemon *d, struct session *s, const uint8_t *ident, size_
     p->session = s->id;
     p->req_id = req_id;
     p->bytes = bytes;
-    p->max_order = max_order;
+    p->shape = shape;
     p->t0_ns = t0_ns;
     p->deadline_ms = mb_now_ms() + d->reclaim_timeout_ms;
     p->reclaimed_at_start = d->count.reclaim_bytes;
@@ -206,7 +206,7 @@ int pending_add(struct daemon *d, struct session *s, const uint8_t *ident, size_
     uint32_t asked = reclaim_ask(d, NULL, s, short_bytes, NULL);
     char a[32], b[32];
     mb_log(MB_LOG_INFO, "session %llu waits for %s: asked %u sessions for %s of cached frames",
-           (unsigned long long)s->id, mb_format_size(grant_bytes(d, bytes, max_order), b, sizeof(b)),
+           (unsigned long long)s->id, mb_format_size(grant_bytes(d, bytes, shape), b, sizeof(b)),
            asked, mb_format_size(short_bytes, a, sizeof(a)));
     /* Grants queued before may have waited for s, which cannot answer
      * now; and this one may have nobody left to wait for. */
@@ -270,7 +270,7 @@ void reclaim_answered(struct daemon *d, struct session *s)
 static bool still_within_quota(struct daemon *d, struct session *s, struct pending *p)
 {
     Mb__Reply rep = MB__REPLY__INIT;
-    if (within_quota(d, s, grant_bytes(d, p->bytes, p->max_order), &rep))
+    if (within_quota(d, s, grant_bytes(d, p->bytes, p->shape), &rep))
         return true;
     s->waiting = false;
     pending_answer(d, p, &rep);
@@ -291,11 +291,11 @@ void pending_run(struct daemon *d)
             continue;
         }
         uint64_t short_bytes = 0;
-        if (!blocked && grant_fits(d, s, grant_bytes(d, p->bytes, p->max_order), &short_bytes)) {
+        if (!blocked && grant_fits(d, s, grant_bytes(d, p->bytes, p->shape), &short_bytes)) {
             if (!still_within_quota(d, s, p))
                 continue;
             Mb__Reply rep = MB__REPLY__INIT;
-            grant_now(d, s, p->bytes, p->max_order, 0, p->t0_ns, &rep);
+            grant_now(d, s, p->bytes, p->shape, 0, p->t0_ns, &rep);
             s->waiting = false;
             pending_answer(d, p, &rep);
             pending_unlink(d, p);
@@ -327,7 +327,7 @@ void pending_run(struct daemon *d)
             snprintf(why, sizeof(why), "(no session asked could return more)");
         mb_reply_error(&rep, MB_ENOMEM, "cannot grant %s: %s of %s budget in use, and reclaim "
                        "returned only %s %s",
-                       mb_format_size(grant_bytes(d, p->bytes, p->max_order), w, sizeof(w)),
+                       mb_format_size(grant_bytes(d, p->bytes, p->shape), w, sizeof(w)),
                        mb_format_size(d->pool.bytes_granted, a, sizeof(a)),
                        mb_format_size(d->pool.budget_bytes, b, sizeof(b)),
                        mb_format_size(d->count.reclaim_bytes - p->reclaimed_at_start, c, sizeof(c)),

@@ -336,7 +336,8 @@ static void room_made_once_with_reserve_full(void **state)
 
 /* The frame plan: covers the request, wastes < 3.2 % (nothing below 64
  * units), at most 6 frames below 512 units, largest first, and the plan of
- * any subset of a plan's frames is that subset (clients rely on it). */
+ * any subset of a plan's frames is that subset (clients rely on it); the
+ * exact plan holds whole units only, in few frames, and keeps that too. */
 static void frame_plan_policy(void **state)
 {
     const size_t U = (size_t)2 << 20;
@@ -401,7 +402,40 @@ static void frame_plan_policy(void **state)
         assert_int_equal(mb_frame_plan(sub_bytes, U, m, o2, sizeof(o2), &covered2), k);
         assert_true(covered2 == sub_bytes);
         assert_memory_equal(o2, sub, k);
+        /* The exact plan: whole units, largest first, 2^m-unit frames and
+         * then distinct orders below m; never more than the plan holds;
+         * a random subset plans to itself. */
+        n = mb_frame_plan_exact(bytes, U, m, o, sizeof(o), &covered2);
+        assert_true(n >= 1 && n <= sizeof(o) && covered2 == units * U && covered2 <= covered);
+        sum = 0;
+        for (size_t i = 0; i < n; i++) {
+            assert_true(o[i] <= m && (!i || o[i] < o[i - 1] || o[i] == m));
+            sum += U << o[i];
+        }
+        assert_true(sum == covered2);
+        assert_true(n <= (size_t)(units >> m) + m);
+        k = 0;
+        sub_bytes = 0;
+        for (size_t i = 0; i < n; i++)
+            if (rand() % 2) {
+                sub[k++] = o[i];
+                sub_bytes += U << o[i];
+            }
+        if (k) {
+            assert_int_equal(mb_frame_plan_exact(sub_bytes, U, m, o2, sizeof(o2), &covered2), k);
+            assert_memory_equal(o2, sub, k);
+        }
     }
+    uint64_t exact;
+    /* 398 units: the plan takes 400 (256 + 128 + 16), the exact plan 256 +
+     * 128 + 8 + 4 + 2. */
+    assert_int_equal(mb_frame_plan(398 * U, U, MB_MAX_ORDER, o, 8, &covered), 3);
+    assert_int_equal(covered, 400 * U);
+    assert_int_equal(mb_frame_plan_exact(398 * U, U, MB_MAX_ORDER, o, 8, &exact), 5);
+    assert_int_equal(exact, 398 * U);
+    assert_int_equal(o[0], 8);
+    assert_int_equal(o[4], 1);
+    assert_int_equal(mb_frame_plan_exact(0, U, MB_MAX_ORDER, o, 8, &exact), 0);
 }
 
 /* Grants of frames of mixed orders, by the plan, against a small budget:

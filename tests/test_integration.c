@@ -2,8 +2,9 @@
  * over ZeroMQ and the handle channel: stitched allocations across frame
  * boundaries, SIGKILL reclamation, budget exhaustion, hostile bytes on both
  * sockets, one daemon per runtime directory, mbctl without a daemon, a
- * daemon restart under clients that hold and share memory, and large
- * frames by the frame plan (reuse, scrubbing, re-creation). */
+ * daemon restart under clients that hold and share memory, large frames
+ * by the frame plan (reuse, scrubbing, re-creation) and by the exact plan
+ * near a full budget. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -598,6 +599,43 @@ static void large_frames_by_plan(void **state)
     assert_int_equal(mbt_daemon_stop(&d), 0);
 }
 
+/* Near a full budget: an allocation whose frame plan rounds past the room
+ * left (398 units: the plan takes 400), where its bytes in whole units fit,
+ * gets the exact plan's few large frames (256 + 128 + 8 + 4 + 2 units), not
+ * one frame per unit; one too large even then (410 units) fails at once,
+ * without the daemon making a grant's worth of order-0 frames first (256,
+ * before the rest is refused). */
+static void exact_plan_near_the_budget(void **state)
+{
+    (void)state;
+    static const char *const args[] = { "--frame-size", "64K", "--budget", "25472K", NULL };
+    setenv("MOONBRIGHT_LARGE_FRAMES", "1", 1);
+    struct mbt_daemon d;
+    assert_int_equal(mbt_daemon_start(&d, args), 0);
+    char size[32], out[256];
+    snprintf(size, sizeof(size), "%u", 398 * FRAME);
+    int o, in;
+    pid_t pid = spawn_holder(&d, size, "33", "exact-a", &o, &in);
+    struct json *j = mbt_status(&d);
+    assert_non_null(j);
+    assert_int_equal((int)json_num(j, "frames_granted"), 5);
+    assert_int_equal((int)json_num(j, "bytes_granted"), 398 * FRAME);
+    json_free(j);
+    close(in);   /* it verifies nothing more and exits */
+    assert_int_equal(mbt_wait(pid), 0);
+    close(o);
+    assert_int_equal(wait_granted(&d, 0), 0);
+    double made = mbt_status_num(&d, "frames_total");
+
+    snprintf(size, sizeof(size), "%u", 410 * FRAME);
+    const char *b[] = { MB_CLIENT_BIN, "alloc", size, "exact-b", NULL };
+    assert_int_equal(mbt_run(&d, b, out, sizeof(out), false), 20 - MB_ENOMEM);
+    assert_non_null(strstr(out, "out of memory"));
+    assert_true(mbt_status_num(&d, "frames_total") <= made + 8);
+    assert_int_equal(mbt_daemon_stop(&d), 0);
+    setenv("MOONBRIGHT_LARGE_FRAMES", "0", 1);
+}
+
 /* A hello of another protocol version: refused with both versions named,
  * the token still unused (the right hello then binds it), daemon serving. */
 static void hello_of_another_version_is_refused(void **state)
@@ -673,6 +711,7 @@ int main(void)
         cmocka_unit_test(hello_of_another_version_is_refused),
         cmocka_unit_test(mbctl_without_daemon),
         cmocka_unit_test(large_frames_by_plan),
+        cmocka_unit_test(exact_plan_near_the_budget),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -755,11 +755,15 @@ static int run_strategy(struct replay_ctx *x, const struct replay_cfg *cfg, stru
                 break;
             }
             /* The realloc pattern: the larger buffer first, then the old one goes. */
+            if (slow)
+                mb_stats(x->c, &st_op);
             t0 = bench_now_ns();
             rc = s_alloc(x, o->req, o->bytes, o->bytes, &np);
             t1 = bench_now_ns();
             if (rc != 0)
                 break;
+            if (slow)
+                report_slow(x, cfg, "larger buffer", o->bytes, t1 - t0, &st_op);
             bench_vec_push(&va, t1 - t0);
             if (by_reserved) {
                 uint64_t now_res = reserved_now(x);
