@@ -313,7 +313,8 @@ int fcache_take(mb_client *c, size_t n, struct cframe **out);
  * rest granted as large frames (with warm grants, the daemon may grant free
  * frames of other orders holding the same bytes). When the grant fails for
  * memory or quota: the cache handed back, the plan again, then the exact
- * plan, then order-0 frames. *out is malloc'd, *n says how many. */
+ * plan (order-0 frames only where it has more frames than a grant takes).
+ * *out is malloc'd, *n says how many. */
 int fcache_take_plan(mb_client *c, size_t bytes, unsigned max_order, bool exact,
                      struct cframe ***out, size_t *n);
 /* Exactly one frame of each of orders[0..n) into out[i]: cached ones

@@ -444,7 +444,7 @@ int fcache_take(mb_client *c, size_t n, struct cframe **out)
  * up by 3 %). Order-0 frames only where the exact plan has too many frames
  * for one grant: they hold the same bytes, so where those were refused
  * they would be too, after the daemon made a first grant's worth of them
- * on its path for nothing (256 frames, 0.2 s near a full budget). */
+ * (256) on its path for nothing. */
 static int grant_plan_again(mb_client *c, size_t bytes, unsigned max_order, bool exact,
                             const uint8_t *orders, size_t n, struct cframe ***out, size_t *count)
 {

@@ -64,16 +64,17 @@
  * has. Before any grant, cached frames past the cache's size (none of which
  * the request could use) go back first, at least the bytes it asks for.
  * When a large grant fails for memory or quota, the client returns its
- * cached frames and retries, then asks for the exact plan, then falls back
- * to order-0 frames.
+ * cached frames and retries, then asks for the exact plan (below); what
+ * that cannot get, order-0 frames of the same bytes would not get either.
  *
  * Exact plans (mb_frame_plan_exact, Grant.exact). Near the budget the 3 %
  * a plan rounds up by may be more than the room left, where u units exactly
  * would fit. The exact plan of u units is u's 512-unit frames (2^m with a
  * cap m) and the binary digits of the rest, largest first: no rounding, at
- * most u / 512 + 9 handles, where order-0 frames would take u (a 1.3 GiB
- * allocation: 4 handles, not 650, each made and exported on the grant's
- * path when the budget leaves no room for spares). Its frames are distinct
+ * most u / 512 + 9 handles where order-0 frames would take u. A 1.3 GiB
+ * allocation gets 4 handles instead of 650, and near the budget, where no
+ * spares are kept, each of those 650 would be made and exported on the
+ * grant's path. Its frames are distinct
  * powers of two below the cap, so the exact plan of a subset of them is
  * that subset too. The client asks for it after the plan was refused, and
  * for a growable range whose reservation the plan would round past. */
