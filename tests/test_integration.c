@@ -39,6 +39,16 @@ static pid_t spawn_holder(struct mbt_daemon *d, const char *size, const char *se
     return pid;
 }
 
+/* The daemon's status says these frames and bytes are granted. */
+static void assert_granted(const struct mbt_daemon *d, int frames, uint64_t bytes)
+{
+    struct json *j = mbt_status(d);
+    assert_non_null(j);
+    assert_int_equal((int)json_num(j, "frames_granted"), frames);
+    assert_int_equal((uint64_t)json_num(j, "bytes_granted"), bytes);
+    json_free(j);
+}
+
 /* Poll status until frames_granted reaches want (up to 10 s); returns the
  * last value seen. */
 static int wait_granted(const struct mbt_daemon *d, int want)
@@ -562,11 +572,7 @@ static void large_frames_by_plan(void **state)
     snprintf(size, sizeof(size), "%u", 150 * FRAME + 24);
     int out, in;
     pid_t pid = spawn_holder(&d, size, "31", "big-a", &out, &in);
-    struct json *j = mbt_status(&d);
-    assert_non_null(j);
-    assert_int_equal((int)json_num(j, "frames_granted"), 3);
-    assert_int_equal((int)json_num(j, "bytes_granted"), 152 * FRAME);
-    json_free(j);
+    assert_granted(&d, 3, 152 * FRAME);
     assert_int_equal(write(in, "check\n", 6), 6);
     assert_true(mbt_read_line(out, line, sizeof(line), 10000) >= 0);
     assert_string_equal(line, "intact");
@@ -580,7 +586,7 @@ static void large_frames_by_plan(void **state)
     const char *b[] = { MB_CLIENT_BIN, "zeros", size, "big-b", NULL };
     assert_int_equal(mbt_run(&d, b, out2, sizeof(out2), false), 0);
     assert_non_null(strstr(out2, "nonzero: 0"));
-    j = mbt_status(&d);
+    struct json *j = mbt_status(&d);
     /* The same three frames (scrubbed: another tenant of the same uid),
      * beside at most one warm spare of each of their orders. */
     assert_true(json_num(j, "frames_total") <= 6);
@@ -616,11 +622,7 @@ static void exact_plan_near_the_budget(void **state)
     snprintf(size, sizeof(size), "%u", 398 * FRAME);
     int o, in;
     pid_t pid = spawn_holder(&d, size, "33", "exact-a", &o, &in);
-    struct json *j = mbt_status(&d);
-    assert_non_null(j);
-    assert_int_equal((int)json_num(j, "frames_granted"), 5);
-    assert_int_equal((int)json_num(j, "bytes_granted"), 398 * FRAME);
-    json_free(j);
+    assert_granted(&d, 5, 398 * FRAME);
     close(in);   /* it verifies nothing more and exits */
     assert_int_equal(mbt_wait(pid), 0);
     close(o);
