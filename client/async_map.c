@@ -415,13 +415,13 @@ void amap_drain(mb_client *c)
     pthread_mutex_unlock(&a->lock);
 }
 
-void amap_wait_behind(mb_client *c, size_t most, uint32_t seq)
+void amap_throttle(mb_client *c, size_t most)
 {
     struct amap *a = find(c, false);
     if (!a)
         return;
     pthread_mutex_lock(&a->lock);
-    wait_behind_held(a, most, seq);
+    wait_behind_held(a, most, a->next_seq + 1);   /* (a seq not queued yet: never done) */
     pthread_mutex_unlock(&a->lock);
 }
 

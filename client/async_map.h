@@ -83,10 +83,11 @@ void amap_close(mb_client *c);
 /* Wait until every job queued so far is done (a refused grant's path:
  * frees ordered behind gates can then complete). */
 void amap_drain(mb_client *c);
-/* Wait until at most `most` jobs are queued (the running one included),
- * or job seq is done: a bound on how far a caller runs ahead of the
- * mapper, never past the wait for its own job. */
-void amap_wait_behind(mb_client *c, size_t most, uint32_t seq);
+/* Wait until at most `most` jobs are queued (the running one included):
+ * the bound on how far stream-ordered growth runs ahead of the mapper
+ * (the frames of queued jobs are held and cannot be cut or reused until
+ * they ran). No lock a job takes may be held. */
+void amap_throttle(mb_client *c, size_t most);
 /* Ranges being mapped now (for stats and tests). */
 size_t amap_in_flight(mb_client *c);
 

@@ -82,7 +82,10 @@ int mb_open(mb_client **out, const char *tenant_name)
     c->classes = env_long("MOONBRIGHT_HEAP_CLASSES", 1, 0, 1) != 0;
     c->fill = env_long("MOONBRIGHT_HEAP_FILL", 1, 0, 1) != 0;
     c->grow_spares = env_long("MOONBRIGHT_GROW_SPARES", 1, 0, 1) != 0;
-    c->grow_free_lag = (size_t)env_long("MOONBRIGHT_GROW_FREE_LAG", 8, 0, 1 << 20);
+    c->exact_allowed = env_long("MOONBRIGHT_EXACT_PLANS", 1, 0, 1) != 0;
+    /* (MOONBRIGHT_GROW_FREE_LAG: its name before frees stopped waiting) */
+    const char *lag = getenv("MOONBRIGHT_GROW_LAG") ? "MOONBRIGHT_GROW_LAG" : "MOONBRIGHT_GROW_FREE_LAG";
+    c->grow_lag = (size_t)env_long(lag, 8, 0, 1 << 20);
     c->fc.near_pct = (unsigned)env_long("MOONBRIGHT_NEAR_BUDGET_PCT", 12, 0, 1000);
     const char *cache = getenv("MOONBRIGHT_CACHE");
     uint64_t v;

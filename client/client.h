@@ -187,8 +187,10 @@ struct mb_client {
     bool draining;               /* the daemon said it is draining */
     bool lost;                   /* the daemon went away (its channel closed) */
     bool grow_spares;            /* growable ranges get spare ranges (grow.c) */
-    size_t grow_free_lag;        /* a free of a growable range with mappings queued waits
-                                  * while the mapper has more jobs than this (grow.c) */
+    size_t grow_lag;             /* stream-ordered growth waits while the mapper has more
+                                  * jobs queued than this (grow.c, $MOONBRIGHT_GROW_LAG) */
+    bool exact_allowed;          /* $MOONBRIGHT_EXACT_PLANS (default 1) */
+    bool exact_plans;            /* ... and the daemon plans Grant.exact (its hello said so) */
     bool large_frames;           /* plain allocations ask for large frames
                                   * (MOONBRIGHT_LARGE_FRAMES=0 turns it off) */
     unsigned warm_per_frame;     /* $MOONBRIGHT_WARM_GRANTS (default 2, 0: off): a large

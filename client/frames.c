@@ -442,9 +442,10 @@ int fcache_take(mb_client *c, size_t n, struct cframe **out)
  * back): the whole plan (n `orders`, exact or not) once more; then, where
  * the plan rounds, the exact plan (bytes in whole units: the plan may round
  * up by 3 %). Order-0 frames only where the exact plan has too many frames
- * for one grant: they hold the same bytes, so where those were refused
- * they would be too, after the daemon made a first grant's worth of them
- * (256) on its path for nothing. */
+ * for one grant, or the daemon plans none (an older one): they hold the
+ * same bytes, so where those were refused they would be too, after the
+ * daemon made a first grant's worth of them (256) on its path for
+ * nothing. */
 static int grant_plan_again(mb_client *c, size_t bytes, unsigned max_order, bool exact,
                             const uint8_t *orders, size_t n, struct cframe ***out, size_t *count)
 {
@@ -458,13 +459,13 @@ static int grant_plan_again(mb_client *c, size_t bytes, unsigned max_order, bool
     mb_frame_plan(bytes, c->frame_bytes, max_order, NULL, 0, &planned);
     size_t ne = mb_frame_plan_exact(bytes, c->frame_bytes, max_order, ex, MB_GRANT_MAX_FRAMES,
                                     &exact_bytes);
-    bool exact_fits = ne <= MB_GRANT_MAX_FRAMES;
-    if (refused_for_room(rc) && !exact && exact_bytes < planned && exact_fits) {
+    bool can_exact = ne <= MB_GRANT_MAX_FRAMES && c->exact_plans;
+    if (refused_for_room(rc) && !exact && exact_bytes < planned && can_exact) {
         rc = grant(c, bytes, true, max_order, true, ne, ex, 0, fr, NULL);
         if (rc == 0)
             n = ne;
     }
-    if (refused_for_room(rc) && !exact_fits) {
+    if (refused_for_room(rc) && !can_exact) {
         n = n0;
         rc = fcache_take(c, n0, fr);
     }

@@ -40,9 +40,10 @@ static void wait_log(const char *what, size_t bytes, uint64_t t0, const struct w
     if (ns < (uint64_t)SLOW_WAIT_MS * 1000000 || mb_log_level() < MB_LOG_DEBUG)
         return;
     mb_log(MB_LOG_DEBUG,
-           "%s to %zu MiB waited %.2f ms: %.2f for the range's refill, %.2f for the frame lock, "
-           "%.2f in grants of %zu frames, %.2f mapping %zu frames",
-           what, bytes >> 20, ns / 1e6, w->busy_ns / 1e6, w->lock_ns / 1e6, w->grant_ns / 1e6,
+           "%s to %zu MiB waited %.2f ms: %.2f for the range's refill, %.2f for the mapper's "
+           "queue, %.2f for the frame lock, %.2f in grants of %zu frames, %.2f mapping %zu frames",
+           what, bytes >> 20, ns / 1e6, w->busy_ns / 1e6, w->behind_ns / 1e6, w->lock_ns / 1e6,
+           w->grant_ns / 1e6,
            w->granted, w->map_ns / 1e6, w->cached + w->granted);
 }
 
@@ -320,6 +321,14 @@ int map_tail(mb_client *c, struct growset *g, struct growable *x, size_t need, s
 {
     struct stitched *s = x->s, *t;
     size_t room = x->limit > s->bytes ? x->limit - s->bytes : 0;
+    if (queued) {
+        /* Not ahead of the mapper by more than c->grow_lag jobs, before
+         * taking frames for one more: what is queued holds its frames. */
+        uint64_t t0 = w ? mb_now_ns() : 0;
+        amap_throttle(c, c->grow_lag);
+        if (w)
+            w->behind_ns += mb_now_ns() - t0;
+    }
     int rc = fl_take(c, need, want, room, w, &t);
     if (rc)
         return rc;
@@ -993,16 +1002,6 @@ int grow_free(mb_client *c, void *ptr, void *stream)
     int frc = i ? lclock_fence(&c->lclk, c->be, stream, &i->fence) : MB_ENOMEM;
     pthread_mutex_lock(&g->lock);
     struct growable *x = ptrmap_get(&g->map, ptr);
-    if (x && x->pending && !x->enqueuing) {
-        /* Not ahead of the mapper by more than c->grow_free_lag jobs:
-         * what a free leaves pending is held (no cut, no unmap) until its
-         * jobs ran. */
-        uint32_t seq = x->seq;
-        pthread_mutex_unlock(&g->lock);
-        amap_wait_behind(c, c->grow_free_lag, seq);
-        pthread_mutex_lock(&g->lock);
-        x = ptrmap_get(&g->map, ptr);
-    }
     /* Busy otherwise (another thread mapping or cutting it, a growth
      * queuing behind its jobs), or shared with another process (unmapped
      * once freed): wait. */

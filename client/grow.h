@@ -27,9 +27,10 @@
  *   queued   the same for mb_grow_async and mb_malloc_growable_async: the
  *            frames are taken on the call, the mapper thread maps them and
  *            the stream waits for it (grow_queued); the range is pending
- *            (and busy) until then. Freed while pending, it goes idle at
- *            once with its jobs (no wait, unless the mapper is more than
- *            c->grow_free_lag jobs behind), and only a stream-ordered
+ *            (and busy) until then; such a call first waits while the
+ *            mapper has more than c->grow_lag jobs queued (their frames
+ *            are held until they ran). Freed while pending, it goes idle
+ *            at once with its jobs (no wait), and only a stream-ordered
  *            allocation on the stream it was freed on takes it before
  *            they are done; it is neither unmapped nor cut meanwhile.
  * Tails and idle ranges left unused for $MOONBRIGHT_IDLE_MS, and all of

@@ -42,6 +42,7 @@ void tally(struct grow_tally *t, size_t bytes, size_t frames, uint64_t t0);
 #define SLOW_WAIT_MS 1
 struct wait_parts {
     uint64_t busy_ns;            /* for another thread mapping the same range */
+    uint64_t behind_ns;          /* for the mapper to come within c->grow_lag jobs */
     uint64_t lock_ns;            /* for the frame lock */
     uint64_t grant_ns;           /* in daemon grants (round trip and imports) */
     uint64_t map_ns;             /* mapping, access grants included */

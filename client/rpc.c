@@ -64,6 +64,7 @@ int rpc_connect(mb_client *c, const char *tenant)
         return MB_EPROTO;
     }
     c->session_id = rep->hello->session_id;
+    c->exact_plans = c->exact_allowed && rep->hello->exact_plans;   /* (a daemon may come back older) */
     if (!c->frame_bytes) {
         c->frame_bytes = rep->hello->frame_bytes;
         snprintf(c->backend_name, sizeof(c->backend_name), "%s", rep->hello->backend);

@@ -94,7 +94,36 @@ int stitch_take_large(mb_client *c, size_t bytes, struct stitched **out)
 
 int stitch_take_exact(mb_client *c, size_t bytes, struct stitched **out)
 {
-    return take_frames(c, bytes, TAKE_EXACT, MB_MAX_ORDER, 0, out);
+    if (c->exact_plans)
+        return take_frames(c, bytes, TAKE_EXACT, MB_MAX_ORDER, 0, out);
+    /* A daemon that plans no Grant.exact: each frame of the exact plan as
+     * a plan of its own (a plan of one frame is exact), largest first. */
+    uint8_t orders[MB_GRANT_MAX_FRAMES];
+    uint64_t covered;
+    size_t n = mb_frame_plan_exact(bytes, c->frame_bytes, MB_MAX_ORDER, orders, MB_GRANT_MAX_FRAMES,
+                                   &covered);
+    if (n > MB_GRANT_MAX_FRAMES)
+        return MB_EINVAL;
+    struct stitched *all = stitch_new(covered / c->frame_bytes);   /* (warm grants: smaller frames) */
+    if (!all)
+        return MB_ENOMEM;
+    int rc = 0;
+    for (size_t i = 0; rc == 0 && i < n; i++) {
+        struct stitched *t;
+        if ((rc = stitch_take_large(c, (size_t)c->frame_bytes << orders[i], &t)) != 0)
+            break;
+        for (size_t k = 0; k < t->n; k++)
+            stitch_push(all, t->frames[k]);   /* (a frame holds a unit at least: room for all) */
+        free(t);
+    }
+    if (rc != 0) {
+        for (size_t k = 0; k < all->n; k++)
+            fcache_put(c, all->frames[k]);
+        free(all);
+        return rc;
+    }
+    *out = all;
+    return 0;
 }
 
 int stitch_take_units(mb_client *c, size_t n, struct stitched **out)

@@ -123,6 +123,7 @@ static void h_hello(struct request_ctx *rc, const Mb__Request *req, Mb__Reply *r
     hr.backend = (char *)rc->d->be->name;
     hr.frame_bytes = rc->d->pool.frame_bytes;
     hr.device = (uint32_t)rc->d->device;
+    hr.exact_plans = true;
     rep->body_case = MB__REPLY__BODY_HELLO;
     rep->hello = &hr;
     mb_log(MB_LOG_INFO, "session %llu: pid %d uid %d tenant %s", (unsigned long long)s->id,

@@ -608,7 +608,8 @@ static void large_frames_by_plan(void **state)
 /* Near a full budget: an allocation whose frame plan rounds past the room
  * left (398 units: the plan takes 400), where its bytes in whole units fit,
  * gets the exact plan's few large frames (256 + 128 + 8 + 4 + 2 units), not
- * one frame per unit; one too large even then (410 units) fails at once,
+ * one frame per unit (398 of them where the client asks for no exact
+ * plan); one too large even then (410 units) fails at once,
  * without the daemon making a grant's worth of order-0 frames first (256,
  * before the rest is refused). */
 static void exact_plan_near_the_budget(void **state)
@@ -624,6 +625,16 @@ static void exact_plan_near_the_budget(void **state)
     pid_t pid = spawn_holder(&d, size, "33", "exact-a", &o, &in);
     assert_granted(&d, 5, 398 * FRAME);
     close(in);   /* it verifies nothing more and exits */
+    assert_int_equal(mbt_wait(pid), 0);
+    close(o);
+    assert_int_equal(wait_granted(&d, 0), 0);
+    /* A client that asks for no exact plan (as with a daemon that plans
+     * none) gets order-0 frames there, as before. */
+    setenv("MOONBRIGHT_EXACT_PLANS", "0", 1);
+    pid = spawn_holder(&d, size, "34", "exact-0", &o, &in);
+    unsetenv("MOONBRIGHT_EXACT_PLANS");
+    assert_granted(&d, 398, 398 * FRAME);
+    close(in);
     assert_int_equal(mbt_wait(pid), 0);
     close(o);
     assert_int_equal(wait_granted(&d, 0), 0);

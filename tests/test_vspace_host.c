@@ -963,6 +963,56 @@ static void test_grow_async_gated(void **state)
     mb_close(c);
 }
 
+/* The mapper's queue bounds stream-ordered growth, not frees: with
+ * MOONBRIGHT_GROW_LAG=1 and a mapper that takes 50 ms a job, each
+ * stream-ordered allocation returns with at most 2 jobs queued (it waited
+ * for the mapper before queuing its own), and a free of a range whose job
+ * is still queued returns with both still queued (it did not wait for the
+ * mapper). Every byte is checked once the mapper is done. */
+static void test_grow_lag_bounds_growth_not_frees(void **state)
+{
+    (void)state;
+    const size_t mib = (size_t)1 << 20;
+    setenv("MOONBRIGHT_TEST_HOST_GATES", "1", 1);
+    setenv("MOONBRIGHT_GROW_LAG", "1", 1);
+    setenv("MOONBRIGHT_GROW_SPARES", "0", 1);   /* every allocation maps its own */
+    mb_client *c = NULL;
+    int rc = mb_open(&c, "lag");
+    unsetenv("MOONBRIGHT_TEST_HOST_GATES");
+    unsetenv("MOONBRIGHT_GROW_LAG");
+    unsetenv("MOONBRIGHT_GROW_SPARES");
+    assert_int_equal(rc, 0);
+    amap_test_inject(c, 50 * 1000, 0);
+    mb_client_stats st0 = stats_of(c);
+    void *p[4] = { 0 };
+    size_t most = 0;
+    for (int k = 0; k < 4; k++) {
+        assert_int_equal(mb_malloc_growable_async(c, (size_t)(k + 2) * mib, (size_t)1 << 30, NULL,
+                                                  &p[k]), 0);
+        size_t n = amap_in_flight(c);
+        most = n > most ? n : most;
+    }
+    assert_int_equal(mb_free(c, p[3]), 0);
+    size_t in_free = amap_in_flight(c);
+    mb_client_stats st1 = stats_of(c);
+    printf("  at most %zu jobs queued after an allocation, %zu after the free; %llu queued\n",
+           most, in_free, (unsigned long long)(st1.grow_queued - st0.grow_queued));
+    assert_true(st1.grow_queued - st0.grow_queued >= 4);   /* each allocation queued a job */
+    assert_true(most <= 2);
+    assert_true(in_free >= 2);
+    amap_drain(c);
+    for (int k = 0; k < 3; k++) {
+        assert_true(mb_usable_size(c, p[k]) == (size_t)(k + 2) * mib);
+        pattern(p[k], 0, (size_t)(k + 2) * mib, 10u + (unsigned)k, false);
+    }
+    for (int k = 0; k < 3; k++) {
+        assert_true(pattern(p[k], 0, (size_t)(k + 2) * mib, 10u + (unsigned)k, true));
+        assert_int_equal(mb_free(c, p[k]), 0);
+    }
+    amap_test_inject(c, 0, 0);
+    mb_close(c);
+}
+
 /* A client knob read from the environment at mb_open: each of vals[k]
  * gives want[k], as read back by value_of. */
 static void check_env_knob(const char *name, const char *const *vals, const size_t *want, size_t n,
@@ -978,17 +1028,24 @@ static void check_env_knob(const char *name, const char *const *vals, const size
     unsetenv(name);
 }
 
-static size_t free_lag_of(const mb_client *c) { return c->grow_free_lag; }
+static size_t lag_of(const mb_client *c) { return c->grow_lag; }
 static size_t near_pct_of(const mb_client *c) { return c->fc.near_pct; }
 
-/* MOONBRIGHT_GROW_FREE_LAG: how far a free may run ahead of the mapper;
- * a value that is no count in range is ignored (the default, 8). */
-static void test_grow_free_lag_env(void **state)
+/* MOONBRIGHT_GROW_LAG (or its former name, MOONBRIGHT_GROW_FREE_LAG): how
+ * far stream-ordered growth may run ahead of the mapper; a value that is
+ * no count in range is ignored (the default, 8). */
+static void test_grow_lag_env(void **state)
 {
     (void)state;
     const char *vals[] = { "3", "0", "abc", "-1", "", "99999999" };
     const size_t want[] = { 3, 0, 8, 8, 8, 8 };
-    check_env_knob("MOONBRIGHT_GROW_FREE_LAG", vals, want, 6, free_lag_of);
+    check_env_knob("MOONBRIGHT_GROW_LAG", vals, want, 6, lag_of);
+    check_env_knob("MOONBRIGHT_GROW_FREE_LAG", vals, want, 6, lag_of);
+    setenv("MOONBRIGHT_GROW_FREE_LAG", "5", 1);
+    const char *lag[] = { "2" };
+    const size_t two[] = { 2 };
+    check_env_knob("MOONBRIGHT_GROW_LAG", lag, two, 1, lag_of);   /* the new name first */
+    unsetenv("MOONBRIGHT_GROW_FREE_LAG");
 }
 
 /* MOONBRIGHT_NEAR_BUDGET_PCT: 0 to 1000, else the default 12. */
@@ -1374,12 +1431,16 @@ static void test_grant_swaps_out_cached_frames(void **state)
  * frame plan would round up past the range's limit of 512 MiB) comes as
  * 6 frames of 128, 64, 32, 16, 8 and 2 units' worth, not 251 one-unit
  * frames (the daemon may grant two free frames of half the size for any
- * of them: 12 at most). */
-static void test_grow_exact_frames(void **state)
+ * of them: 12 at most). The same with MOONBRIGHT_EXACT_PLANS=0, as with a
+ * daemon that plans no Grant.exact: one grant per frame. */
+static void grow_exact_frames(bool exact)
 {
-    (void)state;
     const size_t mib = 1 << 20;
+    if (!exact)
+        setenv("MOONBRIGHT_EXACT_PLANS", "0", 1);
     mb_client *c = open_patient_spares("grow-exact", "0", false);
+    unsetenv("MOONBRIGHT_EXACT_PLANS");
+    mb_client_stats s0 = stats_of(c);
     void *a, *b;
     assert_int_equal(mb_malloc_growable(c, 10 * mib, 10 * mib, &a), 0);   /* no tail: max reached */
     memset(a, 0x44, 10 * mib);
@@ -1396,7 +1457,21 @@ static void test_grow_exact_frames(void **state)
     memset(b, 0x55, 512 * mib);
     assert_int_equal(((unsigned char *)b)[512 * mib - 1], 0x55);
     assert_int_equal(mb_free(c, b), 0);
+    /* One round trip for the exact plan's frames, one a frame without it
+     * (the first allocation's grant before both). */
+    uint64_t trips = st1.daemon_requests - st0.daemon_requests;
+    printf("  exact plans %s: %llu frames in %llu round trips (%llu before)\n", exact ? "on" : "off",
+           (unsigned long long)(st1.frames_imported - st0.frames_imported),
+           (unsigned long long)trips, (unsigned long long)(st0.daemon_requests - s0.daemon_requests));
+    assert_true(exact ? trips <= 2 : trips >= 6);
     mb_close(c);
+}
+
+static void test_grow_exact_frames(void **state)
+{
+    (void)state;
+    grow_exact_frames(true);
+    grow_exact_frames(false);
 }
 
 /* A thread on a request's path waiting for the frame lock gets it between
@@ -1528,7 +1603,8 @@ int main(void)
         cmocka_unit_test(test_idle_and_close),
         cmocka_unit_test(test_amap_host),
         cmocka_unit_test(test_grow_async_host),
-        cmocka_unit_test(test_grow_free_lag_env),
+        cmocka_unit_test(test_grow_lag_env),
+        cmocka_unit_test(test_grow_lag_bounds_growth_not_frees),
         cmocka_unit_test(test_near_budget_pct_env),
         cmocka_unit_test(test_grow_async_gated),
         cmocka_unit_test(test_prepare),

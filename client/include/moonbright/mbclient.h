@@ -80,9 +80,9 @@ MB_API int mb_grow(mb_client *c, void *ptr, size_t new_size);
  * mb_malloc_growable_async on the same stream, as cudaMallocAsync reuses
  * a block, even while mappings of its former owner are still queued (they
  * go on; nothing else reuses, unmaps or trims the range until they are
- * done). mb_free of such a range does not wait for them; it waits only
- * while the mapper has more than $MOONBRIGHT_GROW_FREE_LAG (default 8)
- * jobs queued and the range's own are not done.
+ * done). Freeing never waits for the mapper. A call that queues mappings
+ * first waits while the mapper has more than $MOONBRIGHT_GROW_LAG
+ * (default 8) jobs queued: queued mappings hold their frames.
  * Refused for budget or quota, these calls wait for the mappings
  * queued and the stream's work before the process gives back idle memory
  * and tries once more. On the host backend both map before returning. */
