@@ -265,6 +265,9 @@ struct mb_client {
                                   * background thread (refill.h), once used */
 };
 
+/* b rounded up to a multiple of unit (a frame unit, a page). */
+static inline size_t round_unit(size_t b, size_t unit) { return (b + unit - 1) / unit * unit; }
+
 /* The frame layer's lock (c->flock), taken around every call pagepool.c,
  * grow.c and refill.c make into the frame and mapping layer (frames.c,
  * stitch.c) and around the client fields they touch (c->refill, c->st);

@@ -454,20 +454,20 @@ static int grant_plan_again(mb_client *c, size_t bytes, unsigned max_order, bool
     if (!fr)
         return MB_ENOMEM;
     int rc = grant(c, bytes, true, max_order, exact, n, orders, 0, fr, NULL);
-    uint8_t ex[MB_GRANT_MAX_FRAMES];
-    uint64_t planned, exact_bytes;
-    mb_frame_plan(bytes, c->frame_bytes, max_order, NULL, 0, &planned);
-    size_t ne = mb_frame_plan_exact(bytes, c->frame_bytes, max_order, ex, MB_GRANT_MAX_FRAMES,
-                                    &exact_bytes);
-    bool can_exact = ne <= MB_GRANT_MAX_FRAMES && c->exact_plans;
-    if (refused_for_room(rc) && !exact && exact_bytes < planned && can_exact) {
-        rc = grant(c, bytes, true, max_order, true, ne, ex, 0, fr, NULL);
-        if (rc == 0)
-            n = ne;
-    }
-    if (refused_for_room(rc) && !can_exact) {
-        n = n0;
-        rc = fcache_take(c, n0, fr);
+    if (refused_for_room(rc)) {
+        uint8_t ex[MB_GRANT_MAX_FRAMES];
+        uint64_t planned, exact_bytes;
+        mb_frame_plan(bytes, c->frame_bytes, max_order, NULL, 0, &planned);
+        size_t ne = mb_frame_plan_exact(bytes, c->frame_bytes, max_order, ex, MB_GRANT_MAX_FRAMES,
+                                        &exact_bytes);
+        if (ne > MB_GRANT_MAX_FRAMES || !c->exact_plans) {
+            n = n0;
+            rc = fcache_take(c, n0, fr);
+        } else if (!exact && exact_bytes < planned) {
+            rc = grant(c, bytes, true, max_order, true, ne, ex, 0, fr, NULL);
+            if (rc == 0)
+                n = ne;
+        }
     }
     if (rc != 0) {
         free(fr);

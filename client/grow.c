@@ -43,8 +43,7 @@ static void wait_log(const char *what, size_t bytes, uint64_t t0, const struct w
            "%s to %zu MiB waited %.2f ms: %.2f for the range's refill, %.2f for the mapper's "
            "queue, %.2f for the frame lock, %.2f in grants of %zu frames, %.2f mapping %zu frames",
            what, bytes >> 20, ns / 1e6, w->busy_ns / 1e6, w->behind_ns / 1e6, w->lock_ns / 1e6,
-           w->grant_ns / 1e6,
-           w->granted, w->map_ns / 1e6, w->cached + w->granted);
+           w->grant_ns / 1e6, w->granted, w->map_ns / 1e6, w->cached + w->granted);
 }
 
 /* The frame lock for a caller's path (w: its wait, timed) ahead of the

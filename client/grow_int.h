@@ -141,8 +141,6 @@ bool growable_is_valid(const mb_client *c, const struct growable *x);
 #define GROW_CHECK(c, x) ((void)(0 && growable_is_valid(c, x)))
 #endif
 
-static inline size_t round_unit(size_t b, size_t unit) { return (b + unit - 1) / unit * unit; }
-
 /* The tail a range of `used` bytes growing by `step` keeps ahead. */
 static inline size_t target_for(size_t used, size_t step, size_t hint, size_t unit)
 {

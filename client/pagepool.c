@@ -326,7 +326,7 @@ static int map_extent(struct pagepool *p, size_t need, size_t low, size_t used, 
 {
     mb_client *c = p->c;
     size_t unit = c->frame_bytes, pb = p->page_bytes;
-    size_t exact = (need * pb + unit - 1) / unit * unit;
+    size_t exact = round_unit(need * pb, unit);
     size_t want = (need + low) * pb;
     size_t lo = unit << EXTENT_MIN_ORDER, hi = unit << MB_MAX_ORDER;
     while (hi > lo && hi > cap_of(used, pb) * pb)

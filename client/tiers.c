@@ -209,7 +209,7 @@ static void backing_put(void *ctx, void *base, size_t bytes)
  * rounding (large frames), else whole frames. */
 static size_t backing_bytes(const mb_client *c, size_t bytes)
 {
-    bytes = (bytes + c->frame_bytes - 1) / c->frame_bytes * c->frame_bytes;
+    bytes = round_unit(bytes, c->frame_bytes);
     uint64_t covered = bytes;
     if (c->large_frames && bytes > c->frame_bytes)
         mb_frame_plan(bytes, c->frame_bytes, heap_order(c, bytes), NULL, 0, &covered);
@@ -387,7 +387,7 @@ static int heap_grow(void *ctx, size_t min_bytes, void **base, size_t *bytes)
         want = backing_bytes(c, min_bytes);
         rc = backing_take(c, want, repair, room, base, bytes);
     }
-    size_t units = (min_bytes + c->frame_bytes - 1) / c->frame_bytes * c->frame_bytes;
+    size_t units = round_unit(min_bytes, c->frame_bytes);
     if (refused_for_room(rc) && want > units) {
         /* Nor the plan's rounding: whole units, which the frame layer asks
          * for in the exact plan's frames once the plan is refused. */

@@ -152,21 +152,21 @@ int send_frame_fds(struct daemon *d, struct session *s, const uint32_t *ids, uin
     return 0;
 }
 
-/* The orders of the frames a grant of `bytes` takes; returns how many (0
- * when more than MAX_GRANT_FRAMES), *covered the bytes they hold. */
+/* The orders of the frames a grant of `bytes` takes (into orders[], when
+ * not NULL); returns how many (0 when more than MAX_GRANT_FRAMES),
+ * *covered the bytes they hold. */
 static uint32_t grant_plan(const struct daemon *d, uint64_t bytes, struct grant_shape shape,
                            uint8_t *orders, uint64_t *covered)
 {
     size_t n = (shape.exact ? mb_frame_plan_exact : mb_frame_plan)(
-        bytes, d->pool.frame_bytes, shape.max_order, orders, MAX_GRANT_FRAMES, covered);
+        bytes, d->pool.frame_bytes, shape.max_order, orders, orders ? MAX_GRANT_FRAMES : 0, covered);
     return n <= MAX_GRANT_FRAMES ? (uint32_t)n : 0;
 }
 
 uint64_t grant_bytes(const struct daemon *d, uint64_t bytes, struct grant_shape shape)
 {
     uint64_t covered;
-    (shape.exact ? mb_frame_plan_exact : mb_frame_plan)(bytes, d->pool.frame_bytes,
-                                                        shape.max_order, NULL, 0, &covered);
+    grant_plan(d, bytes, shape, NULL, &covered);
     return covered;
 }
 
