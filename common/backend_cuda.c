@@ -327,7 +327,9 @@ static int cuda_create(mb_backend *b, size_t bytes, struct mb_mem *out)
     CUresult r = CU(cuMemCreate)(&h, bytes, &prop, 0);
     LEAVE();
     if (r != CUDA_SUCCESS) {
-        mb_log(MB_LOG_ERR, "failed to create frame of %zu bytes: %s", bytes, cu_errstr(r));
+        /* A full device is the caller's to report (it may make room). */
+        mb_log(r == CUDA_ERROR_OUT_OF_MEMORY ? MB_LOG_DEBUG : MB_LOG_ERR,
+               "failed to create frame of %zu bytes: %s", bytes, cu_errstr(r));
         return cu_status(r);
     }
     out->h = (uint64_t)h;

@@ -2,7 +2,9 @@
  * A frame is a memfd, its export is that same fd, a reservation is an
  * inaccessible anonymous mapping, and map is mmap(MAP_FIXED|MAP_SHARED).
  * $MOONBRIGHT_HOST_COSTS adds a GPU driver's costs to its calls
- * (host_costs.c). */
+ * (host_costs.c); $MOONBRIGHT_HOST_MEMORY gives it a device's capacity:
+ * frames created past it fail with MB_ENOMEM, as cuMemCreate does on a
+ * full device, whatever the daemon's budget says. */
 #include "backend.h"
 
 #include <errno.h>
@@ -17,6 +19,57 @@
 
 #include "host_costs.h"
 #include "log.h"
+#include "size.h"
+
+/* The emulated device's capacity ($MOONBRIGHT_HOST_MEMORY) and the bytes
+ * of frames this backend created and has not released. created[fd] is
+ * the size of the frame whose memfd is fd when this backend created it
+ * (imported frames share the fd's kind but are not counted). Invariant:
+ * used == the sum of created[], used <= cap. */
+struct host_device {
+    pthread_mutex_t lock;
+    uint64_t cap, used;
+    uint64_t *created;
+    size_t n_created;
+};
+
+/* Count a created frame against the capacity; MB_ENOMEM when full. */
+static int device_take(struct host_device *d, int fd, size_t bytes)
+{
+    int rc = 0;
+    pthread_mutex_lock(&d->lock);
+    if (d->used + bytes > d->cap) {
+        rc = MB_ENOMEM;
+    } else if ((size_t)fd >= d->n_created) {
+        size_t n = d->n_created ? d->n_created : 256;
+        while (n <= (size_t)fd)
+            n *= 2;
+        uint64_t *c = realloc(d->created, n * sizeof(*c));
+        if (!c) {
+            rc = MB_ENOMEM;
+        } else {
+            memset(c + d->n_created, 0, (n - d->n_created) * sizeof(*c));
+            d->created = c;
+            d->n_created = n;
+        }
+    }
+    if (rc == 0) {
+        d->created[fd] = bytes;
+        d->used += bytes;
+    }
+    pthread_mutex_unlock(&d->lock);
+    return rc;
+}
+
+static void device_give(struct host_device *d, int fd)
+{
+    pthread_mutex_lock(&d->lock);
+    if (fd >= 0 && (size_t)fd < d->n_created && d->created[fd]) {
+        d->used -= d->created[fd];
+        d->created[fd] = 0;
+    }
+    pthread_mutex_unlock(&d->lock);
+}
 
 /* Reservations are aligned to the largest power of two not above their size,
  * capped at 2 MiB, so a range of one frame is aligned to its own size (the
@@ -46,6 +99,10 @@ static int host_create(mb_backend *b, size_t bytes, struct mb_mem *out)
     if (ftruncate(fd, (off_t)bytes) != 0) {
         mb_log(MB_LOG_ERR, "failed to size frame to %zu bytes: %s", bytes, strerror(errno));
         close(fd);
+        return MB_ENOMEM;
+    }
+    if (b->priv && device_take(b->priv, fd, bytes) != 0) {
+        close(fd);   /* full, as a device is: the caller reports it */
         return MB_ENOMEM;
     }
     out->h = (uint64_t)fd;
@@ -78,6 +135,8 @@ static int host_import_fd(mb_backend *b, int fd, size_t bytes, struct mb_mem *ou
 
 static void host_release(mb_backend *b, struct mb_mem *m)
 {
+    if (b->priv)
+        device_give(b->priv, (int)m->h);
     if ((int)m->h >= 0)
         close((int)m->h);
     m->h = (uint64_t)-1;
@@ -166,7 +225,16 @@ static int host_event_query(mb_backend *b, void *ev) { return 1; }
 static int host_stream_sync(mb_backend *b, void *stream) { return 0; }
 static int host_stream_query(mb_backend *b, void *stream) { return 1; }
 
-static void host_close(mb_backend *b) { free(b); }
+static void host_close(mb_backend *b)
+{
+    struct host_device *d = b->priv;
+    if (d) {
+        pthread_mutex_destroy(&d->lock);
+        free(d->created);
+        free(d);
+    }
+    free(b);
+}
 
 static const struct mb_backend_ops host_ops = {
     .create = host_create,
@@ -242,6 +310,25 @@ int mb_backend_host_open(int device, mb_backend **out)
     b->granularity = (size_t)sysconf(_SC_PAGESIZE);
     long pages = sysconf(_SC_PHYS_PAGES);
     b->total_bytes = pages > 0 ? (uint64_t)pages * b->granularity : 0;
+    const char *cap = getenv("MOONBRIGHT_HOST_MEMORY");
+    if (cap && *cap) {   /* empty: the host's memory, unenforced */
+        uint64_t bytes = 0;
+        if (mb_parse_size(cap, &bytes) != 0 || bytes < b->granularity) {
+            mb_log(MB_LOG_ERR, "failed to read MOONBRIGHT_HOST_MEMORY=\"%s\": expected a size "
+                               "of at least %zu bytes (as 64G or 512M)", cap, b->granularity);
+            free(b);
+            return MB_EINVAL;
+        }
+        struct host_device *d = calloc(1, sizeof(*d));
+        if (!d) {
+            free(b);
+            return MB_ENOMEM;
+        }
+        pthread_mutex_init(&d->lock, NULL);
+        d->cap = bytes;
+        b->priv = d;
+        b->total_bytes = bytes;
+    }
     const char *gates = getenv("MOONBRIGHT_TEST_HOST_GATES");
     b->ops = &host_ops;
     if (gates && strcmp(gates, "1") == 0) {
@@ -250,7 +337,7 @@ int mb_backend_host_open(int device, mb_backend **out)
     }
     const char *costs = getenv("MOONBRIGHT_HOST_COSTS");
     if (costs && *costs && mb_host_costs_apply(b, costs) != 0) {   /* empty: none */
-        free(b);
+        host_close(b);
         return MB_EINVAL;
     }
     *out = b;

@@ -125,6 +125,9 @@ struct frame_pool {
                                   * uid got fresh ones (or tainted by a share) */
     uint64_t released_idle;      /* free frames above the reserve target released
                                   * after the idle period */
+    uint64_t released_device_full; /* free frames released because the device was
+                                  * full below the budget (a grant then makes its
+                                  * frame in their place); also counted above */
     /* demand: order-0 bytes taken from the fresh frames in each second */
     uint64_t reserve_base;       /* configured reserve (the target's floor) */
     int64_t idle_ms;             /* free bytes above the target this long: released
@@ -160,6 +163,8 @@ struct frame_pool {
     uint8_t spare[MB_ORDERS];    /* keep this many free order-k frames ready */
     struct mb_mem *ready;        /* created and exported, not yet in the books */
     uint32_t n_ready, ready_cap;
+    bool reserve_failing;        /* the workers' last frame failed (said once) */
+    bool said_device_full;       /* released_device_full's first was logged */
 };
 
 int frame_pool_init(struct frame_pool *p, mb_backend *be, size_t frame_bytes, uint64_t budget);

@@ -542,30 +542,44 @@ static void path_creating_add(struct frame_pool *p, int d)
  * nor the reserve had one), making room by re-creation when needed. The
  * reserve's workers hold off from the first release on: else each release
  * would hand its budget to a worker's new frame, and the grant would
- * release again (hundreds of frames for one grant with the budget full). */
+ * release again (hundreds of frames for one grant with the budget full).
+ * The device may be full below the budget (other processes' memory, or a
+ * budget above the device's): then free frames the grant does not need go
+ * back to the driver, as many bytes as the frame, before the next try. */
 static int create_frame(struct frame_pool *p, unsigned order, const uint32_t *need, uid_t uid)
 {
     uint64_t bytes = obytes(p, order), deficit;
     int rc;
     path_creating_add(p, 1);
-    while ((rc = commit(p, bytes, &deficit)) == MB_ENOMEM || rc == MB_ELIMIT)
-        if (!release_surplus(p, need, uid, deficit))
+    for (;;) {
+        while ((rc = commit(p, bytes, &deficit)) == MB_ENOMEM || rc == MB_ELIMIT)
+            if (!release_surplus(p, need, uid, deficit))
+                break;
+        if (rc != 0)
             break;
-    if (rc != 0) {
-        path_creating_add(p, -1);
-        return rc;
+        struct mb_mem m;
+        rc = make_mem(p, order, &m, p->last.step_ns);
+        if (rc == 0) {
+            if ((rc = add_frame(p, &m)) != 0) {
+                p->be->ops->release(p->be, &m);
+                uncommit(p, bytes);
+            }
+            break;
+        }
+        uncommit(p, bytes);
+        uint64_t before = p->bytes_total;
+        while (rc == MB_ENOMEM && before - p->bytes_total < bytes &&
+               release_surplus(p, need, uid, bytes - (before - p->bytes_total)))
+            p->released_device_full++;
+        if (p->bytes_total == before)
+            break;   /* nothing of ours to give back: the device is full */
+        if (p->released_device_full && !p->said_device_full)
+            mb_log(MB_LOG_INFO, "the device is full below the budget (%llu MiB in frames): free "
+                   "frames go back to the driver to make the frames grants need",
+                   (unsigned long long)(before >> 20));
+        p->said_device_full = true;
     }
-    struct mb_mem m;
-    rc = make_mem(p, order, &m, p->last.step_ns);
     path_creating_add(p, -1);
-    if (rc != 0) {
-        uncommit(p, bytes);
-        return rc;
-    }
-    if ((rc = add_frame(p, &m)) != 0) {
-        p->be->ops->release(p->be, &m);
-        uncommit(p, bytes);
-    }
     return rc;
 }
 
@@ -636,6 +650,9 @@ static void *reserve_worker(void *arg)
         }
         pthread_cond_broadcast(&p->wake);   /* a grant may wait for creating == 0 */
         if (rc == 0 && p->n_ready < p->ready_cap) {
+            if (p->reserve_failing)
+                mb_log(MB_LOG_INFO, "the warm reserve makes frames again");
+            p->reserve_failing = false;
             p->ready[p->n_ready++] = m;
             p->ready_order[order]++;
             continue;
@@ -644,8 +661,12 @@ static void *reserve_worker(void *arg)
             p->be->ops->release(p->be, &m);
         p->committed -= bytes;
         p->n_committed--;
-        mb_log(MB_LOG_WARN, "failed to add a frame to the warm reserve: %s; retrying in 1 s",
+        /* Said once until a frame is made again: a full device stays full
+         * for a while, and the workers try once a second. */
+        mb_log(p->reserve_failing ? MB_LOG_DEBUG : MB_LOG_WARN,
+               "failed to add a frame to the warm reserve: %s; retrying every second",
                mb_strerror(rc ? rc : MB_ENOMEM));
+        p->reserve_failing = true;
         timed_wait(p, 1000);
     }
     pthread_mutex_unlock(&p->lock);

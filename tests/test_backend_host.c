@@ -142,11 +142,44 @@ static void host_costs_paid(void **state)
     mb_backend_close(b);
 }
 
+/* $MOONBRIGHT_HOST_MEMORY: a device of that size. Frames created past it
+ * fail with MB_ENOMEM until one is released; imported frames do not
+ * count; a value that is no size fails the open. */
+static void host_memory_is_a_full_device(void **state)
+{
+    (void)state;
+    mb_backend *b;
+    setenv("MOONBRIGHT_HOST_MEMORY", "lots", 1);
+    assert_int_equal(mb_backend_open("host", 0, &b), MB_EINVAL);
+    setenv("MOONBRIGHT_HOST_MEMORY", "192K", 1);
+    int rc = mb_backend_open("host", 0, &b);
+    unsetenv("MOONBRIGHT_HOST_MEMORY");
+    assert_int_equal(rc, 0);
+    assert_int_equal(b->total_bytes, 3 * FB);
+    struct mb_mem m[3], extra = MB_MEM_INIT, imp = MB_MEM_INIT;
+    assert_int_equal(b->ops->create(b, 2 * FB, &m[0]), 0);
+    assert_int_equal(b->ops->create(b, FB, &m[1]), 0);
+    assert_int_equal(b->ops->create(b, FB, &extra), MB_ENOMEM);
+    assert_int_equal(b->ops->export_fd(b, &m[1]), 0);
+    assert_int_equal(b->ops->import_fd(b, dup(m[1].fd), FB, &imp), 0);
+    b->ops->release(b, &imp);   /* an import gives back nothing */
+    assert_int_equal(b->ops->create(b, FB, &extra), MB_ENOMEM);
+    b->ops->release(b, &m[0]);
+    assert_int_equal(b->ops->create(b, FB, &m[2]), 0);
+    assert_int_equal(b->ops->create(b, FB, &extra), 0);
+    assert_int_equal(b->ops->create(b, FB, &m[0]), MB_ENOMEM);
+    b->ops->release(b, &m[1]);
+    b->ops->release(b, &m[2]);
+    b->ops->release(b, &extra);
+    mb_backend_close(b);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(stitch_and_share),
         cmocka_unit_test(rejects_bad_input),
+        cmocka_unit_test(host_memory_is_a_full_device),
         cmocka_unit_test(host_costs_read),
         cmocka_unit_test(host_costs_paid),   /* last: the costs stay applied in this process */
     };

@@ -2,11 +2,13 @@
  * total, in frames and in bytes) through random grants of frames of every
  * order, returns and reclaims, never exceed the budget, re-create free
  * frames as the order a grant needs, refuse what is not the caller's, and
- * scrub between tenants; and the frame plan keeps its promises. */
+ * scrub between tenants, make room on a device full below the budget; and
+ * the frame plan keeps its promises. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -494,12 +496,32 @@ static void warm_plan_takes_free_frames_only(void **state)
     b->ops->close(b);
 }
 
-static void mixed_orders_recreate_within_budget(void **state)
+/* Open the host backend as a device of `bytes` (0: the host's memory). */
+static mb_backend *host_device(uint64_t bytes)
 {
-    mb_backend *b;
-    assert_int_equal(mb_backend_host_open(0, &b), 0);
+    char v[32];
+    snprintf(v, sizeof(v), "%llu", (unsigned long long)bytes);
+    if (bytes)
+        setenv("MOONBRIGHT_HOST_MEMORY", v, 1);
+    mb_backend *b = NULL;
+    int rc = mb_backend_host_open(0, &b);
+    unsetenv("MOONBRIGHT_HOST_MEMORY");
+    assert_int_equal(rc, 0);
+    if (bytes)
+        assert_int_equal(b->total_bytes, bytes);
+    return b;
+}
+
+/* Random grants of mixed orders for uid 0 under a budget, on a device of
+ * `device` bytes (0: unbounded): a grant succeeds exactly when what is
+ * granted plus it fits the budget and the device, since free frames of
+ * other orders are re-created (released for room, in the budget or on the
+ * device). */
+static void mixed_orders_run(uint64_t budget, uint64_t device)
+{
+    mb_backend *b = host_device(device);
+    const uint64_t fits = device && device < budget ? device : budget;
     struct frame_pool p;
-    const uint64_t budget = 96 * FB;
     assert_int_equal(frame_pool_init(&p, b, FB, budget), 0);
     enum { S = 3, MAXH = 256 };
     uint32_t held[S][MAXH];
@@ -517,14 +539,14 @@ static void mixed_orders_recreate_within_budget(void **state)
             uint32_t ids[16];
             uint32_t before = p.n_granted;
             int rc = frame_pool_grant_orders(&p, orders, n, (uint64_t)s + 1, 0, 1, ids);
-            if (model_bytes + covered <= budget && nheld[s] + n <= MAXH) {
+            if (model_bytes + covered <= fits && nheld[s] + n <= MAXH) {
                 assert_int_equal(rc, 0);
                 for (uint32_t i = 0; i < n; i++) {
                     assert_int_equal(frame_pool_bytes(&p, ids[i]), FB << orders[i]);
                     held[s][nheld[s]++] = ids[i];
                 }
                 model_bytes += covered;
-            } else if (model_bytes + covered > budget) {
+            } else if (model_bytes + covered > fits) {
                 assert_int_equal(rc, MB_ENOMEM);
                 assert_int_equal(p.n_granted, before);   /* all or nothing */
             } else if (rc == 0) {
@@ -545,9 +567,56 @@ static void mixed_orders_recreate_within_budget(void **state)
         }
         assert_true(frame_pool_is_valid(&p));
         assert_true(p.bytes_granted == model_bytes);
-        assert_true(p.bytes_total <= budget);
+        assert_true(p.bytes_total <= fits);
     }
     assert_true(p.recreated > 0);   /* the mix did change by re-creation */
+    if (device && device < budget)
+        assert_true(p.released_device_full > 0);   /* the device, not the budget, was full */
+    frame_pool_destroy(&p);
+    mb_backend_close(b);
+}
+
+static void mixed_orders_recreate_within_budget(void **state)
+{
+    mixed_orders_run(96 * FB, 0);
+}
+
+/* The device full below the budget (other processes' memory on the GPU,
+ * or a budget above the device's): free frames make room on the device as
+ * they do in the budget. */
+static void mixed_orders_recreate_on_a_full_device(void **state)
+{
+    mixed_orders_run(96 * FB, 40 * FB);
+}
+
+/* A grant the full device cannot take fails whole and leaves nothing
+ * behind; once frames are free, a grant of another order releases as
+ * many bytes of them as its frame needs, and no more. */
+static void device_full_below_budget(void **state)
+{
+    mb_backend *b = host_device(16 * FB);
+    struct frame_pool p;
+    assert_int_equal(frame_pool_init(&p, b, FB, 64 * FB), 0);
+    uint32_t ids[16], one;
+    assert_int_equal(frame_pool_grant(&p, 16, 1, 0, 1, ids), 0);
+    assert_int_equal(frame_pool_grant(&p, 1, 2, 0, 1, &one), MB_ENOMEM);
+    assert_int_equal(p.n_total, 16);
+    assert_int_equal(p.n_granted, 16);
+    assert_true(frame_pool_is_valid(&p));
+    assert_int_equal(frame_pool_return(&p, ids, 16, 1), 0);
+    uint8_t order = 3;
+    uint32_t big;
+    assert_int_equal(frame_pool_grant_orders(&p, &order, 1, 2, 0, 1, &big), 0);
+    assert_int_equal(frame_pool_bytes(&p, big), 8 * FB);
+    assert_int_equal(p.released_device_full, 8);
+    assert_int_equal(p.n_free, 8);   /* the other eight stay cached */
+    assert_int_equal(p.bytes_total, 16 * FB);
+    /* Another uid: this uid's free frames can never serve it; they go. */
+    assert_int_equal(frame_pool_grant_orders(&p, &order, 1, 3, 1000, 1, &one), 0);
+    assert_int_equal(p.n_free, 0);
+    assert_int_equal(p.bytes_total, 16 * FB);
+    assert_int_equal(frame_pool_grant_orders(&p, &order, 1, 4, 0, 1, ids), MB_ENOMEM);
+    assert_true(frame_pool_is_valid(&p));
     frame_pool_destroy(&p);
     mb_backend_close(b);
 }
@@ -605,6 +674,8 @@ int main(void)
         cmocka_unit_test(room_made_once_with_reserve_full),
         cmocka_unit_test(frame_plan_policy),
         cmocka_unit_test(mixed_orders_recreate_within_budget),
+        cmocka_unit_test(mixed_orders_recreate_on_a_full_device),
+        cmocka_unit_test(device_full_below_budget),
         cmocka_unit_test(warm_plan_takes_free_frames_only),
         cmocka_unit_test(adopted_large_frame_keeps_its_size),
     };

@@ -649,6 +649,38 @@ static void exact_plan_near_the_budget(void **state)
     setenv("MOONBRIGHT_LARGE_FRAMES", "0", 1);
 }
 
+/* A device full below the budget (12 MiB of device under a 64 MiB budget,
+ * as when other processes use the GPU, or a budget set above the device):
+ * the one-unit frames one client left free make room for the large frames
+ * the next client's plan asks for; more than the device fails cleanly. */
+static void device_full_below_the_budget(void **state)
+{
+    (void)state;
+    static const char *const args[] = { "--frame-size", "64K", "--budget", "64M", NULL };
+    static const char *const env[] = { "MOONBRIGHT_HOST_MEMORY=12M", NULL };
+    struct mbt_daemon d;
+    assert_int_equal(mbt_daemon_start_env(&d, args, env), 0);
+    char size[32], out[256];
+    snprintf(size, sizeof(size), "%u", 160 * FRAME);
+    setenv("MOONBRIGHT_LARGE_FRAMES", "0", 1);
+    const char *a[] = { MB_CLIENT_BIN, "alloc", size, "full-a", NULL };
+    assert_int_equal(mbt_run(&d, a, out, sizeof(out), false), 0);
+    assert_int_equal(wait_granted(&d, 0), 0);
+    assert_true(mbt_status_num(&d, "frames_free") >= 160);   /* one-unit frames, free */
+    setenv("MOONBRIGHT_LARGE_FRAMES", "1", 1);
+    const char *b[] = { MB_CLIENT_BIN, "alloc", size, "full-b", NULL };
+    assert_int_equal(mbt_run(&d, b, out, sizeof(out), false), 0);
+    assert_non_null(strstr(out, "alloc: success"));
+    snprintf(size, sizeof(size), "%u", 13u << 20);
+    const char *c[] = { MB_CLIENT_BIN, "alloc", size, "full-c", NULL };
+    assert_int_equal(mbt_run(&d, c, out, sizeof(out), false), 20 - MB_ENOMEM);
+    assert_non_null(strstr(out, "out of memory"));
+    assert_true(mbt_daemon_alive(&d));
+    assert_true(mbt_status_num(&d, "bytes_free") + mbt_status_num(&d, "bytes_granted") <= 12 << 20);
+    assert_int_equal(mbt_daemon_stop(&d), 0);
+    setenv("MOONBRIGHT_LARGE_FRAMES", "0", 1);
+}
+
 /* A hello of another protocol version: refused with both versions named,
  * the token still unused (the right hello then binds it), daemon serving. */
 static void hello_of_another_version_is_refused(void **state)
@@ -725,6 +757,7 @@ int main(void)
         cmocka_unit_test(mbctl_without_daemon),
         cmocka_unit_test(large_frames_by_plan),
         cmocka_unit_test(exact_plan_near_the_budget),
+        cmocka_unit_test(device_full_below_the_budget),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
