@@ -163,7 +163,7 @@ struct frame_pool {
     uint8_t spare[MB_ORDERS];    /* keep this many free order-k frames ready */
     struct mb_mem *ready;        /* created and exported, not yet in the books */
     uint32_t n_ready, ready_cap;
-    bool reserve_failing;        /* the workers' last frame failed (said once) */
+    int64_t reserve_warned_ms;   /* when a worker's failure was last said (0: never) */
     bool said_device_full;       /* released_device_full's first was logged */
 };
 

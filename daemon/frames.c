@@ -650,9 +650,6 @@ static void *reserve_worker(void *arg)
         }
         pthread_cond_broadcast(&p->wake);   /* a grant may wait for creating == 0 */
         if (rc == 0 && p->n_ready < p->ready_cap) {
-            if (p->reserve_failing)
-                mb_log(MB_LOG_INFO, "the warm reserve makes frames again");
-            p->reserve_failing = false;
             p->ready[p->n_ready++] = m;
             p->ready_order[order]++;
             continue;
@@ -661,12 +658,15 @@ static void *reserve_worker(void *arg)
             p->be->ops->release(p->be, &m);
         p->committed -= bytes;
         p->n_committed--;
-        /* Said once until a frame is made again: a full device stays full
-         * for a while, and the workers try once a second. */
-        mb_log(p->reserve_failing ? MB_LOG_DEBUG : MB_LOG_WARN,
+        /* Said at most once a minute: a device full below the budget stays
+         * so for a while, and the workers try once a second. */
+        int64_t now = mb_now_ms();
+        bool say = p->reserve_warned_ms == 0 || now - p->reserve_warned_ms >= 60000;
+        mb_log(say ? MB_LOG_WARN : MB_LOG_DEBUG,
                "failed to add a frame to the warm reserve: %s; retrying every second",
                mb_strerror(rc ? rc : MB_ENOMEM));
-        p->reserve_failing = true;
+        if (say)
+            p->reserve_warned_ms = now;
         timed_wait(p, 1000);
     }
     pthread_mutex_unlock(&p->lock);
