@@ -56,6 +56,9 @@ int mb_open(mb_client **out, const char *tenant_name)
     if (!c)
         return MB_ENOMEM;
     mb_raise_fd_limit(false);   /* host frames are descriptors in this process too */
+    /* Grants pass up to MB_CHAN_MAX_FDS descriptors at once (and host frames
+     * keep theirs): grow the table here rather than in a grant. */
+    mb_fd_table_reserve(1024);
     pthread_mutex_init(&c->lock, NULL);
     c->node_alloc = mb_malloc;
     c->node_free = mb_free;

@@ -3,6 +3,8 @@
 #include "fdpass.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
 #include <poll.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -189,6 +191,28 @@ unsigned long mb_raise_fd_limit(bool raise_hard)
             getrlimit(RLIMIT_NOFILE, &rl);
     }
     return (unsigned long)rl.rlim_cur;
+}
+
+int mb_fd_table_reserve(unsigned long n)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY && n > rl.rlim_cur)
+        n = (unsigned long)rl.rlim_cur;
+    if (n < 2 || n > INT_MAX)
+        return n < 2 ? 0 : MB_EINVAL;
+    int fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return MB_ESYS;
+    /* The lowest free descriptor at n - 1 or above: never one in use. */
+    int high = fcntl(fd, F_DUPFD_CLOEXEC, (int)(n - 1));
+    int e = errno;
+    close(fd);
+    if (high < 0) {
+        mb_log(MB_LOG_DEBUG, "failed to grow the descriptor table to %lu: %s", n, strerror(e));
+        return MB_ESYS;
+    }
+    close(high);
+    return 0;
 }
 
 const char *mb_default_runtime_dir(void)

@@ -53,6 +53,13 @@ int mb_chan_sockaddr(struct sockaddr_un *sa, const char *path);
  * one and, with raise_hard (and the privilege to), both to fs.nr_open.
  * Returns the soft limit now in force. */
 unsigned long mb_raise_fd_limit(bool raise_hard);
+/* Grow this process's descriptor table to hold n descriptors (at most the
+ * soft limit) now. In a process with threads, each growth of the table
+ * waits for an RCU grace period (milliseconds, tens on a busy host) inside
+ * whichever call made the descriptor: an export, a received grant. The
+ * table never shrinks, so one early growth spares those calls. No open
+ * descriptor is touched. Returns 0 or MB_ESYS. */
+int mb_fd_table_reserve(unsigned long n);
 /* $MOONBRIGHT_RUNTIME_DIR, else /run/moonbright. */
 const char *mb_default_runtime_dir(void);
 

@@ -472,6 +472,9 @@ static bool env_off(const char *name)
     return v && strcmp(v, "0") == 0;
 }
 
+/* Descriptors the table is grown for at start-up (8 bytes each). */
+#define FD_TABLE_AHEAD 131072ul
+
 int main(int argc, char **argv)
 {
     mb_log_set_ident("moonbrightd");
@@ -516,6 +519,13 @@ int main(int argc, char **argv)
             mb_log(MB_LOG_WARN, "failed to write pid to %s", d.lock_path);
     }
     unsigned long fd_limit = mb_raise_fd_limit(true);
+    /* Every frame keeps a descriptor: grow the table for them now, before
+     * the backend starts threads, rather than in the exports of grants
+     * (each growth, in a process with threads, waits for an RCU grace
+     * period). Capped at FD_TABLE_AHEAD (1 MiB of table); beyond it the
+     * table grows as it must. */
+    if (!env_off("MOONBRIGHTD_FD_TABLE_AHEAD"))
+        mb_fd_table_reserve(fd_limit < FD_TABLE_AHEAD ? fd_limit : FD_TABLE_AHEAD);
     rc = 1;
     if (open_signals(&d) != 0) {
         mb_log(MB_LOG_ERR, "failed to set up signals: %s", strerror(errno));
