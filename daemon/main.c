@@ -343,19 +343,30 @@ static int open_signals(struct daemon *d)
 
 /* Without a budget in the file or on the command line: the device's memory;
  * on the host backend half of physical memory (frames are shared memory
- * the rest of the machine also needs). Then the checks that need it. */
+ * the rest of the machine also needs), or all of an emulated device's
+ * ($MOONBRIGHT_HOST_MEMORY). A budget above the device's memory is a cap
+ * the device reaches first: said at start. Then the checks that need it. */
 static int resolve_budget(struct daemon *d)
 {
+    uint64_t total = d->be->total_bytes;
+    const char *emulated = getenv("MOONBRIGHT_HOST_MEMORY");
+    bool host_ram = strcmp(d->be->name, "host") == 0 && !(emulated && *emulated);
     if (d->cfg.budget == 0) {
-        uint64_t total = d->be->total_bytes;
-        if (total == 0) {
-            total = 8ull << 30;
+        uint64_t budget = total;
+        if (budget == 0) {
+            budget = 8ull << 30;
             mb_log(MB_LOG_WARN, "the %s backend did not report its memory; budget %s "
                    "(set --budget or budget = in the config)", d->be->name, "8 GiB");
-        } else if (strcmp(d->be->name, "host") == 0) {
-            total /= 2;
+        } else if (host_ram) {
+            budget /= 2;
         }
-        d->cfg.budget = total < d->cfg.frame_size ? d->cfg.frame_size : total;
+        d->cfg.budget = budget < d->cfg.frame_size ? d->cfg.frame_size : budget;
+    } else if (total && d->cfg.budget > total) {
+        char b[32], t[32];
+        mb_log(MB_LOG_WARN, "the budget (%s) is above the %s memory (%s): the device fills "
+               "first, and grants then make room by releasing free frames",
+               mb_format_size(d->cfg.budget, b, sizeof(b)), host_ram ? "host's" : "device's",
+               mb_format_size(total, t, sizeof(t)));
     }
     char err[512];
     if (mb_config_check(&d->cfg, err, sizeof(err)) != 0) {
