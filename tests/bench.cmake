@@ -6,7 +6,7 @@ if(TARGET mbbench)
   add_executable(bench_check ${CMAKE_CURRENT_LIST_DIR}/bench_check.c ${CMAKE_CURRENT_LIST_DIR}/json.c)
   # The first 200 requests of the Azure conversation trace, kept in the tree.
   set(MB_BENCH_TRACE ${CMAKE_CURRENT_LIST_DIR}/data/azure_llm_conv_head.csv)
-  foreach(sub latency grant rpc replay tenants threads trims)
+  foreach(sub latency grant rpc replay tenants threads trims fdtable)
     add_test(NAME bench_${sub}
       COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/bench_smoke.sh $<TARGET_FILE:moonbrightd>
               $<TARGET_FILE:mbbench> $<TARGET_FILE:bench_check> ${MB_BENCH_TRACE} ${sub})

@@ -189,6 +189,19 @@ trims)
   "$bench" trims --quick --quiet --sizes 9M >/dev/null 2>&1 && {
     echo "bench_smoke: --sizes without a maximum was accepted"; exit 1; }
   ;;
+fdtable)
+  # A fresh table grows in the calls timed; one grown ahead (as the daemon's
+  # at start-up) never does.
+  run fdtable fdtable --fds 900
+  "$check" "$dir/fdtable.json" bench fds rows.0.table rows.0.ok rows.0.growths rows.0.growth_max_ns \
+    rows.0.other_mean_ns rows.1.table rows.1.growths rows.1.fdsize_start
+  grep -q '"table":"fresh table","round":1,"ok":true,"fdsize_start":[0-9]*,"fdsize_end":[0-9]*,"growths":[1-9]' \
+    "$dir/fdtable.json" || { echo "bench_smoke: a fresh table never grew"; cat "$dir/fdtable.json"; exit 1; }
+  grep -q '"table":"grown ahead","round":1,"ok":true,"fdsize_start":[0-9]*,"fdsize_end":[0-9]*,"growths":0,' \
+    "$dir/fdtable.json" || { echo "bench_smoke: a table grown ahead grew"; cat "$dir/fdtable.json"; exit 1; }
+  "$bench" fdtable --quick --quiet --fds 0 >/dev/null 2>&1 && {
+    echo "bench_smoke: --fds 0 was accepted"; exit 1; }
+  ;;
 tenants)
   run tenants tenants
   "$check" "$dir/tenants.json" bench tenants rounds frame_bytes ok starve_alloc_ns.p50 \

@@ -481,6 +481,8 @@ static void usage(FILE *f)
             "  tenants            tenants with alternating peaks against static partitioning\n"
             "  trims              bursts, frees and trims: memory held and address space used,\n"
             "                     with the heap's holes filled again and without\n"
+            "  fdtable            what growing a descriptor table costs in a process with\n"
+            "                     threads, fresh and grown ahead (needs no daemon)\n"
             "\n"
             "Every subcommand takes:\n" BENCH_COMMON_HELP
             "\n"
@@ -512,6 +514,7 @@ int main(int argc, char **argv)
         { "rpc", bench_rpc },
         { "replay", bench_replay },       { "tenants", bench_tenants },
         { "threads", bench_threads },     { "trims", bench_trims },
+        { "fdtable", bench_fdtable },
         { "rpc-worker", bench_rpc_worker }, { "tenants-worker", bench_tenants_worker },
     };
     for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++)

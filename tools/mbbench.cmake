@@ -12,7 +12,8 @@ add_executable(mbbench
   ${CMAKE_CURRENT_LIST_DIR}/mbbench_replay.c
   ${CMAKE_CURRENT_LIST_DIR}/mbbench_tenants.c
   ${CMAKE_CURRENT_LIST_DIR}/mbbench_threads.c
-  ${CMAKE_CURRENT_LIST_DIR}/mbbench_trims.c)
+  ${CMAKE_CURRENT_LIST_DIR}/mbbench_trims.c
+  ${CMAKE_CURRENT_LIST_DIR}/mbbench_fdtable.c)
 target_link_libraries(mbbench PRIVATE mbclient_internal ${CMAKE_DL_LIBS} m Threads::Threads)
 install(TARGETS mbbench RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 install(PROGRAMS ${CMAKE_CURRENT_LIST_DIR}/bench_torch.py ${CMAKE_CURRENT_LIST_DIR}/plot_bench.py

@@ -48,6 +48,7 @@ int bench_tenants(int argc, char **argv);
 int bench_tenants_worker(int argc, char **argv);
 int bench_threads(int argc, char **argv);
 int bench_trims(int argc, char **argv);
+int bench_fdtable(int argc, char **argv);
 
 /* Timing. */
 uint64_t bench_now_ns(void);
