@@ -512,6 +512,7 @@ static int fill_status(struct daemon *d, Mb__StatusReply *sr)
     sr->slow_readers = d->count.slow_readers;
     sr->released_isolation = d->pool.released_isolation;
     sr->released_idle = d->pool.released_idle;
+    sr->released_device_full = d->pool.released_device_full;
     sr->grant_creates = d->pool.path_created;
     pthread_mutex_lock(&d->pool.lock);
     sr->reserve_target = d->pool.reserve_bytes;

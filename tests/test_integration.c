@@ -671,6 +671,7 @@ static void device_full_below_the_budget(void **state)
     const char *b[] = { MB_CLIENT_BIN, "alloc", size, "full-b", NULL };
     assert_int_equal(mbt_run(&d, b, out, sizeof(out), false), 0);
     assert_non_null(strstr(out, "alloc: success"));
+    assert_true(mbt_status_num(&d, "released_device_full") >= 96);   /* 160 units in, 64 free */
     snprintf(size, sizeof(size), "%u", 13u << 20);
     const char *c[] = { MB_CLIENT_BIN, "alloc", size, "full-c", NULL };
     assert_int_equal(mbt_run(&d, c, out, sizeof(out), false), 20 - MB_ENOMEM);

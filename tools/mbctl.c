@@ -317,9 +317,11 @@ static void print_status_head(const Mb__StatusReply *s)
     printf("reclaim  %llu notices sent, %u grants waiting; %llu scrubs\n",
            (unsigned long long)s->reclaim_notices, s->grants_waiting, (unsigned long long)s->scrubs);
     printf("reserve  target %s; released %llu idle frames, %llu frames of one uid so another "
-           "got fresh ones; %llu frames created on grant paths\n",
+           "got fresh ones, %llu for a device full below the budget; %llu frames created on "
+           "grant paths\n",
            mb_format_size(s->reserve_target, a, sizeof(a)), (unsigned long long)s->released_idle,
-           (unsigned long long)s->released_isolation, (unsigned long long)s->grant_creates);
+           (unsigned long long)s->released_isolation, (unsigned long long)s->released_device_full,
+           (unsigned long long)s->grant_creates);
 }
 
 /* Processes holding more device memory than MoonBright granted them, by
@@ -367,7 +369,7 @@ static int cli_status(struct ctl *ctl, int argc, char **argv)
                "\"refused\":%llu,\"refused_quota\":%llu,\"errors\":%llu,\"draining\":%s,"
                "\"scrubs\":%llu,\"reclaim_notices\":%llu,\"grants_waiting\":%u,"
                "\"released_isolation\":%llu,\"released_idle\":%llu,\"reserve_target\":%llu,"
-               "\"grant_creates\":%llu,\"tenants\":[",
+               "\"grant_creates\":%llu,\"released_device_full\":%llu,\"tenants\":[",
                s->device, s->pid, (unsigned long long)s->uptime_ms,
                (unsigned long long)s->frame_bytes, (unsigned long long)s->budget_bytes,
                s->frames_total, s->frames_free, s->frames_granted,
@@ -378,7 +380,7 @@ static int cli_status(struct ctl *ctl, int argc, char **argv)
                (unsigned long long)s->scrubs, (unsigned long long)s->reclaim_notices,
                s->grants_waiting, (unsigned long long)s->released_isolation,
                (unsigned long long)s->released_idle, (unsigned long long)s->reserve_target,
-               (unsigned long long)s->grant_creates);
+               (unsigned long long)s->grant_creates, (unsigned long long)s->released_device_full);
         /* "tenants" lists sessions (each with its tenant's name), as before. */
         for (size_t i = 0; i < s->n_sessions; i++) {
             const Mb__SessionInfo *si = s->sessions[i];
@@ -738,6 +740,11 @@ static void prom_metrics(const Mb__MetricsReply *m, const Mb__TenantsReply *t)
            (unsigned long long)s->released_isolation);
     printf("moonbright_released_frames_total{device=\"%u\",reason=\"idle\"} %llu\n", dev,
            (unsigned long long)s->released_idle);
+    prom_head("moonbright_released_device_full_total", "counter",
+              "Free frames released because the driver was out of memory below the budget "
+              "(also counted by reason above when another uid held them).");
+    printf("moonbright_released_device_full_total{device=\"%u\"} %llu\n", dev,
+           (unsigned long long)s->released_device_full);
     prom_head("moonbright_grant_path_creates_total", "counter",
               "Frames grants created on their own path (no free frame of the order asked for).");
     printf("moonbright_grant_path_creates_total{device=\"%u\"} %llu\n", dev,
