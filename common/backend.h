@@ -20,6 +20,7 @@
 #ifndef MB_BACKEND_H
 #define MB_BACKEND_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -106,6 +107,9 @@ struct mb_backend {
     int device;                        /* ordinal this backend serves */
     size_t granularity;                /* smallest mem size, a power of two */
     uint64_t total_bytes;              /* device memory (host: physical memory); 0 unknown */
+    bool total_shared;                 /* total_bytes is memory the rest of the machine
+                                        * needs too (the host's, unless it emulates a
+                                        * device): a default budget takes half */
     const struct mb_backend_ops *ops;
     void *priv;
 };

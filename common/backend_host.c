@@ -310,6 +310,7 @@ int mb_backend_host_open(int device, mb_backend **out)
     b->granularity = (size_t)sysconf(_SC_PAGESIZE);
     long pages = sysconf(_SC_PHYS_PAGES);
     b->total_bytes = pages > 0 ? (uint64_t)pages * b->granularity : 0;
+    b->total_shared = true;
     const char *cap = getenv("MOONBRIGHT_HOST_MEMORY");
     if (cap && *cap) {   /* empty: the host's memory, unenforced */
         uint64_t bytes = 0;
@@ -328,6 +329,7 @@ int mb_backend_host_open(int device, mb_backend **out)
         d->cap = bytes;
         b->priv = d;
         b->total_bytes = bytes;
+        b->total_shared = false;
     }
     const char *gates = getenv("MOONBRIGHT_TEST_HOST_GATES");
     b->ops = &host_ops;

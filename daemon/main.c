@@ -349,15 +349,13 @@ static int open_signals(struct daemon *d)
 static int resolve_budget(struct daemon *d)
 {
     uint64_t total = d->be->total_bytes;
-    const char *emulated = getenv("MOONBRIGHT_HOST_MEMORY");
-    bool host_ram = strcmp(d->be->name, "host") == 0 && !(emulated && *emulated);
     if (d->cfg.budget == 0) {
         uint64_t budget = total;
         if (budget == 0) {
             budget = 8ull << 30;
             mb_log(MB_LOG_WARN, "the %s backend did not report its memory; budget %s "
                    "(set --budget or budget = in the config)", d->be->name, "8 GiB");
-        } else if (host_ram) {
+        } else if (d->be->total_shared) {
             budget /= 2;
         }
         d->cfg.budget = budget < d->cfg.frame_size ? d->cfg.frame_size : budget;
@@ -365,7 +363,7 @@ static int resolve_budget(struct daemon *d)
         char b[32], t[32];
         mb_log(MB_LOG_WARN, "the budget (%s) is above the %s memory (%s): the device fills "
                "first, and grants then make room by releasing free frames",
-               mb_format_size(d->cfg.budget, b, sizeof(b)), host_ram ? "host's" : "device's",
+               mb_format_size(d->cfg.budget, b, sizeof(b)), d->be->total_shared ? "host's" : "device's",
                mb_format_size(total, t, sizeof(t)));
     }
     char err[512];
