@@ -30,6 +30,20 @@ void mbt_sleep_ms(int ms)
     nanosleep(&ts, NULL);
 }
 
+long mbt_proc_number(pid_t pid, const char *file, const char *key)
+{
+    char path[64], line[256];
+    snprintf(path, sizeof(path), "/proc/%d/%s", (int)pid, file);
+    FILE *f = fopen(path, "r");
+    long v = -1;
+    while (f && v < 0 && fgets(line, sizeof(line), f))
+        if (strncmp(line, key, strlen(key)) == 0)
+            v = strtol(line + strlen(key), NULL, 10);
+    if (f)
+        fclose(f);
+    return v;
+}
+
 pid_t mbt_spawn(const struct mbt_daemon *d, const char *const *argv, int *out_fd, int *in_fd)
 {
     int p[2] = { -1, -1 }, q[2] = { -1, -1 };

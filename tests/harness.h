@@ -65,6 +65,9 @@ double mbt_tenant_num(const struct mbt_daemon *d, const char *name, const char *
  * caller unlinks it. Aborts when it cannot be written. */
 void mbt_write_config(char *path, size_t len, const char *text);
 void mbt_sleep_ms(int ms);
+/* The number after `key` at the start of a line of /proc/PID/FILE (as
+ * "VmRSS:" in status, "Max open files" in limits); -1 when there is none. */
+long mbt_proc_number(pid_t pid, const char *file, const char *key);
 /* Wait up to ms for cond (an expression, evaluated again every 50 ms);
  * true when it held. */
 #define WAIT_FOR(ms, cond)                                        \

@@ -311,20 +311,6 @@ static Mb__Reply *raw_status(struct mbt_session *s)
     return rep;
 }
 
-static long daemon_rss_kib(pid_t pid)
-{
-    char path[64], line[256];
-    snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
-    FILE *f = fopen(path, "r");
-    long kib = -1;
-    while (f && fgets(line, sizeof(line), f))
-        if (sscanf(line, "VmRSS: %ld kB", &kib) == 1)
-            break;
-    if (f)
-        fclose(f);
-    return kib;
-}
-
 /* Run moonbrightd in `dir` (which the test prepared) with its log in
  * `log`; wait for it to exit. Its exit status, or -1 when it was still
  * running after 10 s (then it is killed). */
@@ -585,7 +571,7 @@ static void unread_replies_do_not_grow_daemon(void **state)
     assert_int_equal(mbt_session_open(&d, "owner", &s), 0);
     for (int i = 0; i < 4; i++)
         assert_int_equal(mbt_session_grant(&s, 256u * 65536u), 0);
-    long rss0 = daemon_rss_kib(d.pid);
+    long rss0 = mbt_proc_number(d.pid, "status", "VmRSS:");
     assert_true(rss0 > 0);
     int out, in;
     const char *args[] = { "noread", d.dir, "8", "3000", NULL };
@@ -596,7 +582,7 @@ static void unread_replies_do_not_grow_daemon(void **state)
     assert_int_equal(sscanf(line, "sent %d", &sent), 1);
     assert_true(sent > 8000);
     mbt_sleep_ms(3000);   /* whatever the daemon would take in, it has by now */
-    long rss1 = daemon_rss_kib(d.pid);
+    long rss1 = mbt_proc_number(d.pid, "status", "VmRSS:");
     /* Unbounded, 24000 replies of ~30 KB would be ~700 MB. */
     assert_true(rss1 - rss0 < 64 * 1024);
     Mb__Reply *rep = raw_status(&s);

@@ -682,21 +682,6 @@ static void device_full_below_the_budget(void **state)
     setenv("MOONBRIGHT_LARGE_FRAMES", "0", 1);
 }
 
-/* The number after `key` in /proc/PID/FILE (-1: none). */
-static long proc_number(pid_t pid, const char *file, const char *key)
-{
-    char path[64], line[256];
-    snprintf(path, sizeof(path), "/proc/%d/%s", (int)pid, file);
-    FILE *f = fopen(path, "r");
-    long v = -1;
-    while (f && v < 0 && fgets(line, sizeof(line), f))
-        if (strncmp(line, key, strlen(key)) == 0)
-            v = strtol(line + strlen(key), NULL, 10);
-    if (f)
-        fclose(f);
-    return v;
-}
-
 /* The daemon grows its descriptor table for its frames at start-up (up to
  * 131072 descriptors, or its limit), not in the exports of grants; this
  * process's table, grown by its client, holds a grant's descriptors; and
@@ -706,15 +691,15 @@ static void descriptor_table_grown_ahead(void **state)
     (void)state;
     struct mbt_daemon d;
     assert_int_equal(mbt_daemon_start(&d, NULL), 0);
-    long limit = proc_number(d.pid, "limits", "Max open files");
+    long limit = mbt_proc_number(d.pid, "limits", "Max open files");
     assert_true(limit > 0);
     long want = limit < 131072 ? limit : 131072;
-    assert_true(proc_number(d.pid, "status", "FDSize:") >= want);
+    assert_true(mbt_proc_number(d.pid, "status", "FDSize:") >= want);
     int probe = dup(2);
     assert_true(probe >= 0);
     assert_int_equal(mb_fd_table_reserve(2048), 0);
-    assert_true(proc_number(getpid(), "status", "FDSize:") >= 2048 ||
-                proc_number(getpid(), "limits", "Max open files") < 2048);
+    assert_true(mbt_proc_number(getpid(), "status", "FDSize:") >= 2048 ||
+                mbt_proc_number(getpid(), "limits", "Max open files") < 2048);
     assert_true(write(probe, "", 0) == 0);   /* still open */
     close(probe);
     assert_int_equal(mbt_daemon_stop(&d), 0);
