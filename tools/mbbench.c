@@ -28,6 +28,20 @@ uint64_t bench_now_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
+long bench_self_status(int status_fd, const char *key)
+{
+    int fd = status_fd >= 0 ? status_fd : open("/proc/self/status", O_RDONLY | O_CLOEXEC);
+    char buf[4096];
+    ssize_t n = fd >= 0 ? pread(fd, buf, sizeof(buf) - 1, 0) : -1;
+    if (fd >= 0 && status_fd < 0)
+        close(fd);
+    if (n <= 0)
+        return -1;
+    buf[n] = 0;
+    const char *p = strstr(buf, key);
+    return p ? strtol(p + strlen(key), NULL, 10) : -1;
+}
+
 int bench_common_opt(int c, const char *arg)
 {
     switch (c) {

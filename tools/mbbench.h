@@ -52,6 +52,10 @@ int bench_fdtable(int argc, char **argv);
 
 /* Timing. */
 uint64_t bench_now_ns(void);
+/* The number after `key` ("VmSize:", "FDSize:") in /proc/self/status, read
+ * through status_fd (open on that file; each read is fresh), or opened
+ * for the call when status_fd < 0 (that makes a descriptor). -1: none. */
+long bench_self_status(int status_fd, const char *key);
 struct bench_summary {
     size_t n;
     double mean;            /* ns */

@@ -30,20 +30,6 @@ struct fdt_row {
     int err;                        /* errno of the first failure (0: none) */
 };
 
-/* FDSize from /proc/self/status, read through a descriptor opened once:
- * opening it each time would make a descriptor too, and grow the table
- * there rather than in the call timed. */
-static long fd_size(int status_fd)
-{
-    char buf[4096];
-    ssize_t n = pread(status_fd, buf, sizeof(buf) - 1, 0);
-    if (n <= 0)
-        return -1;
-    buf[n] = 0;
-    const char *p = strstr(buf, "FDSize:");
-    return p ? strtol(p + 7, NULL, 10) : -1;
-}
-
 static void *idle_thread(void *arg)
 {
     for (;;)
@@ -61,10 +47,12 @@ static void child(int out, int n, bool ahead)
         r.err = EAGAIN;
     if (ahead && !r.err && mb_fd_table_reserve((unsigned long)n + 64) != 0)
         r.err = EMFILE;
+    /* Opened once: opening it at each read would make a descriptor too,
+     * and grow the table there rather than in the call timed. */
     int status_fd = open("/proc/self/status", O_RDONLY | O_CLOEXEC);
     if (status_fd < 0 && !r.err)
         r.err = errno;
-    long size = fd_size(status_fd);
+    long size = bench_self_status(status_fd, "FDSize:");
     r.fdsize_start = size > 0 ? (uint64_t)size : 0;
     for (int i = 0; i < n && !r.err; i++) {
         uint64_t t0 = bench_now_ns();
@@ -74,7 +62,7 @@ static void child(int out, int n, bool ahead)
             r.err = errno;
             break;
         }
-        long now = fd_size(status_fd);
+        long now = bench_self_status(status_fd, "FDSize:");
         if (now != size) {
             r.growths++;
             r.grow_sum_ns += dt;

@@ -59,15 +59,8 @@ static uint64_t rnd(uint64_t *s)
 /* The process's virtual size (address space reserved, whatever backs it). */
 static uint64_t vm_bytes(void)
 {
-    FILE *f = fopen("/proc/self/status", "r");
-    char line[256];
-    uint64_t kb = 0;
-    while (f && fgets(line, sizeof(line), f))
-        if (strncmp(line, "VmSize:", 7) == 0)
-            kb = strtoull(line + 7, NULL, 10);
-    if (f)
-        fclose(f);
-    return kb << 10;
+    long kb = bench_self_status(-1, "VmSize:");
+    return kb > 0 ? (uint64_t)kb << 10 : 0;
 }
 
 static void run_one(const struct trims_cfg *k, bool fill, struct trims_row *r)
