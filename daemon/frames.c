@@ -702,7 +702,9 @@ int frame_pool_prefill(struct frame_pool *p, uint64_t bytes)
 
 void frame_pool_adopt(struct frame_pool *p)
 {
+    uint64_t t = mb_now_ns();
     pthread_mutex_lock(&p->lock);
+    p->adopt_wait_ns += mb_now_ns() - t;
     uint32_t i = 0;
     for (; i < p->n_ready; i++) {
         int order = mb_frame_order(p->ready[i].bytes, p->frame_bytes);
@@ -713,6 +715,7 @@ void frame_pool_adopt(struct frame_pool *p)
     if (i && i < p->n_ready)
         memmove(p->ready, p->ready + i, (p->n_ready - i) * sizeof(*p->ready));
     p->n_ready -= i;
+    p->adopted += i;
     pthread_cond_broadcast(&p->wake);
     pthread_mutex_unlock(&p->lock);
     POOL_CHECK(p);
