@@ -316,6 +316,20 @@ static int grow_table(struct frame_pool *p, uint32_t need)
     return 0;
 }
 
+int frame_pool_reserve_slots(struct frame_pool *p, uint32_t n)
+{
+    if (n <= p->cap)
+        return 0;
+    struct frame *nf = calloc(n, sizeof(*nf));
+    if (!nf)
+        return MB_ENOMEM;
+    memcpy(nf, p->frames, (size_t)p->cap * sizeof(*nf));
+    free(p->frames);
+    p->frames = nf;
+    p->cap = n;
+    return 0;
+}
+
 int frame_pool_open_journal(struct frame_pool *p, const char *path)
 {
     p->journal_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);

@@ -579,6 +579,10 @@ int main(int argc, char **argv)
      * frames alone could not fill the budget, and warn only where not even
      * the largest frames could. */
     set_fd_limits(&d, fd_limit);
+    if (frame_pool_reserve_slots(&d.pool, d.pool.next_unused + (d.pool.max_frames < FD_TABLE_AHEAD
+                                                                    ? d.pool.max_frames
+                                                                    : (uint32_t)FD_TABLE_AHEAD)) != 0)
+        mb_log(MB_LOG_WARN, "failed to make the frame table's slots ahead; it grows as frames are made");
     {
         uint64_t unit_cover = (uint64_t)d.pool.max_frames * cfg->frame_size;
         if (unit_cover >= d.pool.budget_bytes)

@@ -2,7 +2,8 @@
  * total, in frames and in bytes) through random grants of frames of every
  * order, returns and reclaims, never exceed the budget, re-create free
  * frames as the order a grant needs, refuse what is not the caller's, and
- * scrub between tenants, make room on a device full below the budget; and
+ * scrub between tenants, make room on a device full below the budget, keep
+ * their slots when the table is made ahead; and
  * the frame plan keeps its promises. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -87,6 +88,33 @@ static void duplicate_return_changes_nothing(void **state)
     assert_int_equal(p.n_granted, 2);
     assert_int_equal(frame_pool_grant(&p, 0, 1, 0, 1, ids), MB_EINVAL);
     assert_int_equal(frame_pool_grant(&p, 9, 1, 0, 1, ids), MB_ENOMEM);
+    assert_true(frame_pool_is_valid(&p));
+    frame_pool_destroy(&p);
+    mb_backend_close(b);
+}
+
+/* Slots made ahead keep the frames already booked, and making frames up to
+ * them never moves the table (no doubling on a grant's path). */
+static void slots_made_ahead(void **state)
+{
+    mb_backend *b;
+    assert_int_equal(mb_backend_host_open(0, &b), 0);
+    struct frame_pool p;
+    assert_int_equal(frame_pool_init(&p, b, FB, 3000 * FB), 0);
+    uint32_t ids[64];
+    assert_int_equal(frame_pool_grant(&p, 3, 1, 0, 1, ids), 0);
+    assert_int_equal(frame_pool_reserve_slots(&p, 100), 0);   /* fewer than it has: nothing */
+    assert_true(p.cap >= 1024);
+    assert_int_equal(frame_pool_reserve_slots(&p, 4096), 0);
+    assert_int_equal(p.cap, 4096);
+    assert_true(frame_pool_is_valid(&p));
+    assert_int_equal(frame_pool_return(&p, ids, 3, 1), 0);   /* the booked frames survived */
+    const struct frame *table = p.frames;
+    for (int i = 0; i < 40; i++)
+        assert_int_equal(frame_pool_grant(&p, 64, 2 + (uint64_t)i, 0, 1, ids), 0);
+    assert_true(p.next_unused > 2048);
+    assert_ptr_equal(p.frames, table);
+    assert_int_equal(p.cap, 4096);
     assert_true(frame_pool_is_valid(&p));
     frame_pool_destroy(&p);
     mb_backend_close(b);
@@ -668,6 +696,7 @@ int main(void)
         cmocka_unit_test(duplicate_return_changes_nothing),
         cmocka_unit_test(scrubbed_between_tenants),
         cmocka_unit_test(descriptor_cap_is_an_error_not_a_crash),
+        cmocka_unit_test(slots_made_ahead),
         cmocka_unit_test(warm_reserve_fills_in_background),
         cmocka_unit_test(reserve_follows_grants_at_once),
         cmocka_unit_test(spares_grow_when_they_run_out),
