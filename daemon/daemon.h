@@ -121,8 +121,8 @@ struct frame_pool {
     uint64_t recreated;          /* free frames released to make room for another order */
     uint64_t path_created;       /* frames grants created on their own path */
     struct grant_path last;      /* the last grant's (main thread only) */
-    uint64_t adopt_wait_ns;      /* frame_pool_adopt's waits for the lock, and the */
-    uint32_t adopted;            /* frames it adopted, since the main thread zeroed them */
+    uint64_t adopt_wait_ns;      /* frame_pool_adopt's waits for the lock and the frames */
+    uint32_t adopted;            /* it adopted, since grant_now zeroed them (main thread) */
     uint64_t released_isolation; /* free frames of one uid released so that another
                                   * uid got fresh ones (or tainted by a share) */
     uint64_t released_idle;      /* free frames above the reserve target released

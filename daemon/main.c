@@ -579,6 +579,8 @@ int main(int argc, char **argv)
      * frames alone could not fill the budget, and warn only where not even
      * the largest frames could. */
     set_fd_limits(&d, fd_limit);
+    /* Slots for as many frames as the descriptor table is grown for, so
+     * that no grant waits while the frame table doubles. */
     if (frame_pool_reserve_slots(&d.pool, d.pool.next_unused + (d.pool.max_frames < FD_TABLE_AHEAD
                                                                     ? d.pool.max_frames
                                                                     : (uint32_t)FD_TABLE_AHEAD)) != 0)
