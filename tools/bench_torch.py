@@ -14,6 +14,11 @@ is read once, at CUDA initialisation; this parent never touches CUDA):
   torch-moonbright     libmbclient's mb_torch_malloc/mb_torch_free through
                        CUDAPluggableAllocator (only with --mb-lib PATH and a
                        running moonbrightd)
+  torch-pluggable-cudaMallocAsync
+                       the driver's cuMemAllocAsync/cuMemFreeAsync through
+                       CUDAPluggableAllocator (libmbtorchpass.so, only with
+                       --pass-lib PATH): against torch-cudaMallocAsync, what
+                       the pluggable interface itself costs
 The replay protocol is mbbench replay's, operation for operation: the first
 N requests; one decode step covers 20 ms x compression of trace time;
 arrivals allocate their context rounded up to 16-token blocks of 128 KiB per
@@ -76,6 +81,7 @@ CONFIGS = {
     "torch-expandable": "expandable_segments:True",
     "torch-cudaMallocAsync": "backend:cudaMallocAsync",
     "torch-moonbright": None,   # pluggable allocator, --mb-lib
+    "torch-pluggable-cudaMallocAsync": None,   # pluggable allocator, --pass-lib
 }
 
 
@@ -228,6 +234,9 @@ def child_setup(args, name):
     import torch
     if name == "torch-moonbright":
         alloc = torch.cuda.memory.CUDAPluggableAllocator(args.mb_lib, "mb_torch_malloc", "mb_torch_free")
+        torch.cuda.memory.change_current_allocator(alloc)
+    elif name == "torch-pluggable-cudaMallocAsync":
+        alloc = torch.cuda.memory.CUDAPluggableAllocator(args.pass_lib, "mbpass_malloc", "mbpass_free")
         torch.cuda.memory.change_current_allocator(alloc)
     dev = torch.device("cuda", args.device)
     torch.cuda.set_device(dev)
@@ -719,6 +728,10 @@ def run_children(args, argv):
             if not args.mb_lib:
                 notes.append("torch-moonbright skipped: no --mb-lib")
                 continue
+        elif name == "torch-pluggable-cudaMallocAsync":
+            if not args.pass_lib:
+                notes.append("torch-pluggable-cudaMallocAsync skipped: no --pass-lib")
+                continue
         else:
             env["PYTORCH_CUDA_ALLOC_CONF"] = CONFIGS[name]
             if not CONFIGS[name]:
@@ -750,6 +763,7 @@ def main():
     ap.add_argument("--configs", default="torch-default,torch-expandable,torch-cudaMallocAsync,torch-moonbright",
                     help="comma-separated: " + ",".join(CONFIGS))
     ap.add_argument("--mb-lib", help="libmbclient.so for torch-moonbright (needs a running moonbrightd)")
+    ap.add_argument("--pass-lib", help="libmbtorchpass.so for torch-pluggable-cudaMallocAsync")
     ap.add_argument("--child-timeout", type=int, default=1800)
     sub = ap.add_subparsers(dest="cmd", required=True)
     lat = sub.add_parser("latency")

@@ -1,0 +1,90 @@
+/* torch_passthrough.c: a pass-through allocator for PyTorch's
+ * CUDAPluggableAllocator that serves every call with the driver's
+ * stream-ordered allocator (cuMemAllocAsync, cuMemFreeAsync on the
+ * caller's stream, from the device's default pool with no release
+ * threshold, as PyTorch's own backend:cudaMallocAsync sets it).
+ *
+ * bench_torch.py's torch-pluggable-cudaMallocAsync runs it beside PyTorch's
+ * built-in backend:cudaMallocAsync: the same allocator behind the two
+ * interfaces, so the difference between them is what the pluggable
+ * interface itself costs a workload, apart from what libmbclient does
+ * behind it. libcuda is opened at run time (the one the process already
+ * has), so this builds on machines without CUDA. Not for production use:
+ * a failed call returns NULL (PyTorch raises out of memory) and a failed
+ * free is dropped. */
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+typedef int (*alloc_async_fn)(unsigned long long *, size_t, void *);
+typedef int (*free_async_fn)(unsigned long long, void *);
+typedef int (*device_get_fn)(int *, int);
+typedef int (*default_pool_fn)(void **, int);
+typedef int (*pool_set_fn)(void *, int, void *);
+
+#define POOL_ATTR_RELEASE_THRESHOLD 4   /* CU_MEMPOOL_ATTR_RELEASE_THRESHOLD */
+#define MAX_DEVICES 64
+
+static alloc_async_fn alloc_async;
+static free_async_fn free_async;
+static pthread_once_t once = PTHREAD_ONCE_INIT;
+static pthread_mutex_t pool_lock = PTHREAD_MUTEX_INITIALIZER;
+static unsigned char pool_set[MAX_DEVICES];
+
+static void load(void)
+{
+    void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+    if (!h)
+        h = dlopen("libcuda.so.1", RTLD_NOW);
+    if (!h)
+        return;
+    free_async = (free_async_fn)dlsym(h, "cuMemFreeAsync");
+    alloc_async = (alloc_async_fn)dlsym(h, "cuMemAllocAsync");
+}
+
+/* The device's default pool keeps what is freed (as PyTorch's backend does):
+ * without it, the pool would give memory back at every synchronisation. */
+static void keep_freed(int device)
+{
+    if (device < 0 || device >= MAX_DEVICES)
+        return;
+    pthread_mutex_lock(&pool_lock);
+    if (!pool_set[device]) {
+        void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+        device_get_fn get = h ? (device_get_fn)dlsym(h, "cuDeviceGet") : NULL;
+        default_pool_fn pool_of = h ? (default_pool_fn)dlsym(h, "cuDeviceGetDefaultMemPool") : NULL;
+        pool_set_fn set = h ? (pool_set_fn)dlsym(h, "cuMemPoolSetAttribute") : NULL;
+        int dev;
+        void *pool;
+        uint64_t keep = UINT64_MAX;
+        if (get && pool_of && set && get(&dev, device) == 0 && pool_of(&pool, dev) == 0 &&
+            set(pool, POOL_ATTR_RELEASE_THRESHOLD, &keep) == 0)
+            __atomic_store_n(&pool_set[device], 1, __ATOMIC_RELAXED);
+        if (h)
+            dlclose(h);
+    }
+    pthread_mutex_unlock(&pool_lock);
+}
+
+void *mbpass_malloc(ssize_t size, int device, void *stream)
+{
+    pthread_once(&once, load);
+    if (size <= 0 || !alloc_async)
+        return NULL;
+    if (device >= 0 && device < MAX_DEVICES && !__atomic_load_n(&pool_set[device], __ATOMIC_RELAXED))
+        keep_freed(device);
+    unsigned long long p = 0;
+    if (alloc_async(&p, (size_t)size, stream) != 0)
+        return NULL;
+    return (void *)(uintptr_t)p;
+}
+
+void mbpass_free(void *ptr, ssize_t size, int device, void *stream)
+{
+    (void)size;
+    (void)device;
+    if (ptr && free_async)
+        (void)free_async((unsigned long long)(uintptr_t)ptr, stream);
+}
