@@ -8,7 +8,9 @@
  * built-in backend:cudaMallocAsync: the same allocator behind the two
  * interfaces, so the difference between them is what the pluggable
  * interface itself costs a workload, apart from what libmbclient does
- * behind it. libcuda is opened at run time (the one the process already
+ * behind it. PyTorch calls it from threads with no current context (the
+ * autograd engine's): each call makes the device's primary context
+ * current where none is. libcuda is opened at run time (the one the process already
  * has), so this builds on machines without CUDA. Not for production use:
  * a failed call returns NULL (PyTorch raises out of memory) and a failed
  * free is dropped. */
@@ -23,15 +25,23 @@ typedef int (*free_async_fn)(unsigned long long, void *);
 typedef int (*device_get_fn)(int *, int);
 typedef int (*default_pool_fn)(void **, int);
 typedef int (*pool_set_fn)(void *, int, void *);
+typedef int (*ctx_get_fn)(void **);
+typedef int (*ctx_set_fn)(void *);
+typedef int (*primary_retain_fn)(void **, int);
 
 #define POOL_ATTR_RELEASE_THRESHOLD 4   /* CU_MEMPOOL_ATTR_RELEASE_THRESHOLD */
 #define MAX_DEVICES 64
 
 static alloc_async_fn alloc_async;
 static free_async_fn free_async;
+static device_get_fn device_get;
+static ctx_get_fn ctx_get;
+static ctx_set_fn ctx_set;
+static primary_retain_fn primary_retain;
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 static pthread_mutex_t pool_lock = PTHREAD_MUTEX_INITIALIZER;
 static unsigned char pool_set[MAX_DEVICES];
+static void *primary[MAX_DEVICES];   /* retained once each (pool_lock) */
 
 static void load(void)
 {
@@ -40,8 +50,32 @@ static void load(void)
         h = dlopen("libcuda.so.1", RTLD_NOW);
     if (!h)
         return;
+    device_get = (device_get_fn)dlsym(h, "cuDeviceGet");
+    ctx_get = (ctx_get_fn)dlsym(h, "cuCtxGetCurrent");
+    ctx_set = (ctx_set_fn)dlsym(h, "cuCtxSetCurrent");
+    primary_retain = (primary_retain_fn)dlsym(h, "cuDevicePrimaryCtxRetain");
+    if (!device_get || !ctx_get || !ctx_set || !primary_retain)
+        return;
     free_async = (free_async_fn)dlsym(h, "cuMemFreeAsync");
     alloc_async = (alloc_async_fn)dlsym(h, "cuMemAllocAsync");
+}
+
+/* A current context on this thread: the device's primary one (PyTorch's),
+ * retained once per device, where the thread has none. 0 or -1. */
+static int ensure_ctx(int device)
+{
+    void *cur = NULL;
+    if (ctx_get(&cur) == 0 && cur)
+        return 0;
+    if (device < 0 || device >= MAX_DEVICES)
+        return -1;
+    pthread_mutex_lock(&pool_lock);
+    int dev;
+    if (!primary[device] && (device_get(&dev, device) != 0 || primary_retain(&primary[device], dev) != 0))
+        primary[device] = NULL;
+    void *ctx = primary[device];
+    pthread_mutex_unlock(&pool_lock);
+    return ctx && ctx_set(ctx) == 0 ? 0 : -1;
 }
 
 /* The device's default pool keeps what is freed (as PyTorch's backend does):
@@ -71,7 +105,7 @@ static void keep_freed(int device)
 void *mbpass_malloc(ssize_t size, int device, void *stream)
 {
     pthread_once(&once, load);
-    if (size <= 0 || !alloc_async)
+    if (size <= 0 || !alloc_async || ensure_ctx(device) != 0)
         return NULL;
     if (device >= 0 && device < MAX_DEVICES && !__atomic_load_n(&pool_set[device], __ATOMIC_RELAXED))
         keep_freed(device);
@@ -84,7 +118,6 @@ void *mbpass_malloc(ssize_t size, int device, void *stream)
 void mbpass_free(void *ptr, ssize_t size, int device, void *stream)
 {
     (void)size;
-    (void)device;
-    if (ptr && free_async)
+    if (ptr && free_async && ensure_ctx(device) == 0)
         (void)free_async((unsigned long long)(uintptr_t)ptr, stream);
 }
