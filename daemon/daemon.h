@@ -199,8 +199,9 @@ void frame_pool_note_importer(struct frame_pool *p, uint32_t id, uid_t uid);
  * taken from fresh frames in one second of the last idle period (at least
  * the configured reserve; grants raise it between ticks); once free bytes
  * have exceeded the target for the idle period, frames free for that long
- * are released to the driver down to the target. Call from the poll loop;
- * returns when to call again. */
+ * are released to the driver down to the target. It also moves the state
+ * journal's id limit ahead of the ids in use, so that no grant writes it.
+ * Call from the poll loop; returns when to call again. */
 int64_t frame_pool_tick(struct frame_pool *p, int64_t now_ms);
 /* Bytes of frame id (which must exist). */
 uint64_t frame_pool_bytes(const struct frame_pool *p, uint32_t id);

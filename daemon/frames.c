@@ -438,6 +438,11 @@ static void set_target(struct frame_pool *p, uint64_t target, bool raise_only)
 
 int64_t frame_pool_tick(struct frame_pool *p, int64_t now_ms)
 {
+    /* The journal's id limit moves ahead here, between requests, half a
+     * step before frames reach it: else the grant whose frame crosses it
+     * writes it and waits for fdatasync on its path. */
+    if (p->journal_fd >= 0 && p->next_unused + JOURNAL_STEP / 2 >= p->journal_limit)
+        (void)write_journal(p, p->next_unused + JOURNAL_STEP);
     count_demand(p, 0);   /* rotate to this second */
     uint64_t target = demand_target(p);
     set_target(p, target, false);

@@ -3,7 +3,8 @@
  * order, returns and reclaims, never exceed the budget, re-create free
  * frames as the order a grant needs, refuse what is not the caller's, and
  * scrub between tenants, make room on a device full below the budget, keep
- * their slots when the table is made ahead; and
+ * their slots when the table is made ahead, keep the journal's id limit
+ * ahead of them; and
  * the frame plan keeps its promises. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -118,6 +119,43 @@ static void slots_made_ahead(void **state)
     assert_true(frame_pool_is_valid(&p));
     frame_pool_destroy(&p);
     mb_backend_close(b);
+}
+
+/* The tick moves the journal's id limit ahead half a step before frames
+ * reach it, so the grant that would cross it writes nothing. */
+static void journal_limit_moves_ahead(void **state)
+{
+    char dir[] = "/tmp/mbtest-journal-XXXXXX", path[64];
+    assert_non_null(mkdtemp(dir));
+    snprintf(path, sizeof(path), "%s/gpu0.journal", dir);
+    mb_backend *b;
+    assert_int_equal(mb_backend_host_open(0, &b), 0);
+    struct frame_pool p;
+    assert_int_equal(frame_pool_init(&p, b, FB, 3000 * FB), 0);
+    assert_int_equal(frame_pool_open_journal(&p, path), 0);
+    uint32_t first = p.journal_limit, ids[64];
+    assert_true(first > 2048);
+    frame_pool_tick(&p, 1000);   /* far from the limit: unchanged */
+    assert_int_equal(p.journal_limit, first);
+    uint64_t session = 1;
+    while (p.next_unused + first / 2 < first)
+        assert_int_equal(frame_pool_grant(&p, 64, session++, 0, 1, ids), 0);
+    frame_pool_tick(&p, 2000);
+    assert_true(p.journal_limit > first);
+    assert_int_equal(p.journal_limit, p.next_unused + (first - 1));
+    char head[32] = "";
+    FILE *f = fopen(path, "r");
+    assert_non_null(f);
+    assert_non_null(fgets(head, sizeof(head), f));
+    fclose(f);
+    unsigned long limit = 0;
+    assert_int_equal(sscanf(head, "next_id %lu", &limit), 1);
+    assert_int_equal(limit, p.journal_limit);
+    assert_true(frame_pool_is_valid(&p));
+    frame_pool_destroy(&p);
+    mb_backend_close(b);
+    unlink(path);
+    rmdir(dir);
 }
 
 static void descriptor_cap_is_an_error_not_a_crash(void **state)
@@ -697,6 +735,7 @@ int main(void)
         cmocka_unit_test(scrubbed_between_tenants),
         cmocka_unit_test(descriptor_cap_is_an_error_not_a_crash),
         cmocka_unit_test(slots_made_ahead),
+        cmocka_unit_test(journal_limit_moves_ahead),
         cmocka_unit_test(warm_reserve_fills_in_background),
         cmocka_unit_test(reserve_follows_grants_at_once),
         cmocka_unit_test(spares_grow_when_they_run_out),
