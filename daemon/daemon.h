@@ -144,6 +144,7 @@ struct frame_pool {
                                   * earlier daemon (the journal); 0: no journal */
     int journal_fd;              /* state journal (ids handed out), or -1 */
     uint32_t journal_limit;      /* the journal promises no id at or above this is in use */
+    bool journal_ahead_failed;   /* the tick's last write of the limit failed */
     uint64_t scrubs;             /* frames zeroed between tenants */
     bool scrub;                  /* zero frames that change tenant (default on) */
     uint32_t max_frames;         /* frames the descriptor limit allows (0: no cap) */

@@ -298,6 +298,7 @@ static int write_journal(struct frame_pool *p, uint32_t limit)
         return MB_ESYS;
     }
     p->journal_limit = limit;
+    p->journal_ahead_failed = false;
     return 0;
 }
 
@@ -440,9 +441,11 @@ int64_t frame_pool_tick(struct frame_pool *p, int64_t now_ms)
 {
     /* The journal's id limit moves ahead here, between requests, half a
      * step before frames reach it: else the grant whose frame crosses it
-     * writes it and waits for fdatasync on its path. */
-    if (p->journal_fd >= 0 && p->next_unused + JOURNAL_STEP / 2 >= p->journal_limit)
-        (void)write_journal(p, p->next_unused + JOURNAL_STEP);
+     * writes it and waits for fdatasync on its path. After a failed write
+     * (logged) the tick leaves it to that grant, which fails if it fails. */
+    if (p->journal_fd >= 0 && !p->journal_ahead_failed &&
+        p->next_unused + JOURNAL_STEP / 2 >= p->journal_limit)
+        p->journal_ahead_failed = write_journal(p, p->next_unused + JOURNAL_STEP) != 0;
     count_demand(p, 0);   /* rotate to this second */
     uint64_t target = demand_target(p);
     set_target(p, target, false);
