@@ -302,25 +302,10 @@ static int write_journal(struct frame_pool *p, uint32_t limit)
     return 0;
 }
 
-static int grow_table(struct frame_pool *p, uint32_t need)
+/* The table with n slots (n > cap): the new slots are zero (FRAME_UNUSED),
+ * in calloc's pages, touched only as slots are used. */
+static int set_cap(struct frame_pool *p, uint32_t n)
 {
-    while (p->cap <= need) {
-        if (p->cap >= UINT32_MAX / 2)
-            return MB_ELIMIT;
-        struct frame *nf = realloc(p->frames, 2 * (size_t)p->cap * sizeof(*nf));
-        if (!nf)
-            return MB_ENOMEM;
-        memset(nf + p->cap, 0, p->cap * sizeof(*nf));
-        p->frames = nf;
-        p->cap *= 2;
-    }
-    return 0;
-}
-
-int frame_pool_reserve_slots(struct frame_pool *p, uint32_t n)
-{
-    if (n <= p->cap)
-        return 0;
     struct frame *nf = calloc(n, sizeof(*nf));
     if (!nf)
         return MB_ENOMEM;
@@ -329,6 +314,23 @@ int frame_pool_reserve_slots(struct frame_pool *p, uint32_t n)
     p->frames = nf;
     p->cap = n;
     return 0;
+}
+
+/* Room for slot `need`, doubling the table. */
+static int grow_table(struct frame_pool *p, uint32_t need)
+{
+    uint32_t cap = p->cap;
+    while (cap <= need) {
+        if (cap >= UINT32_MAX / 2)
+            return MB_ELIMIT;
+        cap *= 2;
+    }
+    return cap == p->cap ? 0 : set_cap(p, cap);
+}
+
+int frame_pool_reserve_slots(struct frame_pool *p, uint32_t n)
+{
+    return n <= p->cap ? 0 : set_cap(p, n);
 }
 
 int frame_pool_open_journal(struct frame_pool *p, const char *path)
