@@ -38,6 +38,8 @@ static device_get_fn device_get;
 static ctx_get_fn ctx_get;
 static ctx_set_fn ctx_set;
 static primary_retain_fn primary_retain;
+static default_pool_fn default_pool;
+static pool_set_fn pool_attr_set;
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 static pthread_mutex_t pool_lock = PTHREAD_MUTEX_INITIALIZER;
 static unsigned char pool_set[MAX_DEVICES];
@@ -54,7 +56,9 @@ static void load(void)
     ctx_get = (ctx_get_fn)dlsym(h, "cuCtxGetCurrent");
     ctx_set = (ctx_set_fn)dlsym(h, "cuCtxSetCurrent");
     primary_retain = (primary_retain_fn)dlsym(h, "cuDevicePrimaryCtxRetain");
-    if (!device_get || !ctx_get || !ctx_set || !primary_retain)
+    default_pool = (default_pool_fn)dlsym(h, "cuDeviceGetDefaultMemPool");
+    pool_attr_set = (pool_set_fn)dlsym(h, "cuMemPoolSetAttribute");
+    if (!device_get || !ctx_get || !ctx_set || !primary_retain || !default_pool || !pool_attr_set)
         return;
     free_async = (free_async_fn)dlsym(h, "cuMemFreeAsync");
     alloc_async = (alloc_async_fn)dlsym(h, "cuMemAllocAsync");
@@ -79,26 +83,17 @@ static int ensure_ctx(int device)
 }
 
 /* The device's default pool keeps what is freed (as PyTorch's backend does):
- * without it, the pool would give memory back at every synchronisation. */
+ * without it, the pool would give memory back at every synchronisation.
+ * device is in range (the caller checks). */
 static void keep_freed(int device)
 {
-    if (device < 0 || device >= MAX_DEVICES)
-        return;
     pthread_mutex_lock(&pool_lock);
-    if (!pool_set[device]) {
-        void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
-        device_get_fn get = h ? (device_get_fn)dlsym(h, "cuDeviceGet") : NULL;
-        default_pool_fn pool_of = h ? (default_pool_fn)dlsym(h, "cuDeviceGetDefaultMemPool") : NULL;
-        pool_set_fn set = h ? (pool_set_fn)dlsym(h, "cuMemPoolSetAttribute") : NULL;
-        int dev;
-        void *pool;
-        uint64_t keep = UINT64_MAX;
-        if (get && pool_of && set && get(&dev, device) == 0 && pool_of(&pool, dev) == 0 &&
-            set(pool, POOL_ATTR_RELEASE_THRESHOLD, &keep) == 0)
-            __atomic_store_n(&pool_set[device], 1, __ATOMIC_RELAXED);
-        if (h)
-            dlclose(h);
-    }
+    int dev;
+    void *pool;
+    uint64_t keep = UINT64_MAX;
+    if (!pool_set[device] && device_get(&dev, device) == 0 && default_pool(&pool, dev) == 0 &&
+        pool_attr_set(pool, POOL_ATTR_RELEASE_THRESHOLD, &keep) == 0)
+        __atomic_store_n(&pool_set[device], 1, __ATOMIC_RELAXED);
     pthread_mutex_unlock(&pool_lock);
 }
 
