@@ -123,6 +123,8 @@ struct frame_pool {
     struct grant_path last;      /* the last grant's (main thread only) */
     uint64_t adopt_wait_ns;      /* frame_pool_adopt's waits for the lock and the frames */
     uint32_t adopted;            /* it adopted, since grant_now zeroed them (main thread) */
+    uint32_t touched;            /* slots below this have had their pages touched:
+                                  * frame_pool_tick runs ahead of next_unused */
     uint64_t released_isolation; /* free frames of one uid released so that another
                                   * uid got fresh ones (or tainted by a share) */
     uint64_t released_idle;      /* free frames above the reserve target released

@@ -312,6 +312,7 @@ static int set_cap(struct frame_pool *p, uint32_t n)
     memcpy(nf, p->frames, (size_t)p->cap * sizeof(*nf));
     free(p->frames);
     p->frames = nf;
+    p->touched = p->cap;   /* the copy touched the old slots' pages, and only those */
     p->cap = n;
     return 0;
 }
@@ -439,6 +440,25 @@ static void set_target(struct frame_pool *p, uint64_t target, bool raise_only)
     pthread_mutex_unlock(&p->lock);
 }
 
+/* The slots the next TOUCH_AHEAD frames take have their pages touched
+ * here, between requests, not by the grant that first writes them: a page
+ * fault on the main thread waits for the process's memory map lock, which
+ * the driver may hold for a long time in a reserve worker's create. */
+#define TOUCH_AHEAD 1024
+static void touch_ahead(struct frame_pool *p)
+{
+    uint32_t end = p->next_unused + TOUCH_AHEAD < p->cap ? p->next_unused + TOUCH_AHEAD : p->cap;
+    if (p->touched < p->next_unused)
+        p->touched = p->next_unused;
+    if (p->touched < end && end - p->touched >= TOUCH_AHEAD / 4) {
+        for (uint32_t i = p->touched; i < end; i++) {
+            volatile uint8_t *b = (volatile uint8_t *)&p->frames[i];
+            *b = *b;   /* a write: a read of an untouched page maps the shared zero page */
+        }
+        p->touched = end;
+    }
+}
+
 int64_t frame_pool_tick(struct frame_pool *p, int64_t now_ms)
 {
     /* The journal's id limit moves ahead here, between requests, half a
@@ -448,6 +468,7 @@ int64_t frame_pool_tick(struct frame_pool *p, int64_t now_ms)
     if (p->journal_fd >= 0 && !p->journal_ahead_failed &&
         p->next_unused + JOURNAL_STEP / 2 >= p->journal_limit)
         p->journal_ahead_failed = write_journal(p, p->next_unused + JOURNAL_STEP) != 0;
+    touch_ahead(p);
     count_demand(p, 0);   /* rotate to this second */
     uint64_t target = demand_target(p);
     set_target(p, target, false);
@@ -740,7 +761,8 @@ void frame_pool_adopt(struct frame_pool *p)
         memmove(p->ready, p->ready + i, (p->n_ready - i) * sizeof(*p->ready));
     p->n_ready -= i;
     p->adopted += i;
-    pthread_cond_broadcast(&p->wake);
+    if (i)
+        pthread_cond_broadcast(&p->wake);   /* room in ready[]: the workers may go on */
     pthread_mutex_unlock(&p->lock);
     POOL_CHECK(p);
 }

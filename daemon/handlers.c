@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <moonbright/status.h>
@@ -193,6 +194,8 @@ void grant_now(struct daemon *d, struct session *s, uint64_t bytes, struct grant
                        (unsigned long long)bytes, MAX_GRANT_FRAMES);
         return;
     }
+    struct rusage ru0, ru1;   /* the warm plan's page faults and preemptions, for the slow-grant line */
+    getrusage(RUSAGE_THREAD, &ru0);
     uint64_t tp = mb_now_ns();
     d->pool.adopt_wait_ns = 0;
     d->pool.adopted = 0;
@@ -210,6 +213,7 @@ void grant_now(struct daemon *d, struct session *s, uint64_t bytes, struct grant
         }
     }
     uint64_t t0 = mb_now_ns();
+    getrusage(RUSAGE_THREAD, &ru1);
     int err = frame_pool_grant_orders(&d->pool, orders, n, s->id, s->uid, s->tenant->id, ids);
     uint64_t t1 = mb_now_ns();
     if (err != 0) {
@@ -233,15 +237,17 @@ void grant_now(struct daemon *d, struct session *s, uint64_t bytes, struct grant
         const struct grant_path *l = &d->pool.last;
         char b[32];
         mb_log(MB_LOG_INFO, "grant of %s in %u frames to session %llu took %.2f ms (%.2f ms since it "
-                            "arrived; before it: checks %.2f ms, the warm plan %.2f ms; %.2f ms "
-                            "waiting for the frame lock to adopt %u made frames): %u created "
+                            "arrived; before it: checks %.2f ms, the warm plan %.2f ms (%ld page faults, %ld "
+                            "preemptions); %.2f ms waiting for the frame lock to adopt %u made "
+                            "frames): %u created "
                             "on the path (%.2f ms: create %.2f, export %.2f, "
                             "own map %.2f; %.2f ms waiting for the reserve's workers, %u free frames "
                             "released for room), %u scrubbed (%.2f ms), descriptors passed in %.2f ms",
                mb_format_size(covered, b, sizeof(b)), n, (unsigned long long)s->id, (t2 - t0) / 1e6,
                t0_ns && t2 > t0_ns ? (t2 - t0_ns) / 1e6 : 0.0,
                t0_ns && tp > t0_ns ? (tp - t0_ns) / 1e6 : 0.0, (t0 - tp) / 1e6,
-               d->pool.adopt_wait_ns / 1e6, d->pool.adopted,
+               (ru1.ru_minflt - ru0.ru_minflt) + (ru1.ru_majflt - ru0.ru_majflt),
+               ru1.ru_nivcsw - ru0.ru_nivcsw, d->pool.adopt_wait_ns / 1e6, d->pool.adopted,
                l->created, l->create_ns / 1e6, l->step_ns[0] / 1e6, l->step_ns[1] / 1e6,
                l->step_ns[2] / 1e6, l->wait_ns / 1e6, l->released, l->scrubbed,
                l->scrub_ns / 1e6, (t2 - t1) / 1e6);
