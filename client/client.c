@@ -66,6 +66,11 @@ int mb_open(mb_client **out, const char *tenant_name)
     lclock_init(&c->lclk);
     pthread_mutex_init(&c->flock, NULL);
     pthread_mutex_init(&c->release_lock, NULL);
+    pthread_mutexattr_t ra;
+    pthread_mutexattr_init(&ra);
+    pthread_mutexattr_settype(&ra, PTHREAD_MUTEX_RECURSIVE);
+    pthread_mutex_init(&c->rpclock, &ra);
+    pthread_mutexattr_destroy(&ra);
     c->sd_fenced_tail = &c->sd_fenced;
     c->chan = -1;
     c->device = (int)env_long("MOONBRIGHT_DEVICE", 0, 0, 255);
@@ -119,6 +124,7 @@ int mb_open(mb_client **out, const char *tenant_name)
         rpc_disconnect(c);
         mb_backend_close(c->be);
         pthread_mutex_destroy(&c->release_lock);
+        pthread_mutex_destroy(&c->rpclock);
         pthread_mutex_destroy(&c->flock);
         pthread_mutex_destroy(&c->lock);
         free(c);
@@ -176,6 +182,7 @@ void mb_close(mb_client *c)
     mb_backend_close(c->be);
     pthread_mutex_unlock(&c->flock);
     pthread_mutex_destroy(&c->release_lock);
+    pthread_mutex_destroy(&c->rpclock);
     pthread_mutex_destroy(&c->flock);
     pthread_mutex_destroy(&c->lock);
     free(c);

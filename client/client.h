@@ -161,12 +161,19 @@ struct ptrmap {
  * c->flock while holding c->lock: the tiers drop c->lock around frame-layer
  * work (tiers.c backing_get), so no thread waits for the daemon or the
  * driver behind c->lock. c->release_lock, taken before either, lets one
- * give-back (maint_release: trim, reclaim, the idle policy) run at a time. */
+ * give-back (maint_release: trim, reclaim, the idle policy) run at a time.
+ * c->rpclock (recursive) guards the daemon's line: both sockets, request
+ * ids, the session state that calls change (lost, broken, the notices'
+ * flags, the last refusal) and the wait counters; taken after c->flock or
+ * alone, and a grant may let go of c->flock while it holds c->rpclock
+ * (fcache_grant_unlocks), so that threads served from the frame cache do
+ * not wait for another thread's round trip. */
 struct mb_client {
     pthread_mutex_t lock;
     pthread_mutex_t flock;
     unsigned fl_callers;         /* threads on a request's path waiting for flock (atomic) */
     pthread_mutex_t release_lock;
+    pthread_mutex_t rpclock;     /* the daemon's line (above); recursive */
     /* Hand-overs up, set by mb_open (client.c): the layers below call these
      * rather than name a function of a layer above them. */
     int (*node_alloc)(mb_client *c, size_t bytes, void **out);   /* vsnodes.c: chunks of table nodes */
@@ -177,7 +184,7 @@ struct mb_client {
     int device;
     size_t frame_bytes;
     char backend_name[16];
-    /* control plane (flock) */
+    /* control plane (rpclock; chan, dealer and the flags are set under flock too) */
     void *zctx, *dealer;
     int chan;
     uint64_t session_id;
@@ -216,7 +223,7 @@ struct mb_client {
     int reconnect_wait_ms;       /* current back-off step */
     char tenant[64];
     char refusal[256];           /* the daemon's words for the latest request refused for
-                                  * budget or quota (flock): logged if the call fails */
+                                  * budget or quota (rpclock): logged if the call fails */
     bool reclaim_due;            /* a RECLAIM notice waits to be answered */
     uint64_t reclaim_bytes;      /* ... for this many bytes (0: all cached) */
     uint64_t cache_reported;     /* bytes of the last Cache report */
@@ -259,7 +266,8 @@ struct mb_client {
     struct {                     /* the frame layer's counters (flock) */
         size_t bytes_mapped;
         uint64_t daemon_requests, frames_imported, unmaps;
-        uint64_t daemon_ns, import_ns;   /* waiting for replies; importing handles */
+        uint64_t daemon_ns, import_ns;   /* waiting for replies; importing handles
+                                          * (daemon_*: atomic, rpc.c) */
     } fst;
     struct refill *refill;       /* vspace page pools, growable ranges and their
                                   * background thread (refill.h), once used */
@@ -294,12 +302,21 @@ static inline void fl_lock_caller(mb_client *c)
     __atomic_sub_fetch(&c->fl_callers, 1, __ATOMIC_RELAXED);
 }
 
-/* rpc.c (flock held by every caller) */
+/* rpc.c: each takes c->rpclock itself; a caller holds it (rpc_lock) across
+ * a call and what follows on the handle channel. c->flock is held by every
+ * caller except rpc_call_connected's. */
+static inline void rpc_lock(mb_client *c) { pthread_mutex_lock(&c->rpclock); }
+static inline void rpc_unlock(mb_client *c) { pthread_mutex_unlock(&c->rpclock); }
 int rpc_connect(mb_client *c, const char *tenant);
 void rpc_disconnect(mb_client *c);
 /* Send req (its id is set here) and wait for the reply. Non-zero reply
- * codes come back as the return value, with the text logged. */
+ * codes come back as the return value, with the text logged. When the
+ * daemon was lost, this reconnects first and reports the frames held. */
 int rpc_call(mb_client *c, Mb__Request *req, Mb__Reply **rep);
+/* rpc_call without c->flock: never reconnects (that reads the frame
+ * cache); MB_EUNAVAIL with c->lost set when the daemon is gone, and the
+ * caller takes c->flock and calls rpc_call. */
+int rpc_call_connected(mb_client *c, Mb__Request *req, Mb__Reply **rep);
 /* Send without waiting for the reply (it is dropped when it comes). */
 int rpc_post(mb_client *c, Mb__Request *req);
 /* Handle notices that arrived; a RECLAIM sets c->reclaim_due. */
@@ -369,8 +386,14 @@ bool fcache_is_valid(const struct frame_cache *fc);
 static inline bool refused_for_room(int rc) { return rc == MB_ENOMEM || rc == MB_EQUOTA; }
 /* Why a call failed with rc, for its error message: the daemon's words
  * for the latest refusal when rc is a refusal for budget or quota, else
- * rc's name. Takes the frame lock. */
+ * rc's name. Takes c->rpclock. */
 void fcache_refusal(mb_client *c, int rc, char *buf, size_t n);
+/* Let this thread's grants go of c->flock while they wait for the daemon
+ * and import the handles (on), so that other threads take cached frames
+ * meanwhile; returns the setting it replaces. Only for a caller that holds
+ * no other client lock and keeps nothing it read under c->flock across
+ * the call but the frames it took (they are in use, no one else's). */
+bool fcache_grant_unlocks(bool on);
 /* Is the process near the budget or its quota: what it could still be
  * granted under fc.near_pct percent of what it holds? Layers that map
  * ahead then pack their memory closely (grow.c). Any thread. */

@@ -13,6 +13,10 @@
 #include "wire.h"
 #include "protocol.h"
 
+/* Set on a thread whose grants may let go of the frame lock
+ * (fcache_grant_unlocks). */
+static _Thread_local bool grant_unlocks;
+
 #ifdef MB_DEBUG
 #define FC_CHECK(fc) do { if (!fcache_is_valid(fc)) abort(); } while (0)
 #else
@@ -100,7 +104,10 @@ static void report(mb_client *c, uint64_t tier_idle, const mb_client_stats *st, 
         memcpy(v, k, sizeof(v));
     }
     bool counters = st && memcmp(v, c->counters_reported, sizeof(v)) != 0;
-    if ((now == c->cache_reported && !counters && !answer) || c->broken)
+    rpc_lock(c);
+    bool broken = c->broken;
+    rpc_unlock(c);
+    if ((now == c->cache_reported && !counters && !answer) || broken)
         return;
     Mb__Request req = MB__REQUEST__INIT;
     Mb__Cache m = MB__CACHE__INIT;
@@ -154,93 +161,171 @@ void fcache_drop_strays(mb_client *c)
 {
     struct mb_chan_msg m;
     int fds[MB_CHAN_MAX_FDS];
+    rpc_lock(c);
     while (c->chan >= 0 && !c->lost && mb_chan_recv(c->chan, &m, fds, 0) == 0)
         drop_stray(c, &m, fds);
+    rpc_unlock(c);
 }
 
-/* Frames a reply named but this process will not keep: close whatever of
- * their handles arrived on the handle channel and hand them back. */
-static void reject_frames(mb_client *c, uint32_t *ids, size_t n)
+/* After a reply whose frames this process will not keep: their handles
+ * still on the handle channel are closed, and any other call's handed
+ * back as strays (c->rpclock held). The daemon sends a reply's handles
+ * before the reply, so none of its frames' come later. */
+static void drain_handles(mb_client *c, const Mb__Frame *const *fr, size_t n)
 {
     struct mb_chan_msg m;
     int fds[MB_CHAN_MAX_FDS];
-    while (mb_chan_recv(c->chan, &m, fds, 0) == 0)
+    while (mb_chan_recv(c->chan, &m, fds, 0) == 0) {
+        bool ours = false;
+        for (size_t i = 0; m.count && i < n && !ours; i++)
+            ours = fr[i]->id == m.ids[0];
+        if (!ours) {
+            drop_stray(c, &m, fds);
+            continue;
+        }
         for (uint32_t i = 0; i < m.count; i++)
             close(fds[i]);
-    if (n)
-        return_ids(c, ids, n);
+    }
 }
 
-/* The reply to a grant or an import names n frames whose handles were sent
- * on the handle channel before it: import each once. They arrive in use. On
- * failure everything received is dropped and the frames are handed back. */
-static int receive_frames(mb_client *c, const Mb__Frame *const *fr, size_t n, struct cframe **out)
+/* The n frames a reply named go back to the daemon, none of their handles
+ * kept (drain_handles, or received and closed or released). */
+static void return_reply_frames(mb_client *c, const Mb__Frame *const *fr, size_t n, int rc)
+{
+    mb_log(MB_LOG_WARN, "failed to import frames: %s", mb_strerror(rc));
+    uint32_t *ids = malloc((n ? n : 1) * sizeof(*ids));
+    for (size_t i = 0; ids && i < n; i++)
+        ids[i] = fr[i]->id;
+    if (ids && n)
+        return_ids(c, ids, n);
+    free(ids);
+}
+
+/* The reply to a grant or an import names n frames whose handles were
+ * sent on the handle channel before it: receive them, fds[i] for fr[i]
+ * (c->rpclock held since the call). Messages of earlier calls that gave up
+ * are handed back. On failure what arrived is closed. */
+static int recv_handles(mb_client *c, const Mb__Frame *const *fr, size_t n, int *fds)
 {
     int rc = 0;
     size_t got = 0;
-    uint32_t *ids = malloc((n ? n : 1) * sizeof(*ids));
-    if (!ids)
-        return MB_ENOMEM;
-    for (size_t i = 0; i < n; i++) {
-        ids[i] = fr[i]->id;
+    for (size_t i = 0; i < n; i++)
         if (mb_frame_order(fr[i]->bytes, c->frame_bytes) < 0 || !fr[i]->fd_follows)
             rc = MB_EPROTO;
-    }
     while (rc == 0 && got < n) {
         struct mb_chan_msg m;
-        int fds[MB_CHAN_MAX_FDS];
-        rc = mb_chan_recv(c->chan, &m, fds, c->timeout_ms);
+        int mfds[MB_CHAN_MAX_FDS];
+        rc = mb_chan_recv(c->chan, &m, mfds, c->timeout_ms);
         if (rc != 0)
             break;
-        if (m.type == MB_CHAN_FRAMES && m.count && m.ids[0] != ids[got]) {
-            drop_stray(c, &m, fds);   /* an earlier call's, which gave up */
+        if (m.type == MB_CHAN_FRAMES && m.count && m.ids[0] != fr[got]->id) {
+            drop_stray(c, &m, mfds);   /* an earlier call's, which gave up */
             continue;
         }
-        if (m.type != MB_CHAN_FRAMES || got + m.count > n) {
-            for (uint32_t i = 0; i < m.count; i++)
-                close(fds[i]);
+        if (m.type != MB_CHAN_FRAMES || got + m.count > n)
             rc = MB_EPROTO;
-            break;
-        }
         for (uint32_t i = 0; i < m.count; i++) {
-            struct cframe *f = calloc(1, sizeof(*f));
-            if (!f || m.ids[i] != ids[got]) {
-                free(f);
-                close(fds[i]);
-                rc = f ? MB_EPROTO : MB_ENOMEM;
-                continue;
+            if (rc == 0 && m.ids[i] == fr[got]->id)
+                fds[got++] = mfds[i];
+            else {
+                close(mfds[i]);
+                rc = MB_EPROTO;
             }
-            f->id = m.ids[i];
-            f->in_use = true;
-            int e = c->be->ops->import_fd(c->be, fds[i], fr[got]->bytes, &f->mem);
-            if (e == 0 && (e = hold(&c->fc, f)) != 0)
-                c->be->ops->release(c->be, &f->mem);
-            if (e != 0) {
-                free(f);
-                rc = e;
-                continue;
-            }
-            c->fc.n_in_use++;
-            c->fst.frames_imported++;
-            out[got++] = f;
         }
+    }
+    if (rc != 0)
+        while (got > 0)
+            close(fds[--got]);
+    return rc;
+}
+
+/* Import each received handle once (no lock: the backends are
+ * thread-safe), into new frames in use: out[i] for fr[i]. Every fd is
+ * consumed. On failure nothing stays imported. */
+static int import_handles(mb_client *c, const Mb__Frame *const *fr, size_t n, int *fds,
+                          struct cframe **out)
+{
+    int rc = 0;
+    size_t got = 0;
+    for (size_t i = 0; i < n; i++) {
+        struct cframe *f = rc == 0 ? calloc(1, sizeof(*f)) : NULL;
+        if (!f) {
+            close(fds[i]);
+            rc = rc ? rc : MB_ENOMEM;
+            continue;
+        }
+        f->id = fr[i]->id;
+        f->in_use = true;
+        int e = c->be->ops->import_fd(c->be, fds[i], fr[i]->bytes, &f->mem);   /* takes fds[i] */
+        if (e != 0) {
+            free(f);
+            rc = e;
+            continue;
+        }
+        out[got++] = f;
+    }
+    if (rc != 0)
+        while (got > 0) {
+            struct cframe *f = out[--got];
+            c->be->ops->release(c->be, &f->mem);
+            free(f);
+        }
+    return rc;
+}
+
+/* Imported frames into the cache's books, in use (c->flock held). On
+ * failure none is: they are released. */
+static int hold_all(mb_client *c, struct cframe **out, size_t n)
+{
+    size_t held = 0;
+    int rc = 0;
+    for (; held < n && (rc = hold(&c->fc, out[held])) == 0; held++) {
+        c->fc.n_in_use++;
+        c->fst.frames_imported++;
     }
     if (rc != 0) {
-        mb_log(MB_LOG_WARN, "failed to import frames: %s", mb_strerror(rc));
-        for (size_t i = 0; i < got; i++)
+        for (size_t i = 0; i < held; i++)
             fcache_forget(c, out[i]);
-        reject_frames(c, ids, n);
+        for (size_t i = held; i < n; i++) {
+            c->be->ops->release(c->be, &out[i]->mem);
+            free(out[i]);
+        }
     }
-    free(ids);
+    return rc;
+}
+
+/* recv_handles, import_handles and hold_all in one, c->flock and
+ * c->rpclock held. On failure everything received is dropped and the
+ * frames are handed back. */
+static int receive_frames(mb_client *c, const Mb__Frame *const *fr, size_t n, struct cframe **out)
+{
+    int *fds = malloc((n ? n : 1) * sizeof(*fds));
+    int rc = fds ? recv_handles(c, fr, n, fds) : MB_ENOMEM;
+    if (rc == 0)
+        rc = import_handles(c, fr, n, fds, out);
+    if (rc == 0)
+        rc = hold_all(c, out, n);
+    free(fds);
+    if (rc != 0) {
+        drain_handles(c, fr, n);
+        return_reply_frames(c, fr, n, rc);
+    }
     return rc;
 }
 
 void fcache_refusal(mb_client *c, int rc, char *buf, size_t n)
 {
-    pthread_mutex_lock(&c->flock);
+    rpc_lock(c);
     bool said = refused_for_room(rc) && c->refusal[0];
     snprintf(buf, n, "%s", said ? c->refusal : mb_strerror(rc));
-    pthread_mutex_unlock(&c->flock);
+    rpc_unlock(c);
+}
+
+bool fcache_grant_unlocks(bool on)
+{
+    bool was = grant_unlocks;
+    grant_unlocks = on;
+    return was;
 }
 
 void fcache_forget(mb_client *c, struct cframe *f)
@@ -325,41 +410,71 @@ static int grant(mb_client *c, uint64_t bytes, bool large, unsigned max_order, b
     g.exact = g.large && exact;
     req.body_case = MB__REQUEST__BODY_GRANT;
     req.grant = &g;
-    Mb__Reply *rep;
-    int rc = rpc_call(c, &req, &rep);
-    if (refused_for_room(rc)) {   /* no room left */
-        c->fc.ceiling = c->fc.bytes_held;
-        near_update(&c->fc);
+    /* Unlocked (fcache_grant_unlocks): the frame lock is let go for the
+     * round trip, the handles and their import; a daemon found lost is
+     * reconnected to with it held. */
+    bool unlocked = grant_unlocks;
+    Mb__Reply *rep = NULL;
+    int rc;
+    if (unlocked) {
+        fl_unlock(c);
+        rpc_lock(c);
+        rc = rpc_call_connected(c, &req, &rep);
+        if (rc == MB_EUNAVAIL && c->lost && !c->broken) {
+            rpc_unlock(c);
+            fl_lock(c);
+            unlocked = false;
+            rpc_lock(c);
+            rc = rpc_call(c, &req, &rep);
+        }
+    } else {
+        rpc_lock(c);
+        rc = rpc_call(c, &req, &rep);
     }
-    if (rc != 0)
-        return rc;
-    bool warm = g.warm_max_frames && rep->body_case == MB__REPLY__BODY_GRANT &&
+    int call_rc = rc;
+    bool warm = rc == 0 && g.warm_max_frames && rep->body_case == MB__REPLY__BODY_GRANT &&
                 warm_reply_ok(c, rep->grant, bytes, max_order, n > warm_max ? n : warm_max);
     if (warm)
         n = rep->grant->n_frames;
-    else if (rep->body_case != MB__REPLY__BODY_GRANT || rep->grant->n_frames != n)
+    else if (rc == 0 && (rep->body_case != MB__REPLY__BODY_GRANT || rep->grant->n_frames != n))
         rc = MB_EPROTO;
     for (size_t i = 0; rc == 0 && !warm && i < n; i++)
         if (rep->grant->frames[i]->bytes != (uint64_t)c->frame_bytes << (want ? want[i] : 0))
             rc = MB_EPROTO;   /* not the frames asked for */
+    const Mb__Frame *const *fr = rc == 0 ? (const Mb__Frame *const *)rep->grant->frames : NULL;
+    int *fds = rc == 0 ? malloc((n ? n : 1) * sizeof(*fds)) : NULL;
+    if (rc == 0)
+        rc = fds ? recv_handles(c, fr, n, fds) : MB_ENOMEM;
+    if (rc != 0 && rep && rep->body_case == MB__REPLY__BODY_GRANT)
+        drain_handles(c, (const Mb__Frame *const *)rep->grant->frames, rep->grant->n_frames);
+    rpc_unlock(c);
     uint64_t t0 = mb_now_ns();
+    if (rc == 0)
+        rc = import_handles(c, fr, n, fds, out);
+    uint64_t t1 = mb_now_ns();
+    free(fds);
+    if (unlocked)
+        fl_lock(c);
+    c->fst.import_ns += t1 - t0;
+    if (refused_for_room(call_rc)) {   /* no room left */
+        c->fc.ceiling = c->fc.bytes_held;
+        near_update(&c->fc);
+    }
+    if (rc == 0)
+        rc = hold_all(c, out, n);
+    if (rc != 0 && rep && rep->body_case == MB__REPLY__BODY_GRANT)
+        /* Granted, but not what was asked for, not received or not
+         * imported: hand it back (with the frame lock: a return may have
+         * to reconnect). */
+        return_reply_frames(c, (const Mb__Frame *const *)rep->grant->frames, rep->grant->n_frames, rc);
     if (rc == 0) {
-        rc = receive_frames(c, (const Mb__Frame *const *)rep->grant->frames, n, out);
-        c->fst.import_ns += mb_now_ns() - t0;
         c->fc.ceiling = c->fc.bytes_held + rep->grant->room;
         near_update(&c->fc);
         if (got)
             *got = n;
-    } else if (rep->body_case == MB__REPLY__BODY_GRANT) {
-        /* Not what was asked for, but granted: hand it back. */
-        size_t k = rep->grant->n_frames;
-        uint32_t *ids = malloc((k ? k : 1) * sizeof(*ids));
-        for (size_t i = 0; ids && i < k; i++)
-            ids[i] = rep->grant->frames[i]->id;
-        reject_frames(c, ids, ids ? k : 0);
-        free(ids);
     }
-    mb__reply__free_unpacked(rep, NULL);
+    if (rep)
+        mb__reply__free_unpacked(rep, NULL);
     return rc;
 }
 
@@ -372,9 +487,12 @@ int fcache_import(mb_client *c, const uint8_t *token, size_t len, struct cframe 
     req.body_case = MB__REQUEST__BODY_IMPORT;
     req.import = &im;
     Mb__Reply *rep;
+    rpc_lock(c);   /* the handles follow the reply on the channel */
     int rc = rpc_call(c, &req, &rep);
-    if (rc != 0)
+    if (rc != 0) {
+        rpc_unlock(c);
         return rc;
+    }
     size_t k = rep->body_case == MB__REPLY__BODY_IMPORT ? rep->import->n_frames : 0;
     *out = k ? calloc(k, sizeof(**out)) : NULL;
     if (!k)
@@ -383,6 +501,7 @@ int fcache_import(mb_client *c, const uint8_t *token, size_t len, struct cframe 
         rc = MB_ENOMEM;
     else
         rc = receive_frames(c, (const Mb__Frame *const *)rep->import->frames, k, *out);
+    rpc_unlock(c);
     if (rc != 0 && k && *out) {
         free(*out);
         *out = NULL;

@@ -129,7 +129,9 @@ int fl_take(mb_client *c, size_t need, size_t want, size_t room, struct wait_par
     int rc = 0;
     if (got < need) {
         uint64_t t0 = w ? mb_now_ns() : 0;
+        bool was = fcache_grant_unlocks(true);   /* no other lock held here */
         rc = fl_grant(c, need - got, want - got, room - got, &t);
+        fcache_grant_unlocks(was);
         if (w) {
             w->grant_ns += mb_now_ns() - t0;
             w->granted += t ? t->n : 0;

@@ -178,8 +178,8 @@ void maint_stats(mb_client *c, mb_client_stats *out)
     out->bytes_idle += cached;
     pthread_mutex_lock(&c->flock);
     out->bytes_mapped = c->fst.bytes_mapped;
-    out->daemon_requests = c->fst.daemon_requests;
-    out->daemon_wait_us = c->fst.daemon_ns / 1000;
+    out->daemon_requests = __atomic_load_n(&c->fst.daemon_requests, __ATOMIC_RELAXED);
+    out->daemon_wait_us = __atomic_load_n(&c->fst.daemon_ns, __ATOMIC_RELAXED) / 1000;
     out->import_us = c->fst.import_ns / 1000;
     out->frames_imported = c->fst.frames_imported;
     out->unmaps = c->fst.unmaps;
@@ -219,9 +219,11 @@ static void *maint_main(void *arg)
     while (!c->stopping) {
         int fd = -1;
         size_t len = sizeof(fd);
+        rpc_lock(c);
         if (c->dealer)
             zmq_getsockopt(c->dealer, ZMQ_FD, &fd, &len);
         int chan = c->chan;
+        rpc_unlock(c);
         pthread_mutex_unlock(&c->flock);
         /* ZMQ_FD is edge-triggered: wake on it, on the channel closing, or
          * every tick regardless. */
@@ -230,18 +232,28 @@ static void *maint_main(void *arg)
         pthread_mutex_lock(&c->flock);
         if (c->stopping)
             break;
+        pthread_mutex_unlock(&c->flock);
+        /* The line alone: a grant that let go of the frame lock may hold it,
+         * and threads served from the frame cache should not wait for that
+         * behind this one. No call is in progress, nor a grant's handles
+         * being received, while it is held. */
+        rpc_lock(c);
         if (!c->lost)
             rpc_poll_notices(c);   /* a KILLED notice comes before the channel closes */
         rpc_check_lost(c);
-        if (c->lost) {
+        bool lost = c->lost;
+        if (!lost)
+            fcache_drop_strays(c);
+        bool reclaim = !lost && c->reclaim_due;
+        uint64_t want = c->reclaim_bytes;
+        if (reclaim)
+            c->reclaim_due = false;
+        rpc_unlock(c);
+        if (lost) {
+            pthread_mutex_lock(&c->flock);   /* a reconnect reports the frames held */
             rpc_ensure_connected(c);
             continue;
         }
-        fcache_drop_strays(c);   /* no grant is being received now */
-        bool reclaim = c->reclaim_due;
-        uint64_t want = c->reclaim_bytes;
-        c->reclaim_due = false;
-        pthread_mutex_unlock(&c->flock);
 
         if (reclaim)
             answer_reclaim(c, want);

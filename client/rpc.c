@@ -17,7 +17,7 @@
 #include "refill.h"
 #include "wire.h"
 
-int rpc_connect(mb_client *c, const char *tenant)
+static int rpc_connect_held(mb_client *c, const char *tenant)
 {
     if (tenant != c->tenant)   /* a reconnect passes c->tenant itself */
         snprintf(c->tenant, sizeof(c->tenant), "%s", tenant);
@@ -73,6 +73,14 @@ int rpc_connect(mb_client *c, const char *tenant)
     return 0;
 }
 
+int rpc_connect(mb_client *c, const char *tenant)
+{
+    rpc_lock(c);
+    int rc = rpc_connect_held(c, tenant);
+    rpc_unlock(c);
+    return rc;
+}
+
 /* The frames this process still maps or caches, reported to a new daemon:
  * granted ones, and those held through an import (marked imported). */
 static int reattach(mb_client *c)
@@ -117,7 +125,7 @@ static int reattach(mb_client *c)
     return rc;
 }
 
-int rpc_ensure_connected(mb_client *c)
+static int rpc_ensure_connected_held(mb_client *c)
 {
     if (!c->lost)
         return 0;
@@ -155,6 +163,14 @@ int rpc_ensure_connected(mb_client *c)
     return 0;
 }
 
+int rpc_ensure_connected(mb_client *c)
+{
+    rpc_lock(c);
+    int rc = rpc_ensure_connected_held(c);
+    rpc_unlock(c);
+    return rc;
+}
+
 /* The channel is readable with nothing queued: the daemon went away. */
 static void check_lost(mb_client *c)
 {
@@ -168,6 +184,7 @@ static void check_lost(mb_client *c)
 
 void rpc_disconnect(mb_client *c)
 {
+    rpc_lock(c);
     if (c->dealer)
         zmq_close(c->dealer);
     if (c->zctx)
@@ -176,6 +193,7 @@ void rpc_disconnect(mb_client *c)
         close(c->chan);
     c->dealer = c->zctx = NULL;
     c->chan = -1;
+    rpc_unlock(c);
 }
 
 /* Record a notice; the work it asks for happens once no call is waiting.
@@ -211,31 +229,59 @@ static void on_notice(void *ctx, const Mb__Reply *r)
 
 void rpc_poll_notices(mb_client *c)
 {
-    if (!c->dealer)
-        return;
+    rpc_lock(c);
     Mb__Reply *r;
     /* No request is outstanding: anything waiting is a notice or a late reply. */
-    while (mb_wire_recv_reply(c->dealer, (uint64_t)-1, 0, &r, on_notice, c) == 0)
+    while (c->dealer && mb_wire_recv_reply(c->dealer, (uint64_t)-1, 0, &r, on_notice, c) == 0)
         mb__reply__free_unpacked(r, NULL);
+    rpc_unlock(c);
 }
 
-void rpc_check_lost(mb_client *c) { check_lost(c); }
+void rpc_check_lost(mb_client *c)
+{
+    rpc_lock(c);
+    check_lost(c);
+    rpc_unlock(c);
+}
 
 int rpc_post(mb_client *c, Mb__Request *req)
 {
-    if (c->broken || c->lost)
-        return MB_EUNAVAIL;
-    req->id = ++c->next_id;
-    return mb_wire_send_request(c->dealer, req);
+    rpc_lock(c);
+    int rc = MB_EUNAVAIL;
+    if (!c->broken && !c->lost) {
+        req->id = ++c->next_id;
+        rc = mb_wire_send_request(c->dealer, req);
+    }
+    rpc_unlock(c);
+    return rc;
 }
 
+static int call(mb_client *c, Mb__Request *req, Mb__Reply **out, bool reconnect);
+
 int rpc_call(mb_client *c, Mb__Request *req, Mb__Reply **out)
+{
+    rpc_lock(c);
+    int rc = call(c, req, out, true);
+    rpc_unlock(c);
+    return rc;
+}
+
+int rpc_call_connected(mb_client *c, Mb__Request *req, Mb__Reply **out)
+{
+    rpc_lock(c);
+    int rc = call(c, req, out, false);
+    rpc_unlock(c);
+    return rc;
+}
+
+static int call(mb_client *c, Mb__Request *req, Mb__Reply **out, bool reconnect)
 {
     if (c->broken)
         return MB_EUNAVAIL;
     check_lost(c);
-    if (c->lost && rpc_ensure_connected(c) != 0) {
-        mb_log(MB_LOG_WARN, "moonbrightd is unavailable");
+    if (c->lost && (!reconnect || rpc_ensure_connected(c) != 0)) {
+        if (reconnect)
+            mb_log(MB_LOG_WARN, "moonbrightd is unavailable");
         return MB_EUNAVAIL;
     }
     req->id = ++c->next_id;
@@ -243,8 +289,8 @@ int rpc_call(mb_client *c, Mb__Request *req, Mb__Reply **out)
     int rc = mb_wire_send_request(c->dealer, req);
     if (rc == 0)
         rc = mb_wire_recv_reply(c->dealer, req->id, c->timeout_ms, out, on_notice, c);
-    c->fst.daemon_requests++;
-    c->fst.daemon_ns += mb_now_ns() - t0;
+    __atomic_add_fetch(&c->fst.daemon_requests, 1, __ATOMIC_RELAXED);   /* (read without the line) */
+    __atomic_add_fetch(&c->fst.daemon_ns, mb_now_ns() - t0, __ATOMIC_RELAXED);
     if (rc == MB_EUNAVAIL) {
         mb_log(MB_LOG_WARN, "moonbrightd did not answer within %d ms", c->timeout_ms);
         return rc;

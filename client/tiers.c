@@ -158,12 +158,14 @@ static int backing_take(mb_client *c, size_t bytes, bool repair, size_t room, vo
          * the plan rounds nothing, so the range is exactly `bytes`). A
          * refusal for budget or quota goes up: client.c gives the process's
          * own idle memory back and tries once more. */
+        bool was = fcache_grant_unlocks(true);   /* c->lock is not held here */
         if (repair && c->fc.n_cached)
             rc = stitch_alloc_any(c, bytes, heap_order(c, bytes), room, &s);
         else if (c->large_frames && bytes > c->frame_bytes)
             rc = stitch_alloc_large(c, bytes, heap_order(c, bytes), room, &s);
         else
             rc = stitch_alloc(c, bytes, bytes + room, &s);
+        fcache_grant_unlocks(was);
         if (n_idle && c->fc.bytes_cached > c->fc.keep_bytes)
             fcache_trim(c, c->fc.keep_bytes);   /* frames the repair left over */
         pthread_mutex_unlock(&c->flock);

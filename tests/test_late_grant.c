@@ -1,9 +1,13 @@
-/* test_late_grant.c: grants whose answers come after the client gave up
- * (every daemon reply delayed up to 50 ms, a client timeout of 25 ms): the
- * client hands each late grant's frames back by id and closes their
+/* test_late_grant.c: grants whose answers come late. When the client
+ * gave up first (every daemon reply delayed up to 50 ms, a client timeout
+ * of 25 ms), it hands each late grant's frames back by id and closes their
  * descriptors, so its later grants never trip over stray descriptors and
- * the daemon never charges it for frames it does not hold. */
+ * the daemon never charges it for frames it does not hold. While one
+ * thread waits for a grant (the daemon stopped), another is served from
+ * the frames the process caches. */
+#include <pthread.h>
 #include <setjmp.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -82,8 +86,81 @@ static void late_grants_handed_back(void **state)
     assert_int_equal(mbt_daemon_stop(&d), 0);
 }
 
+struct waiter {
+    mb_client *c;
+    void *p;
+    int rc;
+    int done;   /* atomic */
+};
+
+static void *heap_miss(void *arg)
+{
+    struct waiter *w = arg;
+    w->rc = mb_malloc(w->c, (size_t)512 << 20, &w->p);   /* a 512 MiB frame: none cached */
+    __atomic_store_n(&w->done, 1, __ATOMIC_RELEASE);
+    return NULL;
+}
+
+/* A grant lets go of the frame lock while it waits for the daemon: with
+ * the daemon stopped (SIGSTOP), one thread's heap miss waits for its grant
+ * while another thread's growable allocation is served from cached frames
+ * and returns first. */
+static void cache_served_while_a_grant_waits(void **state)
+{
+    (void)state;
+    struct mbt_daemon d;
+    static const char *const args[] = { "--frame-size", "2M", "--budget", "4G", NULL };
+    assert_int_equal(mbt_daemon_start_env(&d, args, NULL), 0);
+    setenv("MOONBRIGHT_RUNTIME_DIR", d.dir, 1);
+    setenv("MOONBRIGHT_TIMEOUT_MS", "10000", 1);
+    setenv("MOONBRIGHT_LARGE_FRAMES", "1", 1);   /* (the test above turned them off) */
+    setenv("MOONBRIGHT_HEAP_REPAIR", "0", 1);    /* a heap miss takes no cached frame of another size */
+    setenv("MOONBRIGHT_GROW_SPARES", "0", 1);    /* nor does a spare range */
+    setenv("MOONBRIGHT_IDLE_MS", "600000", 1);   /* the cache stays, */
+    setenv("MOONBRIGHT_CACHE", "1G", 1);         /* and a grant hands none of it back first */
+    mb_client *c = NULL;
+    assert_int_equal(mb_open(&c, "waiter"), 0);
+    /* Cached frames: growable ranges freed and trimmed into the cache. */
+    void *r[8];
+    for (int i = 0; i < 8; i++)
+        assert_int_equal(mb_malloc_growable(c, (size_t)8 << 20, (size_t)64 << 20, &r[i]), 0);
+    for (int i = 0; i < 8; i++)
+        assert_int_equal(mb_free(c, r[i]), 0);
+    assert_int_equal(mb_trim(c, (size_t)1 << 30), 0);
+    mb_client_stats st;
+    assert_int_equal(mb_stats(c, &st), 0);
+    assert_true(st.bytes_cached >= ((size_t)32 << 20));
+
+    assert_int_equal(kill(d.pid, SIGSTOP), 0);
+    struct waiter w = { .c = c };
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, heap_miss, &w), 0);
+    struct timespec ts = { 0, 300 * 1000 * 1000 };
+    nanosleep(&ts, NULL);   /* the miss is in its grant by now */
+    void *g;
+    assert_int_equal(mb_malloc_growable(c, (size_t)4 << 20, (size_t)64 << 20, &g), 0);
+    int waiting = !__atomic_load_n(&w.done, __ATOMIC_ACQUIRE);
+    assert_int_equal(kill(d.pid, SIGCONT), 0);
+    pthread_join(t, NULL);
+    assert_true(waiting);   /* served while the grant waited */
+    assert_int_equal(w.rc, 0);
+    assert_int_equal(mb_free(c, w.p), 0);
+    assert_int_equal(mb_free(c, g), 0);
+    assert_int_equal(mb_trim(c, 0), 0);
+    assert_int_equal(mb_stats(c, &st), 0);
+    assert_int_equal(st.bytes_granted, 0);
+    assert_int_equal(daemon_granted_bytes(&d), 0);
+    mb_close(c);
+    assert_int_equal(mbt_daemon_stop(&d), 0);
+    unsetenv("MOONBRIGHT_HEAP_REPAIR");
+    unsetenv("MOONBRIGHT_GROW_SPARES");
+    unsetenv("MOONBRIGHT_IDLE_MS");
+    unsetenv("MOONBRIGHT_CACHE");
+}
+
 int main(void)
 {
-    const struct CMUnitTest tests[] = { cmocka_unit_test(late_grants_handed_back) };
+    const struct CMUnitTest tests[] = { cmocka_unit_test(late_grants_handed_back),
+                                        cmocka_unit_test(cache_served_while_a_grant_waits) };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
