@@ -193,6 +193,8 @@ struct mb_client {
     bool broken;                 /* the daemon went away; calls that need it fail */
     bool draining;               /* the daemon said it is draining */
     bool lost;                   /* the daemon went away (its channel closed) */
+    unsigned grants_in_flight;   /* grants without c->flock whose frames are not yet in
+                                  * the frame cache's books: no reconnect meanwhile */
     bool grow_spares;            /* growable ranges get spare ranges (grow.c) */
     size_t grow_lag;             /* stream-ordered growth waits while the mapper has more
                                   * jobs queued than this (grow.c, $MOONBRIGHT_GROW_LAG) */

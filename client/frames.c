@@ -447,6 +447,8 @@ static int grant(mb_client *c, uint64_t bytes, bool large, unsigned max_order, b
         rc = fds ? recv_handles(c, fr, n, fds) : MB_ENOMEM;
     if (rc != 0 && rep && rep->body_case == MB__REPLY__BODY_GRANT)
         drain_handles(c, (const Mb__Frame *const *)rep->grant->frames, rep->grant->n_frames);
+    if (unlocked)
+        c->grants_in_flight++;   /* frames outside the books: no reconnect reports the books */
     rpc_unlock(c);
     uint64_t t0 = mb_now_ns();
     if (rc == 0)
@@ -462,6 +464,11 @@ static int grant(mb_client *c, uint64_t bytes, bool large, unsigned max_order, b
     }
     if (rc == 0)
         rc = hold_all(c, out, n);
+    if (unlocked) {
+        rpc_lock(c);
+        c->grants_in_flight--;
+        rpc_unlock(c);
+    }
     if (rc != 0 && rep && rep->body_case == MB__REPLY__BODY_GRANT)
         /* Granted, but not what was asked for, not received or not
          * imported: hand it back (with the frame lock: a return may have

@@ -129,8 +129,8 @@ static int rpc_ensure_connected_held(mb_client *c)
 {
     if (!c->lost)
         return 0;
-    if (c->broken)
-        return MB_EUNAVAIL;
+    if (c->broken || c->grants_in_flight)
+        return MB_EUNAVAIL;   /* (a grant's frames not yet in the books it would report: later) */
     int64_t now = mb_now_ms();
     if (now < c->next_reconnect_ms)
         return MB_EUNAVAIL;
