@@ -38,6 +38,11 @@ struct mb_backend_ops {
     int (*create)(mb_backend *b, size_t bytes, struct mb_mem *out);
     /* Make m->fd valid (idempotent); the fd stays owned by m. */
     int (*export_fd)(mb_backend *b, struct mb_mem *m);
+    /* Close m->fd, if any: the handle keeps the memory, and export_fd makes
+     * another fd when one is needed again. A process that passes frames on
+     * (the daemon) so holds no descriptor for each frame it passed. NULL
+     * where the fd is the handle (host: the memfd). */
+    void (*unexport)(mb_backend *b, struct mb_mem *m);
     /* Import a mem from an fd received from another process. Takes ownership
      * of fd whatever the outcome (keeps it as the handle or closes it). */
     int (*import_fd)(mb_backend *b, int fd, size_t bytes, struct mb_mem *out);

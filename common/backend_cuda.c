@@ -353,6 +353,13 @@ static int cuda_export_fd(mb_backend *b, struct mb_mem *m)
     return 0;
 }
 
+static void cuda_unexport(mb_backend *b, struct mb_mem *m)
+{
+    if (m->fd >= 0)
+        close(m->fd);
+    m->fd = -1;
+}
+
 /* The imported handle keeps the memory alive: the fd is closed at once. */
 static int cuda_import_fd(mb_backend *b, int fd, size_t bytes, struct mb_mem *out)
 {
@@ -751,6 +758,7 @@ static int cuda_map_own(mb_backend *b, struct mb_mem *m)
 static const struct mb_backend_ops cuda_ops = {
     .create = cuda_create,
     .export_fd = cuda_export_fd,
+    .unexport = cuda_unexport,
     .import_fd = cuda_import_fd,
     .release = cuda_release,
     .reserve = cuda_reserve,

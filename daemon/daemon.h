@@ -99,8 +99,8 @@ struct free_list {
  * create, export and the daemon's own map; released: free frames ended to
  * make room), frames scrubbed for a new tenant. */
 struct grant_path {
-    uint32_t created, released, scrubbed;
-    uint64_t create_ns, wait_ns, scrub_ns;
+    uint32_t created, released, scrubbed, reexported;
+    uint64_t create_ns, wait_ns, scrub_ns, reexport_ns;
     uint64_t step_ns[3];
 };
 #ifndef MB_SPARES_MAX
@@ -120,6 +120,8 @@ struct frame_pool {
     uint32_t n_free_order[MB_ORDERS];
     uint64_t recreated;          /* free frames released to make room for another order */
     uint64_t path_created;       /* frames grants created on their own path */
+    uint64_t reexports;          /* frames exported again to be passed on (their
+                                  * descriptor was let go of when last passed) */
     struct grant_path last;      /* the last grant's (main thread only) */
     uint64_t adopt_wait_ns;      /* frame_pool_adopt's waits for the lock and the frames */
     uint32_t adopted;            /* it adopted, since grant_now zeroed them (main thread) */
@@ -242,6 +244,8 @@ uint32_t frame_pool_reclaim(struct frame_pool *p, uint64_t session, uint64_t *by
  * owner nor any importer holds it. */
 void frame_pool_drop_hold(struct frame_pool *p, uint32_t id);
 struct frame *frame_pool_get(struct frame_pool *p, uint32_t id);
+/* Frames whose exported descriptor the daemon holds now. */
+uint32_t frame_pool_exported(const struct frame_pool *p);
 bool frame_pool_is_valid(const struct frame_pool *p);
 
 struct tenant {

@@ -131,6 +131,14 @@ void frame_pool_destroy(struct frame_pool *p)
     memset(p, 0, sizeof(*p));
 }
 
+uint32_t frame_pool_exported(const struct frame_pool *p)
+{
+    uint32_t n = 0;
+    for (uint32_t id = 1; id < p->next_unused && id < p->cap; id++)
+        n += p->frames[id].state != FRAME_UNUSED && p->frames[id].mem.fd >= 0;
+    return n;
+}
+
 struct frame *frame_pool_get(struct frame_pool *p, uint32_t id)
 {
     if (id == 0 || id >= p->next_unused || p->frames[id].state == FRAME_UNUSED)

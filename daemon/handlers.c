@@ -135,20 +135,38 @@ static void h_hello(struct request_ctx *rc, const Mb__Request *req, Mb__Reply *r
                       "the daemon is draining");
 }
 
-/* Descriptors travel on the handle channel before the reply, in batches. */
+/* Descriptors travel on the handle channel before the reply, in batches.
+ * A frame passed on keeps no exported descriptor here (where the backend
+ * can let go of it): the daemon's descriptors are its free frames', not
+ * one for every frame it ever granted. A frame granted again, or shared,
+ * is exported again first (counted in d->pool.last and reexports). */
 int send_frame_fds(struct daemon *d, struct session *s, const uint32_t *ids, uint32_t n)
 {
+    const struct mb_backend_ops *ops = d->be->ops;
     for (uint32_t off = 0; off < n; off += MB_CHAN_MAX_FDS) {
         struct mb_chan_msg m = { .type = MB_CHAN_FRAMES, .session_id = s->id };
         int fds[MB_CHAN_MAX_FDS];
+        struct mb_mem *mem[MB_CHAN_MAX_FDS];
         m.count = n - off < MB_CHAN_MAX_FDS ? n - off : MB_CHAN_MAX_FDS;
         for (uint32_t i = 0; i < m.count; i++) {
             m.ids[i] = ids[off + i];
-            fds[i] = frame_pool_get(&d->pool, ids[off + i])->mem.fd;
+            mem[i] = &frame_pool_get(&d->pool, ids[off + i])->mem;
+            if (mem[i]->fd < 0) {
+                uint64_t t0 = mb_now_ns();
+                int rc = ops->export_fd(d->be, mem[i]);
+                d->pool.last.reexported++;
+                d->pool.last.reexport_ns += mb_now_ns() - t0;
+                d->pool.reexports++;
+                if (rc != 0)
+                    return rc;
+            }
+            fds[i] = mem[i]->fd;
         }
         int rc = mb_chan_send(s->chan, &m, fds);
         if (rc != 0)
             return rc;
+        for (uint32_t i = 0; ops->unexport && i < m.count; i++)
+            ops->unexport(d->be, mem[i]);   /* the message holds its own reference */
     }
     return 0;
 }
@@ -242,7 +260,8 @@ void grant_now(struct daemon *d, struct session *s, uint64_t bytes, struct grant
                             "frames): %u created "
                             "on the path (%.2f ms: create %.2f, export %.2f, "
                             "own map %.2f; %.2f ms waiting for the reserve's workers, %u free frames "
-                            "released for room), %u scrubbed (%.2f ms), descriptors passed in %.2f ms",
+                            "released for room), %u scrubbed (%.2f ms), descriptors passed in %.2f ms "
+                            "(%u exported again, %.2f ms)",
                mb_format_size(covered, b, sizeof(b)), n, (unsigned long long)s->id, (t2 - t0) / 1e6,
                t0_ns && t2 > t0_ns ? (t2 - t0_ns) / 1e6 : 0.0,
                t0_ns && tp > t0_ns ? (tp - t0_ns) / 1e6 : 0.0, (t0 - tp) / 1e6,
@@ -250,7 +269,7 @@ void grant_now(struct daemon *d, struct session *s, uint64_t bytes, struct grant
                ru1.ru_nivcsw - ru0.ru_nivcsw, d->pool.adopt_wait_ns / 1e6, d->pool.adopted,
                l->created, l->create_ns / 1e6, l->step_ns[0] / 1e6, l->step_ns[1] / 1e6,
                l->step_ns[2] / 1e6, l->wait_ns / 1e6, l->released, l->scrubbed,
-               l->scrub_ns / 1e6, (t2 - t1) / 1e6);
+               l->scrub_ns / 1e6, (t2 - t1) / 1e6, l->reexported, l->reexport_ns / 1e6);
     }
     if (err != 0) {
         /* Some descriptors may have reached the process: the frames stay
@@ -527,6 +546,8 @@ static int fill_status(struct daemon *d, Mb__StatusReply *sr)
     sr->released_idle = d->pool.released_idle;
     sr->released_device_full = d->pool.released_device_full;
     sr->grant_creates = d->pool.path_created;
+    sr->descriptors = frame_pool_exported(&d->pool);
+    sr->reexports = d->pool.reexports;
     pthread_mutex_lock(&d->pool.lock);
     sr->reserve_target = d->pool.reserve_bytes;
     pthread_mutex_unlock(&d->pool.lock);

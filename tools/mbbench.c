@@ -367,6 +367,7 @@ int bench_daemon_status(struct bench_daemon *d, struct bench_dstatus *out)
     out->frames_total = s->frames_total;
     out->frames_free = s->frames_free;
     out->frames_granted = s->frames_granted;
+    out->descriptors = s->descriptors;
     out->sessions = (uint32_t)s->n_sessions;
     mb__reply__free_unpacked(rep, NULL);
     return 0;

@@ -106,6 +106,7 @@ struct bench_dstatus {
     uint64_t frame_bytes, budget_bytes, bytes_granted, bytes_free, requests;
     uint64_t grant_creates;      /* frames grants created on their own path, so far */
     uint32_t frames_total, frames_free, frames_granted, sessions;
+    uint32_t descriptors;   /* exported descriptors the daemon holds (StatusReply) */
 };
 struct bench_daemon;
 int bench_daemon_open(struct bench_daemon **out);

@@ -517,7 +517,8 @@ struct strat_result {
     char note[200];
     uint32_t failed_step;
     uint64_t peak_live, peak_reserved, peak_daemon, peak_daemon_total;
-    uint32_t peak_daemon_frames; /* frames (handles, descriptors) granted, step-end samples */
+    uint32_t peak_daemon_frames; /* frames (handles) granted, step-end samples */
+    uint32_t peak_daemon_fds;    /* exported descriptors the daemon holds, step-end samples */
     uint64_t n_alloc, n_free;
     bool waits_known;           /* driver_waits means something for this strategy */
     uint64_t driver_waits;      /* allocations and resizes that waited on the driver */
@@ -812,6 +813,8 @@ static int run_strategy(struct replay_ctx *x, const struct replay_cfg *cfg, stru
                 step_daemon = ds.bytes_granted > step_daemon ? ds.bytes_granted : step_daemon;
                 if (ds.frames_granted > r->peak_daemon_frames)
                     r->peak_daemon_frames = ds.frames_granted;
+                if (ds.descriptors > r->peak_daemon_fds)
+                    r->peak_daemon_fds = ds.descriptors;
                 uint64_t total = ds.bytes_granted + ds.bytes_free;   /* frames of every order */
                 r->peak_daemon_total = total > r->peak_daemon_total ? total : r->peak_daemon_total;
             }
@@ -1097,8 +1100,10 @@ static void print_json(const char *trace, const char *format, size_t nreq, uint3
             jw_dbl(&w, "daemon_over_live", r->peak_live ? (double)r->peak_daemon / r->peak_live : 0);
             jw_u64(&w, "peak_daemon_created_bytes", r->peak_daemon_total);
             jw_u64(&w, "peak_daemon_frames", r->peak_daemon_frames);
+            jw_u64(&w, "peak_daemon_descriptors", r->peak_daemon_fds);
         } else {
             jw_null(&w, "peak_daemon_frames");
+            jw_null(&w, "peak_daemon_descriptors");
             jw_null(&w, "peak_daemon_granted_bytes");
             jw_null(&w, "daemon_over_live");
             jw_null(&w, "peak_daemon_created_bytes");
