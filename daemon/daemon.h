@@ -120,8 +120,10 @@ struct frame_pool {
     uint32_t n_free_order[MB_ORDERS];
     uint64_t recreated;          /* free frames released to make room for another order */
     uint64_t path_created;       /* frames grants created on their own path */
-    uint64_t reexports;          /* frames exported again to be passed on (their
-                                  * descriptor was let go of when last passed) */
+    uint64_t reexports;          /* frames exported again on a grant's or an import's
+                                  * path (their descriptor went when last passed on) */
+    uint64_t exported_ahead;     /* ... and by the tick, ahead of the grant (export_ahead) */
+    bool export_ahead;           /* the tick exports free frames again (default on) */
     struct grant_path last;      /* the last grant's (main thread only) */
     uint64_t adopt_wait_ns;      /* frame_pool_adopt's waits for the lock and the frames */
     uint32_t adopted;            /* it adopted, since grant_now zeroed them (main thread) */

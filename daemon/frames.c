@@ -467,6 +467,32 @@ static void touch_ahead(struct frame_pool *p)
     }
 }
 
+/* Free frames whose descriptor went with a grant are exported again here,
+ * between requests, for at most EXPORT_AHEAD_NS a tick, so that the grant
+ * that takes one finds it ready: exports stay off grant paths, and the
+ * daemon's descriptors are its free frames'. */
+#define EXPORT_AHEAD_NS 1000000
+static void export_ahead(struct frame_pool *p)
+{
+    if (!p->be->ops->unexport || !p->export_ahead)
+        return;   /* frames keep their descriptors (host), or exports wait for grants */
+    uint64_t t0 = mb_now_ns();
+    for (uint32_t l = 0; l <= p->n_by_uid; l++) {
+        const struct free_list *fl = l < p->n_by_uid ? p->by_uid[l] : &p->fresh;
+        for (unsigned k = 0; k < MB_ORDERS; k++)
+            for (uint32_t id = fl->head[k]; id; id = p->frames[id].next_free) {
+                struct mb_mem *m = &p->frames[id].mem;
+                if (m->fd >= 0)
+                    continue;
+                if (p->be->ops->export_fd(p->be, m) != 0)
+                    return;   /* (out of descriptors, say): the grant exports it */
+                p->exported_ahead++;
+                if (mb_now_ns() - t0 >= EXPORT_AHEAD_NS)
+                    return;
+            }
+    }
+}
+
 int64_t frame_pool_tick(struct frame_pool *p, int64_t now_ms)
 {
     /* The journal's id limit moves ahead here, between requests, half a
@@ -477,6 +503,7 @@ int64_t frame_pool_tick(struct frame_pool *p, int64_t now_ms)
         p->next_unused + JOURNAL_STEP / 2 >= p->journal_limit)
         p->journal_ahead_failed = write_journal(p, p->next_unused + JOURNAL_STEP) != 0;
     touch_ahead(p);
+    export_ahead(p);
     count_demand(p, 0);   /* rotate to this second */
     uint64_t target = demand_target(p);
     set_target(p, target, false);

@@ -548,6 +548,7 @@ static int fill_status(struct daemon *d, Mb__StatusReply *sr)
     sr->grant_creates = d->pool.path_created;
     sr->descriptors = frame_pool_exported(&d->pool);
     sr->reexports = d->pool.reexports;
+    sr->exported_ahead = d->pool.exported_ahead;
     pthread_mutex_lock(&d->pool.lock);
     sr->reserve_target = d->pool.reserve_bytes;
     pthread_mutex_unlock(&d->pool.lock);

@@ -528,7 +528,8 @@ int main(int argc, char **argv)
             mb_log(MB_LOG_WARN, "failed to write pid to %s", d.lock_path);
     }
     unsigned long fd_limit = mb_raise_fd_limit(true);
-    /* Every frame keeps a descriptor: grow the table for them now, before
+    /* Every free frame keeps a descriptor (every frame, on the host backend):
+     * grow the table for them now, before
      * the backend starts threads, rather than in the exports of grants
      * (each growth, in a process with threads, waits for an RCU grace
      * period). Capped at FD_TABLE_AHEAD (1 MiB of table); beyond it the
@@ -564,6 +565,7 @@ int main(int argc, char **argv)
     }
     if (frame_pool_init(&d.pool, d.be, cfg->frame_size, cfg->budget - cfg->budget % cfg->frame_size) != 0)
         goto out;
+    d.pool.export_ahead = !env_off("MOONBRIGHTD_EXPORT_AHEAD");
     {
         const char *sd = o.state_dir ? o.state_dir : getenv("STATE_DIRECTORY");
         char journal[300];
