@@ -252,6 +252,45 @@ static void test_keep_exports_warm(void **state)
     }
 }
 
+/* A frame whose exported fd was let go of (unexport) and made again
+ * (export_fd) is the same memory: the importer writes a pattern through
+ * the new fd, and this process reads it through the handle. */
+static void test_unexport_export_again(void **state)
+{
+    (void)state;
+    if (!g_b)
+        skip();
+    const size_t G = g_b->granularity;
+    struct mb_mem mem = MB_MEM_INIT;
+    assert_int_equal(g_b->ops->create(g_b, G, &mem), 0);
+    assert_int_equal(g_b->ops->export_fd(g_b, &mem), 0);
+    int before = count_fds();
+    assert_non_null(g_b->ops->unexport);
+    g_b->ops->unexport(g_b, &mem);
+    assert_int_equal(mem.fd, -1);
+    assert_int_equal(count_fds(), before - 1);
+    assert_int_equal(g_b->ops->export_fd(g_b, &mem), 0);
+    assert_true(mem.fd >= 0);
+    const uint32_t seed = 0x0e1a5e5u;
+    struct gpu_msg m = { .op = GPU_OP_IMPORT, .count = 1, .seed = seed };
+    m.bytes[0] = G;
+    int fd = mem.fd;
+    assert_int_equal(gpu_chan_send(g_sock, &m, &fd, 1), 0);
+    struct gpu_msg reply;
+    int rfds[GPU_CHAN_MAX_FDS];
+    assert_int_equal(gpu_chan_recv(g_sock, &reply, rfds, 60000), 0);
+    assert_int_equal(reply.op, GPU_OP_RESULT);
+    assert_int_equal(reply.status, 0);
+    assert_int_equal(reply.mismatches, 0);
+    struct mb_mem *one[1] = { &mem };
+    void *va;
+    size_t total;
+    map_side_by_side(one, 1, &va, &total);
+    assert_int_equal(check(va, G, 0, seed), 0);
+    unmap_range(va, total);
+    g_b->ops->release(g_b, &mem);
+}
+
 /* memset ordered on a stream, an event recorded behind it completes, and
  * the memory holds the value. */
 static void test_memset_events(void **state)
@@ -407,6 +446,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_errors),
         cmocka_unit_test(test_other_threads),
         cmocka_unit_test(test_keep_exports_warm),
+        cmocka_unit_test(test_unexport_export_again),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
     int importer_rc = stop_importer();
