@@ -91,8 +91,8 @@ struct free_list {
  * request took, plus one each time a request had to create it again while
  * spares were kept (spare[k], at most MB_SPARES_MAX); grants adopt
  * them into the books, so a grant from the reserve makes no driver call.
- * Only ready[], n_ready, creating, path_creating, committed, n_committed and spare[] are
- * shared with the workers (under lock). */
+ * Only ready[], n_ready, creating, path_creating, committed, n_committed, spare[] and the
+ * export queues (rex, rex_done) are shared with the workers (under lock). */
 #define RESERVE_THREADS 2
 /* Where a grant's time went: frames created on its path (create_ns, of it
  * wait_ns waiting for the reserve's workers and step_ns in the driver's
@@ -172,6 +172,12 @@ struct frame_pool {
     uint8_t spare[MB_ORDERS];    /* keep this many free order-k frames ready */
     struct mb_mem *ready;        /* created and exported, not yet in the books */
     uint32_t n_ready, ready_cap;
+    /* Free frames whose descriptor went with a grant, exported again by the
+     * workers: rex[0..n_rex_todo) to do (fd -1), then rex_done[0..n_rex_done)
+     * done, which frame_pool_adopt attaches where the frame is still free
+     * and has none (else it closes the fd). */
+    struct rex { uint32_t id; uint64_t h; int fd; } *rex, *rex_done;
+    uint32_t n_rex_todo, rex_cap, n_rex_done, rex_done_cap;
     int64_t reserve_warned_ms;   /* when a worker's failure was last said (0: never) */
     bool said_device_full;       /* released_device_full's first was logged */
 };

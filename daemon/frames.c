@@ -111,6 +111,11 @@ void frame_pool_destroy(struct frame_pool *p)
     for (uint32_t i = 0; i < p->n_ready; i++)
         p->be->ops->release(p->be, &p->ready[i]);
     free(p->ready);
+    for (uint32_t i = 0; i < p->n_rex_done; i++)
+        if (p->rex_done[i].fd >= 0)
+            close(p->rex_done[i].fd);
+    free(p->rex);
+    free(p->rex_done);
     pthread_mutex_destroy(&p->lock);
     pthread_cond_destroy(&p->wake);
     /* Journal records stay: at exit the daemon's sessions end first, but
@@ -221,6 +226,34 @@ static struct free_list *uid_list(struct frame_pool *p, uid_t uid, bool make)
     l->uid = uid;
     p->by_uid[p->n_by_uid++] = l;
     return l;
+}
+
+/* Append r to a queue (lock held); false when out of memory. */
+static bool rex_push(struct rex **q, uint32_t *n, uint32_t *cap, struct rex r)
+{
+    if (*n == *cap) {
+        uint32_t c = *cap ? 2 * *cap : 64;
+        struct rex *nq = realloc(*q, c * sizeof(*nq));
+        if (!nq)
+            return false;
+        *q = nq;
+        *cap = c;
+    }
+    (*q)[(*n)++] = r;
+    return true;
+}
+
+/* A free frame without a descriptor goes to the workers to be exported
+ * again (the tick does it where there are no workers). */
+static void queue_export(struct frame_pool *p, uint32_t id)
+{
+    const struct frame *f = &p->frames[id];
+    if (f->mem.fd >= 0 || !p->be->ops->unexport || !p->export_ahead || !p->n_workers)
+        return;
+    pthread_mutex_lock(&p->lock);
+    if (rex_push(&p->rex, &p->n_rex_todo, &p->rex_cap, (struct rex){ id, f->mem.h, -1 }))
+        pthread_cond_broadcast(&p->wake);
+    pthread_mutex_unlock(&p->lock);
 }
 
 static void push_free(struct frame_pool *p, uint32_t id)
@@ -474,8 +507,9 @@ static void touch_ahead(struct frame_pool *p)
 #define EXPORT_AHEAD_NS 1000000
 static void export_ahead(struct frame_pool *p)
 {
-    if (!p->be->ops->unexport || !p->export_ahead)
-        return;   /* frames keep their descriptors (host), or exports wait for grants */
+    if (!p->be->ops->unexport || !p->export_ahead || p->n_workers)
+        return;   /* frames keep their descriptors (host), exports wait for grants, or
+                   * the workers export them (queue_export) */
     uint64_t t0 = mb_now_ns();
     for (uint32_t l = 0; l <= p->n_by_uid; l++) {
         const struct free_list *fl = l < p->n_by_uid ? p->by_uid[l] : &p->fresh;
@@ -503,6 +537,8 @@ int64_t frame_pool_tick(struct frame_pool *p, int64_t now_ms)
         p->next_unused + JOURNAL_STEP / 2 >= p->journal_limit)
         p->journal_ahead_failed = write_journal(p, p->next_unused + JOURNAL_STEP) != 0;
     touch_ahead(p);
+    if (p->n_workers)
+        frame_pool_adopt(p);   /* what the workers made and exported */
     export_ahead(p);
     count_demand(p, 0);   /* rotate to this second */
     uint64_t target = demand_target(p);
@@ -704,6 +740,20 @@ static void *reserve_worker(void *arg)
     struct frame_pool *p = arg;
     pthread_mutex_lock(&p->lock);
     while (!p->stop) {
+        if (p->n_rex_todo) {
+            /* A free frame's descriptor, again: the handle's export is the
+             * frame's memory for as long as the handle lives (the main
+             * thread attaches it only to the same frame, still free). */
+            struct rex r = p->rex[--p->n_rex_todo];
+            pthread_mutex_unlock(&p->lock);
+            struct mb_mem m = MB_MEM_INIT;
+            m.h = r.h;
+            r.fd = p->be->ops->export_fd(p->be, &m) == 0 ? m.fd : -1;
+            pthread_mutex_lock(&p->lock);
+            if (!rex_push(&p->rex_done, &p->n_rex_done, &p->rex_done_cap, r) && r.fd >= 0)
+                close(r.fd);
+            continue;
+        }
         int order = reserve_due(p);
         if (order < 0) {
             timed_wait(p, 50);
@@ -798,6 +848,17 @@ void frame_pool_adopt(struct frame_pool *p)
     p->adopted += i;
     if (i)
         pthread_cond_broadcast(&p->wake);   /* room in ready[]: the workers may go on */
+    for (uint32_t k = 0; k < p->n_rex_done; k++) {
+        struct rex r = p->rex_done[k];
+        struct frame *f = r.id < p->cap ? &p->frames[r.id] : NULL;
+        if (r.fd >= 0 && f && f->state == FRAME_FREE && f->mem.h == r.h && f->mem.fd < 0) {
+            f->mem.fd = r.fd;
+            p->exported_ahead++;
+        } else if (r.fd >= 0) {
+            close(r.fd);   /* granted (and exported on its path) or released meanwhile */
+        }
+    }
+    p->n_rex_done = 0;
     pthread_mutex_unlock(&p->lock);
     POOL_CHECK(p);
 }
@@ -974,6 +1035,8 @@ static void ungrant(struct frame_pool *p, uint32_t id)
     p->n_granted--;
     p->bytes_granted -= frame_pool_bytes(p, id);
     push_free(p, id);
+    if (p->frames[id].state == FRAME_FREE)
+        queue_export(p, id);   /* (p->lock not held here) */
 }
 
 /* The owner lets go: free, unless importers still hold the frame. */

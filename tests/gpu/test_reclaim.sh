@@ -36,7 +36,7 @@ while [ "$(granted)" != 0 ]; do
   sleep 0.05
 done
 echo "granted after SIGKILL: 0"
-"$client" pattern 335544320 1 again > "$out" 2>&1 || { echo "FAIL: a client after the reclaim: $(cat "$out")"; exit 1; }
+"$client" alloc 335544320 again > "$out" 2>&1 || { echo "FAIL: a client after the reclaim: $(cat "$out")"; exit 1; }
 re1=$(( $(field reexports) + $(field exported_ahead) ))
 echo "frames exported again for the next client: $((re1 - re0))"
 [ "$re1" -gt "$re0" ] || { echo "FAIL: the reclaimed frames were not exported again"; exit 1; }
