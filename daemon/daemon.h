@@ -80,6 +80,7 @@ struct free_list {
  *   last_uid; n_free_order[k] counts the free frames of order k over all
  *   lists, and n_free is their sum
  *   no FREE frame is tainted or adopted (those end when let go)
+ *   n_exported_free counts the FREE frames that hold an exported descriptor
  *   bytes_total + bytes of ready[] and of frames being created == committed
  *     <= budget_bytes; n_total + n_ready + creating == n_committed
  * The warm reserve: RESERVE_THREADS workers create and export frames ahead of
@@ -124,6 +125,8 @@ struct frame_pool {
                                   * path (their descriptor went when last passed on) */
     uint64_t exported_ahead;     /* ... and by the tick, ahead of the grant (export_ahead) */
     bool export_ahead;           /* the tick exports free frames again (default on) */
+    uint32_t n_exported_free;    /* free frames that hold an exported descriptor (written
+                                  * by the main thread, read by the workers: atomic) */
     struct grant_path last;      /* the last grant's (main thread only) */
     uint64_t adopt_wait_ns;      /* frame_pool_adopt's waits for the lock and the frames */
     uint32_t adopted;            /* it adopted, since grant_now zeroed them (main thread) */

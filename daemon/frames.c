@@ -228,6 +228,11 @@ static struct free_list *uid_list(struct frame_pool *p, uid_t uid, bool make)
     return l;
 }
 
+/* Descriptors of free frames the daemon exports again ahead of grants at
+ * most (the frames its workers make come on top, up to the reserve's
+ * target): the rest wait for the grant that takes them. */
+#define EXPORTED_FREE_MAX 512
+
 /* Append r to a queue (lock held); false when out of memory. */
 static bool rex_push(struct rex **q, uint32_t *n, uint32_t *cap, struct rex r)
 {
@@ -278,6 +283,8 @@ static void push_free(struct frame_pool *p, uint32_t id)
     /* read by the reserve workers, as hints */
     __atomic_add_fetch(&p->n_free_order[f->order], 1, __ATOMIC_RELAXED);
     __atomic_add_fetch(&p->n_free, 1, __ATOMIC_RELAXED);
+    if (f->mem.fd >= 0)
+        __atomic_add_fetch(&p->n_exported_free, 1, __ATOMIC_RELAXED);
 }
 
 /* Take the first free frame of an order off list l (which has one). */
@@ -293,6 +300,8 @@ static uint32_t unlink_free(struct frame_pool *p, struct free_list *l, unsigned 
     p->bytes_free -= obytes(p, order);
     __atomic_sub_fetch(&p->n_free_order[order], 1, __ATOMIC_RELAXED);
     __atomic_sub_fetch(&p->n_free, 1, __ATOMIC_RELAXED);
+    if (f->mem.fd >= 0)
+        __atomic_sub_fetch(&p->n_exported_free, 1, __ATOMIC_RELAXED);
     return id;
 }
 
@@ -521,6 +530,9 @@ static void export_ahead(struct frame_pool *p)
                 if (p->be->ops->export_fd(p->be, m) != 0)
                     return;   /* (out of descriptors, say): the grant exports it */
                 p->exported_ahead++;
+                __atomic_add_fetch(&p->n_exported_free, 1, __ATOMIC_RELAXED);
+                if (p->n_exported_free >= EXPORTED_FREE_MAX)
+                    return;
                 if (mb_now_ns() - t0 >= EXPORT_AHEAD_NS)
                     return;
             }
@@ -743,8 +755,14 @@ static void *reserve_worker(void *arg)
         if (p->n_rex_todo) {
             /* A free frame's descriptor, again: the handle's export is the
              * frame's memory for as long as the handle lives (the main
-             * thread attaches it only to the same frame, still free). */
+             * thread attaches it only to the same frame, still free). The
+             * latest returned first, as grants take them; past
+             * EXPORTED_FREE_MAX descriptors of free frames, the rest are
+             * left to the grants that take them. */
             struct rex r = p->rex[--p->n_rex_todo];
+            if (__atomic_load_n(&p->n_exported_free, __ATOMIC_RELAXED) + p->n_rex_done >=
+                EXPORTED_FREE_MAX)
+                continue;
             pthread_mutex_unlock(&p->lock);
             struct mb_mem m = MB_MEM_INIT;
             m.h = r.h;
@@ -854,6 +872,7 @@ void frame_pool_adopt(struct frame_pool *p)
         if (r.fd >= 0 && f && f->state == FRAME_FREE && f->mem.h == r.h && f->mem.fd < 0) {
             f->mem.fd = r.fd;
             p->exported_ahead++;
+            __atomic_add_fetch(&p->n_exported_free, 1, __ATOMIC_RELAXED);
         } else if (r.fd >= 0) {
             close(r.fd);   /* granted (and exported on its path) or released meanwhile */
         }
@@ -1183,7 +1202,7 @@ uint32_t frame_pool_reclaim(struct frame_pool *p, uint64_t session, uint64_t *by
 
 bool frame_pool_is_valid(const struct frame_pool *p)
 {
-    uint32_t total = 0, granted = 0, free_count = 0;
+    uint32_t total = 0, granted = 0, free_count = 0, exported_free = 0;
     uint64_t bytes = 0, bytes_granted = 0, bytes_free = 0;
     for (uint32_t id = 1; id < p->next_unused; id++) {
         const struct frame *f = &p->frames[id];
@@ -1215,6 +1234,7 @@ bool frame_pool_is_valid(const struct frame_pool *p)
                     f->adopted || ++in_list > total)
                     return false;
                 bytes_free += obytes(p, k);
+                exported_free += f->mem.fd >= 0;
             }
             if (in_list != l->n[k])
                 return false;
@@ -1226,6 +1246,8 @@ bool frame_pool_is_valid(const struct frame_pool *p)
             return false;
         free_count += in_order[k];
     }
+    if (exported_free != __atomic_load_n(&p->n_exported_free, __ATOMIC_RELAXED))
+        return false;
     return total == p->n_total && granted == p->n_granted && free_count == p->n_free &&
            p->n_free + p->n_granted == p->n_total && bytes == p->bytes_total &&
            bytes_granted == p->bytes_granted && bytes_free == p->bytes_free &&
