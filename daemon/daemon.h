@@ -125,6 +125,8 @@ struct frame_pool {
                                   * path (their descriptor went when last passed on) */
     uint64_t exported_ahead;     /* ... and by the tick, ahead of the grant (export_ahead) */
     bool export_ahead;           /* the tick exports free frames again (default on) */
+    bool unexport;               /* frames passed on keep no descriptor here (default on,
+                                  * where the backend can; MOONBRIGHTD_UNEXPORT=0) */
     uint32_t n_exported_free;    /* free frames that hold an exported descriptor (written
                                   * by the main thread, read by the workers: atomic) */
     struct grant_path last;      /* the last grant's (main thread only) */

@@ -231,7 +231,7 @@ static struct free_list *uid_list(struct frame_pool *p, uid_t uid, bool make)
 /* Descriptors of free frames the daemon exports again ahead of grants at
  * most (the frames its workers make come on top, up to the reserve's
  * target): the rest wait for the grant that takes them. */
-#define EXPORTED_FREE_MAX 512
+#define EXPORTED_FREE_MAX 1024
 
 /* Append r to a queue (lock held); false when out of memory. */
 static bool rex_push(struct rex **q, uint32_t *n, uint32_t *cap, struct rex r)
@@ -253,7 +253,7 @@ static bool rex_push(struct rex **q, uint32_t *n, uint32_t *cap, struct rex r)
 static void queue_export(struct frame_pool *p, uint32_t id)
 {
     const struct frame *f = &p->frames[id];
-    if (f->mem.fd >= 0 || !p->be->ops->unexport || !p->export_ahead || !p->n_workers)
+    if (f->mem.fd >= 0 || !p->unexport || !p->export_ahead || !p->n_workers)
         return;
     pthread_mutex_lock(&p->lock);
     if (rex_push(&p->rex, &p->n_rex_todo, &p->rex_cap, (struct rex){ id, f->mem.h, -1 }))
@@ -516,7 +516,7 @@ static void touch_ahead(struct frame_pool *p)
 #define EXPORT_AHEAD_NS 1000000
 static void export_ahead(struct frame_pool *p)
 {
-    if (!p->be->ops->unexport || !p->export_ahead || p->n_workers)
+    if (!p->unexport || !p->export_ahead || p->n_workers)
         return;   /* frames keep their descriptors (host), exports wait for grants, or
                    * the workers export them (queue_export) */
     uint64_t t0 = mb_now_ns();

@@ -165,7 +165,7 @@ int send_frame_fds(struct daemon *d, struct session *s, const uint32_t *ids, uin
         int rc = mb_chan_send(s->chan, &m, fds);
         if (rc != 0)
             return rc;
-        for (uint32_t i = 0; ops->unexport && i < m.count; i++)
+        for (uint32_t i = 0; d->pool.unexport && i < m.count; i++)
             ops->unexport(d->be, mem[i]);   /* the message holds its own reference */
     }
     return 0;

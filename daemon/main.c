@@ -566,6 +566,7 @@ int main(int argc, char **argv)
     if (frame_pool_init(&d.pool, d.be, cfg->frame_size, cfg->budget - cfg->budget % cfg->frame_size) != 0)
         goto out;
     d.pool.export_ahead = !env_off("MOONBRIGHTD_EXPORT_AHEAD");
+    d.pool.unexport = d.be->ops->unexport && !env_off("MOONBRIGHTD_UNEXPORT");
     {
         const char *sd = o.state_dir ? o.state_dir : getenv("STATE_DIRECTORY");
         char journal[300];
