@@ -172,6 +172,7 @@ struct mb_client {
     pthread_mutex_t lock;
     pthread_mutex_t flock;
     unsigned fl_callers;         /* threads on a request's path waiting for flock (atomic) */
+    unsigned rpc_callers;        /* ... and for rpclock in a grant (atomic) */
     pthread_mutex_t release_lock;
     pthread_mutex_t rpclock;     /* the daemon's line (above); recursive */
     /* Hand-overs up, set by mb_open (client.c): the layers below call these
@@ -396,6 +397,10 @@ void fcache_refusal(mb_client *c, int rc, char *buf, size_t n);
  * no other client lock and keeps nothing it read under c->flock across
  * the call but the frames it took (they are in use, no one else's). */
 bool fcache_grant_unlocks(bool on);
+/* This thread is the background one (refill.c): its grants let threads on
+ * a request's path that wait for the daemon's line go first, as
+ * fl_lock_bg does at the frame lock. */
+void fcache_background_thread(void);
 /* Is the process near the budget or its quota: what it could still be
  * granted under fc.near_pct percent of what it holds? Layers that map
  * ahead then pack their memory closely (grow.c). Any thread. */

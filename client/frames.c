@@ -2,6 +2,7 @@
  * (own cache first, then a grant whose handles arrive on the handle channel
  * and are imported once), caching them unmapped by size, and handing them
  * back. */
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +17,25 @@
 /* Set on a thread whose grants may let go of the frame lock
  * (fcache_grant_unlocks). */
 static _Thread_local bool grant_unlocks;
+static _Thread_local bool background;   /* fcache_background_thread */
+
+void fcache_background_thread(void) { background = true; }
+
+/* The daemon's line for a grant that let go of the frame lock: a request's
+ * thread is counted while it waits; the background thread first lets
+ * those waiting in (bounded, as callers_first in refill.c). */
+static void line_for_grant(mb_client *c)
+{
+    if (background) {
+        for (int i = 0; i < FL_YIELD_SPINS && __atomic_load_n(&c->rpc_callers, __ATOMIC_RELAXED); i++)
+            sched_yield();
+        rpc_lock(c);
+        return;
+    }
+    __atomic_add_fetch(&c->rpc_callers, 1, __ATOMIC_RELAXED);
+    rpc_lock(c);
+    __atomic_sub_fetch(&c->rpc_callers, 1, __ATOMIC_RELAXED);
+}
 
 #ifdef MB_DEBUG
 #define FC_CHECK(fc) do { if (!fcache_is_valid(fc)) abort(); } while (0)
@@ -418,7 +438,7 @@ static int grant(mb_client *c, uint64_t bytes, bool large, unsigned max_order, b
     int rc;
     if (unlocked) {
         fl_unlock(c);
-        rpc_lock(c);
+        line_for_grant(c);
         rc = rpc_call_connected(c, &req, &rep);
         if (rc == MB_EUNAVAIL && c->lost && !c->broken) {
             rpc_unlock(c);
