@@ -40,8 +40,9 @@ struct mb_backend_ops {
     int (*export_fd)(mb_backend *b, struct mb_mem *m);
     /* Close m->fd, if any: the handle keeps the memory, and export_fd makes
      * another fd when one is needed again. A process that passes frames on
-     * (the daemon) so holds no descriptor for each frame it passed. NULL
-     * where the fd is the handle (host: the memfd). */
+     * (the daemon) so holds no descriptor for each frame it passed (host:
+     * the memfd is the handle and stays; a duplicate made by export_fd is
+     * closed). */
     void (*unexport)(mb_backend *b, struct mb_mem *m);
     /* Import a mem from an fd received from another process. Takes ownership
      * of fd whatever the outcome (keeps it as the handle or closes it). */

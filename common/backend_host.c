@@ -1,5 +1,6 @@
 /* backend_host.c: the "host" backend: backend.h's contract on host memory.
- * A frame is a memfd, its export is that same fd, a reservation is an
+ * A frame is a memfd, its export is that same fd (a duplicate after
+ * unexport, as a CUDA handle's second export is a new fd), a reservation is an
  * inaccessible anonymous mapping, and map is mmap(MAP_FIXED|MAP_SHARED).
  * $MOONBRIGHT_HOST_COSTS adds a GPU driver's costs to its calls
  * (host_costs.c); $MOONBRIGHT_HOST_MEMORY gives it a device's capacity:
@@ -111,11 +112,31 @@ static int host_create(mb_backend *b, size_t bytes, struct mb_mem *out)
     return 0;
 }
 
-/* The memfd is its own export: fd and handle are one descriptor. */
+/* The memfd is its own first export: fd and handle are one descriptor.
+ * After unexport, an export is a duplicate of it (as the CUDA backend's
+ * is a new fd for the same handle), closed by the next unexport. */
 static int host_export_fd(mb_backend *b, struct mb_mem *m)
 {
-    m->fd = (int)m->h;
+    if (m->fd >= 0)
+        return 0;
+    if ((int)m->h < 0)
+        return MB_EINVAL;
+    int fd = fcntl((int)m->h, F_DUPFD_CLOEXEC, 0);
+    if (fd < 0) {
+        mb_log(MB_LOG_ERR, "failed to export frame: %s", strerror(errno));
+        return errno == EMFILE || errno == ENFILE ? MB_ELIMIT : MB_ESYS;
+    }
+    m->fd = fd;
     return 0;
+}
+
+/* The handle (the memfd) stays: only a duplicate made by export_fd is
+ * closed. */
+static void host_unexport(mb_backend *b, struct mb_mem *m)
+{
+    if (m->fd >= 0 && m->fd != (int)m->h)
+        close(m->fd);
+    m->fd = -1;
 }
 
 static int host_import_fd(mb_backend *b, int fd, size_t bytes, struct mb_mem *out)
@@ -137,6 +158,7 @@ static void host_release(mb_backend *b, struct mb_mem *m)
 {
     if (b->priv)
         device_give(b->priv, (int)m->h);
+    host_unexport(b, m);
     if ((int)m->h >= 0)
         close((int)m->h);
     m->h = (uint64_t)-1;
@@ -239,6 +261,7 @@ static void host_close(mb_backend *b)
 static const struct mb_backend_ops host_ops = {
     .create = host_create,
     .export_fd = host_export_fd,
+    .unexport = host_unexport,
     .import_fd = host_import_fd,
     .release = host_release,
     .reserve = host_reserve,
