@@ -295,6 +295,10 @@ static inline void fl_unlock(mb_client *c) { pthread_mutex_unlock(&c->flock); }
  * (FL_YIELD_SPINS yields), so a stream of requests cannot stop the
  * background thread. */
 #define FL_YIELD_SPINS 2000
+/* The background thread lets request threads in first: until the count
+ * they keep of themselves at a lock (c->fl_callers, c->rpc_callers) is 0,
+ * or FL_YIELD_SPINS yields. */
+void waiters_first(const unsigned *waiting);
 void fl_lock_bg(mb_client *c);
 void fl_yield(mb_client *c);
 

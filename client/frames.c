@@ -2,7 +2,6 @@
  * (own cache first, then a grant whose handles arrive on the handle channel
  * and are imported once), caching them unmapped by size, and handing them
  * back. */
-#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,12 +22,11 @@ void fcache_background_thread(void) { background = true; }
 
 /* The daemon's line for a grant that let go of the frame lock: a request's
  * thread is counted while it waits; the background thread first lets
- * those waiting in (bounded, as callers_first in refill.c). */
+ * those waiting in (waiters_first, as at the frame lock). */
 static void line_for_grant(mb_client *c)
 {
     if (background) {
-        for (int i = 0; i < FL_YIELD_SPINS && __atomic_load_n(&c->rpc_callers, __ATOMIC_RELAXED); i++)
-            sched_yield();
+        waiters_first(&c->rpc_callers);
         rpc_lock(c);
         return;
     }

@@ -59,16 +59,15 @@ static void *refill_main(void *arg)
     return NULL;
 }
 
-/* Until no caller waits for the frame lock, or FL_YIELD_SPINS yields. */
-static void callers_first(mb_client *c)
+void waiters_first(const unsigned *waiting)
 {
-    for (int i = 0; i < FL_YIELD_SPINS && __atomic_load_n(&c->fl_callers, __ATOMIC_RELAXED); i++)
+    for (int i = 0; i < FL_YIELD_SPINS && __atomic_load_n(waiting, __ATOMIC_RELAXED); i++)
         sched_yield();
 }
 
 void fl_lock_bg(mb_client *c)
 {
-    callers_first(c);
+    waiters_first(&c->fl_callers);
     pthread_mutex_lock(&c->flock);
 }
 
@@ -77,7 +76,7 @@ void fl_yield(mb_client *c)
     if (!__atomic_load_n(&c->fl_callers, __ATOMIC_RELAXED))
         return;
     pthread_mutex_unlock(&c->flock);
-    callers_first(c);
+    waiters_first(&c->fl_callers);
     pthread_mutex_lock(&c->flock);
 }
 
