@@ -123,8 +123,8 @@ struct frame_pool {
     uint64_t path_created;       /* frames grants created on their own path */
     uint64_t reexports;          /* frames exported again on a grant's or an import's
                                   * path (their descriptor went when last passed on) */
-    uint64_t exported_ahead;     /* ... and by the tick, ahead of the grant (export_ahead) */
-    bool export_ahead;           /* the tick exports free frames again (default on) */
+    uint64_t exported_ahead;     /* ... and by the workers, ahead of the grant */
+    bool export_ahead;           /* the workers export returned frames again (default on) */
     bool unexport;               /* frames passed on keep no descriptor here (default on,
                                   * where the backend can; MOONBRIGHTD_UNEXPORT=0) */
     uint32_t n_exported_free;    /* free frames that hold an exported descriptor (written

@@ -249,7 +249,7 @@ static bool rex_push(struct rex **q, uint32_t *n, uint32_t *cap, struct rex r)
 }
 
 /* A free frame without a descriptor goes to the workers to be exported
- * again (the tick does it where there are no workers). */
+ * again (without workers, the grant that takes it exports it). */
 static void queue_export(struct frame_pool *p, uint32_t id)
 {
     const struct frame *f = &p->frames[id];
@@ -509,36 +509,6 @@ static void touch_ahead(struct frame_pool *p)
     }
 }
 
-/* Free frames whose descriptor went with a grant are exported again here,
- * between requests, for at most EXPORT_AHEAD_NS a tick, so that the grant
- * that takes one finds it ready: exports stay off grant paths, and the
- * daemon's descriptors are its free frames'. */
-#define EXPORT_AHEAD_NS 1000000
-static void export_ahead(struct frame_pool *p)
-{
-    if (!p->unexport || !p->export_ahead || p->n_workers)
-        return;   /* frames keep their descriptors (host), exports wait for grants, or
-                   * the workers export them (queue_export) */
-    uint64_t t0 = mb_now_ns();
-    for (uint32_t l = 0; l <= p->n_by_uid; l++) {
-        const struct free_list *fl = l < p->n_by_uid ? p->by_uid[l] : &p->fresh;
-        for (unsigned k = 0; k < MB_ORDERS; k++)
-            for (uint32_t id = fl->head[k]; id; id = p->frames[id].next_free) {
-                struct mb_mem *m = &p->frames[id].mem;
-                if (m->fd >= 0)
-                    continue;
-                if (p->be->ops->export_fd(p->be, m) != 0)
-                    return;   /* (out of descriptors, say): the grant exports it */
-                p->exported_ahead++;
-                __atomic_add_fetch(&p->n_exported_free, 1, __ATOMIC_RELAXED);
-                if (p->n_exported_free >= EXPORTED_FREE_MAX)
-                    return;
-                if (mb_now_ns() - t0 >= EXPORT_AHEAD_NS)
-                    return;
-            }
-    }
-}
-
 int64_t frame_pool_tick(struct frame_pool *p, int64_t now_ms)
 {
     /* The journal's id limit moves ahead here, between requests, half a
@@ -551,14 +521,11 @@ int64_t frame_pool_tick(struct frame_pool *p, int64_t now_ms)
     touch_ahead(p);
     if (p->n_workers)
         frame_pool_adopt(p);   /* what the workers made and exported */
-    export_ahead(p);
     count_demand(p, 0);   /* rotate to this second */
     uint64_t target = demand_target(p);
     set_target(p, target, false);
     if (p->idle_ms <= 0)
         return now_ms + TICK_MS;
-    if (p->n_workers)
-        frame_pool_adopt(p);
     if (p->bytes_free <= target) {
         p->excess_since_ms = 0;
     } else if (p->excess_since_ms == 0) {
