@@ -92,8 +92,9 @@ struct free_list {
  * request took, plus one each time a request had to create it again while
  * spares were kept (spare[k], at most MB_SPARES_MAX); grants adopt
  * them into the books, so a grant from the reserve makes no driver call.
- * Only ready[], n_ready, creating, path_creating, committed, n_committed, spare[] and the
- * export queues (rex, rex_done) are shared with the workers (under lock). */
+ * Only ready[], n_ready, creating, path_creating, committed, n_committed, spare[],
+ * room_wanted[], full_until_ms[] and the export queues (rex, rex_done) are shared with the
+ * workers (under lock). */
 #define RESERVE_THREADS 2
 /* Where a grant's time went: frames created on its path (create_ns, of it
  * wait_ns waiting for the reserve's workers and step_ns in the driver's
@@ -139,8 +140,9 @@ struct frame_pool {
     uint64_t released_idle;      /* free frames above the reserve target released
                                   * after the idle period */
     uint64_t released_device_full; /* free frames released because the device was
-                                  * full below the budget (a grant then makes its
-                                  * frame in their place); also counted above */
+                                  * full below the budget (a grant, or a reserve
+                                  * worker, then makes its frame in their place);
+                                  * a grant's are also counted above */
     /* demand: order-0 bytes taken from the fresh frames in each second */
     uint64_t reserve_base;       /* configured reserve (the target's floor) */
     int64_t idle_ms;             /* free bytes above the target this long: released
@@ -183,6 +185,11 @@ struct frame_pool {
      * and has none (else it closes the fd). */
     struct rex { uint32_t id; uint64_t h; int fd; } *rex, *rex_done;
     uint32_t n_rex_todo, rex_cap, n_rex_done, rex_done_cap;
+    uint64_t room_wanted[MB_ORDERS]; /* bytes of an order-k frame a worker could not
+                                  * make on a device full below the budget: the tick
+                                  * releases returned frames for it (0: none) */
+    int64_t full_until_ms[MB_ORDERS]; /* ... and no worker tries order k again before
+                                  * this unless the tick made room */
     int64_t reserve_warned_ms;   /* when a worker's failure was last said (0: never) */
     bool said_device_full;       /* released_device_full's first was logged */
 };

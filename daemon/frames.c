@@ -428,12 +428,10 @@ static void count_demand(struct frame_pool *p, uint64_t bytes)
     p->demand[(uint64_t)sec % 16] += bytes;
 }
 
-/* Release free frames, other uids' first, then fresh ones of larger orders,
- * then fresh order-0 frames, until free bytes are at most `target`. */
 /* Release the frames of list l's order k free since `cutoff` or before,
- * while free bytes exceed target. */
+ * while free bytes exceed target, counting them in *count. */
 static void trim_list(struct frame_pool *p, struct free_list *l, unsigned k, int64_t cutoff,
-                      uint64_t target)
+                      uint64_t target, uint64_t *count)
 {
     uint32_t *link = &l->head[k];
     while (*link && p->bytes_free > target) {
@@ -442,7 +440,7 @@ static void trim_list(struct frame_pool *p, struct free_list *l, unsigned k, int
             continue;
         }
         end_frame(p, unlink_free(p, l, k, link));
-        p->released_idle++;
+        (*count)++;
     }
 }
 
@@ -453,12 +451,56 @@ static void trim_to(struct frame_pool *p, uint64_t target, int64_t cutoff)
 {
     for (uint32_t i = 0; i < p->n_by_uid && p->bytes_free > target; i++)
         for (int k = MB_MAX_ORDER; k >= 0 && p->bytes_free > target; k--)
-            trim_list(p, p->by_uid[i], (unsigned)k, cutoff, target);
+            trim_list(p, p->by_uid[i], (unsigned)k, cutoff, target, &p->released_idle);
     for (int k = MB_MAX_ORDER; k >= 0 && p->bytes_free > target; k--)
-        trim_list(p, &p->fresh, (unsigned)k, cutoff, target);
+        trim_list(p, &p->fresh, (unsigned)k, cutoff, target, &p->released_idle);
 }
 
 #define TICK_MS 250
+
+/* A worker found the device full below the budget (other processes' memory,
+ * or a budget above the device's) and could not make a frame the reserve
+ * wants: frames users returned and nobody took for a tick go back to the
+ * driver, about that frame's bytes, none of its order, so that the reserve
+ * holds the sizes grants ask for now rather than those earlier sessions
+ * returned, and the next grant of that size makes no frame on its path.
+ * Fresh frames (the reserve itself) stay. Without such frames the workers
+ * try that order again a second later, not at each wake-up. */
+static void room_for_reserve(struct frame_pool *p, int64_t now_ms)
+{
+    uint64_t room[MB_ORDERS];
+    pthread_mutex_lock(&p->lock);
+    memcpy(room, p->room_wanted, sizeof(room));
+    memset(p->room_wanted, 0, sizeof(p->room_wanted));
+    pthread_mutex_unlock(&p->lock);
+    bool made = false;
+    for (unsigned order = 0; order < MB_ORDERS; order++) {
+        if (!room[order])
+            continue;
+        uint64_t goal = p->bytes_free > room[order] ? p->bytes_free - room[order] : 0;
+        uint64_t before = p->released_device_full;
+        for (uint32_t i = 0; i < p->n_by_uid && p->bytes_free > goal; i++)
+            for (int k = MB_MAX_ORDER; k >= 0 && p->bytes_free > goal; k--)
+                if ((unsigned)k != order)
+                    trim_list(p, p->by_uid[i], (unsigned)k, now_ms - TICK_MS, goal,
+                              &p->released_device_full);
+        if (p->released_device_full == before)
+            continue;
+        mb_log(MB_LOG_DEBUG, "the device is full below the budget: released %llu returned free "
+               "frames for the reserve's order-%u frame",
+               (unsigned long long)(p->released_device_full - before), order);
+        pthread_mutex_lock(&p->lock);
+        p->full_until_ms[order] = 0;
+        pthread_mutex_unlock(&p->lock);
+        made = true;
+    }
+    if (!made)
+        return;
+    pthread_mutex_lock(&p->lock);
+    pthread_cond_broadcast(&p->wake);   /* the workers try again now */
+    pthread_mutex_unlock(&p->lock);
+    POOL_CHECK(p);
+}
 
 /* The reserve's target now: the configured reserve, or the most order-0
  * bytes taken from fresh frames in one second of the last idle period
@@ -519,8 +561,10 @@ int64_t frame_pool_tick(struct frame_pool *p, int64_t now_ms)
         p->next_unused + JOURNAL_STEP / 2 >= p->journal_limit)
         p->journal_ahead_failed = write_journal(p, p->next_unused + JOURNAL_STEP) != 0;
     touch_ahead(p);
-    if (p->n_workers)
+    if (p->n_workers) {
         frame_pool_adopt(p);   /* what the workers made and exported */
+        room_for_reserve(p, now_ms);
+    }
     count_demand(p, 0);   /* rotate to this second */
     uint64_t target = demand_target(p);
     set_target(p, target, false);
@@ -685,13 +729,14 @@ static int reserve_due(struct frame_pool *p)
     uint64_t have0 = ((uint64_t)__atomic_load_n(&p->fresh.n[0], __ATOMIC_RELAXED) +
                       p->ready_order[0] + p->creating_order[0]) * p->frame_bytes;
     int order = -1;
+    int64_t now = mb_now_ms();
     if (p->path_creating)
         return -1;   /* a grant is creating a frame on its path: it goes first */
-    if (have0 < p->reserve_bytes)
+    if (have0 < p->reserve_bytes && now >= p->full_until_ms[0])
         order = 0;
     for (unsigned k = 1; order < 0 && k < MB_ORDERS; k++)
         if (__atomic_load_n(&p->fresh.n[k], __ATOMIC_RELAXED) + p->ready_order[k] +
-                p->creating_order[k] < p->spare[k])
+                p->creating_order[k] < p->spare[k] && now >= p->full_until_ms[k])
             order = (int)k;
     if (order < 0 || p->committed + obytes(p, (unsigned)order) > p->budget_bytes ||
         (p->max_frames && p->n_committed + 1 > p->max_frames))
@@ -774,7 +819,7 @@ static void *reserve_worker(void *arg)
         p->committed -= bytes;
         p->n_committed--;
         /* Said at most once a minute: a device full below the budget stays
-         * so for a while, and the workers try once a second. */
+         * so for a while, and the workers try each order once a second. */
         int64_t now = mb_now_ms();
         bool say = p->reserve_warned_ms == 0 || now - p->reserve_warned_ms >= 60000;
         mb_log(say ? MB_LOG_WARN : MB_LOG_DEBUG,
@@ -782,6 +827,14 @@ static void *reserve_worker(void *arg)
                mb_strerror(rc ? rc : MB_ENOMEM));
         if (say)
             p->reserve_warned_ms = now;
+        if (rc == MB_ENOMEM) {
+            /* Within the budget (reserve_due), so the device is full: the
+             * tick may release returned frames for this order and wake us;
+             * other orders due may still fit. */
+            p->room_wanted[order] = bytes;
+            p->full_until_ms[order] = now + 1000;
+            continue;
+        }
         timed_wait(p, 1000);
     }
     pthread_mutex_unlock(&p->lock);

@@ -687,6 +687,48 @@ static void device_full_below_budget(void **state)
     mb_backend_close(b);
 }
 
+/* The device full below the budget with frames an earlier session
+ * returned: a reserve worker that cannot make a spare the grants want gets
+ * room from the next tick, which releases returned frames idle for a tick
+ * (about the spare's bytes, none of its order); the next grant of that order
+ * then takes the spare and makes nothing on its path. */
+static void reserve_makes_room_on_a_full_device(void **state)
+{
+    mb_backend *b = host_device(16 * FB);
+    struct frame_pool p;
+    assert_int_equal(frame_pool_init(&p, b, FB, 64 * FB), 0);
+    uint8_t big[2] = { 3, 3 }, mid = 2;
+    uint32_t ids[2], id;
+    assert_int_equal(frame_pool_grant_orders(&p, big, 2, 1, 0, 1, ids), 0);
+    assert_int_equal(frame_pool_return(&p, ids, 2, 1), 0);   /* the device full of free frames */
+    assert_int_equal(frame_pool_prefill(&p, 0), 0);
+    pthread_mutex_lock(&p.lock);
+    p.spare[2] = 1;   /* as after a grant that made an order-2 frame on its path */
+    pthread_cond_broadcast(&p.wake);
+    pthread_mutex_unlock(&p.lock);
+    uint64_t wanted = 0;
+    for (int i = 0; i < 400 && !wanted; i++) {
+        usleep(5000);
+        pthread_mutex_lock(&p.lock);
+        wanted = p.room_wanted[2];
+        pthread_mutex_unlock(&p.lock);
+    }
+    assert_int_equal(wanted, 4 * FB);   /* the worker could not make it */
+    assert_int_equal(p.n_free, 2);
+    frame_pool_tick(&p, mb_now_ms() + 1000);   /* both returned frames idle past a tick */
+    assert_int_equal(p.released_device_full, 1);   /* one 8-unit frame covers 4 units */
+    assert_int_equal(p.n_free, 1);
+    assert_int_equal(wait_ready(&p, 1), 1);
+    uint64_t made = p.path_created;
+    assert_int_equal(frame_pool_grant_orders(&p, &mid, 1, 2, 0, 1, &id), 0);
+    assert_int_equal(frame_pool_bytes(&p, id), 4 * FB);
+    assert_int_equal(p.path_created, made);   /* the spare, not a frame made on its path */
+    assert_true(p.bytes_total <= 16 * FB);
+    assert_true(frame_pool_is_valid(&p));
+    frame_pool_destroy(&p);
+    mb_backend_close(b);
+}
+
 /* A reported frame of a larger order is booked with its size after a
  * restart; a size that is no order is refused; a shared frame is booked
  * once for its owner and its importers, and leaves when all let go. */
@@ -744,6 +786,7 @@ int main(void)
         cmocka_unit_test(mixed_orders_recreate_within_budget),
         cmocka_unit_test(mixed_orders_recreate_on_a_full_device),
         cmocka_unit_test(device_full_below_budget),
+        cmocka_unit_test(reserve_makes_room_on_a_full_device),
         cmocka_unit_test(warm_plan_takes_free_frames_only),
         cmocka_unit_test(adopted_large_frame_keeps_its_size),
     };
