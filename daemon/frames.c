@@ -461,9 +461,10 @@ static void trim_to(struct frame_pool *p, uint64_t target, int64_t cutoff)
 /* A worker found the device full below the budget (other processes' memory,
  * or a budget above the device's) and could not make a frame the reserve
  * wants: frames users returned and nobody took for a tick go back to the
- * driver, about that frame's bytes, none of its order, so that the reserve
- * holds the sizes grants ask for now rather than those earlier sessions
- * returned, and the next grant of that size makes no frame on its path.
+ * driver, about the bytes the reserve lacks of that frame's order, none of
+ * that order, so that the reserve holds the sizes grants ask for now rather
+ * than those earlier sessions returned, and the next grants of that size
+ * make no frame on their path.
  * Fresh frames (the reserve itself) stay. Without such frames the workers
  * try that order again a second later, not at each wake-up. */
 static void room_for_reserve(struct frame_pool *p, int64_t now_ms)
@@ -724,19 +725,25 @@ static int create_frame(struct frame_pool *p, unsigned order, const uint32_t *ne
 
 /* What a reserve worker should create next (lock held): order 0 below the
  * reserve, else a missing spare; -1 when nothing is due or it would not fit. */
+/* The bytes of order-k frames the reserve lacks: below the target (order
+ * 0), or spares missing (lock held). */
+static uint64_t reserve_short(const struct frame_pool *p, unsigned k)
+{
+    uint64_t have = (uint64_t)__atomic_load_n(&p->fresh.n[k], __ATOMIC_RELAXED) +
+                    p->ready_order[k] + p->creating_order[k];
+    if (k == 0)
+        return p->reserve_bytes > have * p->frame_bytes ? p->reserve_bytes - have * p->frame_bytes : 0;
+    return p->spare[k] > have ? (p->spare[k] - have) * obytes(p, k) : 0;
+}
+
 static int reserve_due(struct frame_pool *p)
 {
-    uint64_t have0 = ((uint64_t)__atomic_load_n(&p->fresh.n[0], __ATOMIC_RELAXED) +
-                      p->ready_order[0] + p->creating_order[0]) * p->frame_bytes;
     int order = -1;
     int64_t now = mb_now_ms();
     if (p->path_creating)
         return -1;   /* a grant is creating a frame on its path: it goes first */
-    if (have0 < p->reserve_bytes && now >= p->full_until_ms[0])
-        order = 0;
-    for (unsigned k = 1; order < 0 && k < MB_ORDERS; k++)
-        if (__atomic_load_n(&p->fresh.n[k], __ATOMIC_RELAXED) + p->ready_order[k] +
-                p->creating_order[k] < p->spare[k] && now >= p->full_until_ms[k])
+    for (unsigned k = 0; order < 0 && k < MB_ORDERS; k++)
+        if (reserve_short(p, k) && now >= p->full_until_ms[k])
             order = (int)k;
     if (order < 0 || p->committed + obytes(p, (unsigned)order) > p->budget_bytes ||
         (p->max_frames && p->n_committed + 1 > p->max_frames))
@@ -829,9 +836,12 @@ static void *reserve_worker(void *arg)
             p->reserve_warned_ms = now;
         if (rc == MB_ENOMEM) {
             /* Within the budget (reserve_due), so the device is full: the
-             * tick may release returned frames for this order and wake us;
-             * other orders due may still fit. */
-            p->room_wanted[order] = bytes;
+             * tick may release returned frames for what the reserve lacks
+             * of this order and wake us; other orders due may still fit. */
+            uint64_t lack = reserve_short(p, (unsigned)order);
+            lack = lack > bytes ? lack : bytes;
+            if (lack > p->room_wanted[order])
+                p->room_wanted[order] = lack;   /* (the other worker's may be larger) */
             p->full_until_ms[order] = now + 1000;
             continue;
         }
