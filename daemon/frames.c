@@ -488,7 +488,7 @@ static void room_for_reserve(struct frame_pool *p, int64_t now_ms)
         if (p->released_device_full == before)
             continue;
         mb_log(MB_LOG_DEBUG, "the device is full below the budget: released %llu returned free "
-               "frames for the reserve's order-%u frame",
+               "frames for the reserve's order-%u frames",
                (unsigned long long)(p->released_device_full - before), order);
         pthread_mutex_lock(&p->lock);
         p->full_until_ms[order] = 0;
