@@ -185,9 +185,10 @@ struct frame_pool {
      * and has none (else it closes the fd). */
     struct rex { uint32_t id; uint64_t h; int fd; } *rex, *rex_done;
     uint32_t n_rex_todo, rex_cap, n_rex_done, rex_done_cap;
-    uint64_t room_wanted[MB_ORDERS]; /* bytes of an order-k frame a worker could not
-                                  * make on a device full below the budget: the tick
-                                  * releases returned frames for it (0: none) */
+    uint64_t room_wanted[MB_ORDERS]; /* bytes of order-k frames the reserve lacks, which
+                                  * a worker could not make on a device full below
+                                  * the budget: the tick releases returned frames
+                                  * for them (0: none) */
     int64_t full_until_ms[MB_ORDERS]; /* ... and no worker tries order k again before
                                   * this unless the tick made room */
     int64_t reserve_warned_ms;   /* when a worker's failure was last said (0: never) */

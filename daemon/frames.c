@@ -464,9 +464,9 @@ static void trim_to(struct frame_pool *p, uint64_t target, int64_t cutoff)
  * driver, about the bytes the reserve lacks of that frame's order, none of
  * that order, so that the reserve holds the sizes grants ask for now rather
  * than those earlier sessions returned, and the next grants of that size
- * make no frame on their path.
- * Fresh frames (the reserve itself) stay. Without such frames the workers
- * try that order again a second later, not at each wake-up. */
+ * make no frame on their path. Fresh frames (the reserve itself) stay.
+ * Without such frames the workers try that order again a second later, not
+ * at each wake-up. */
 static void room_for_reserve(struct frame_pool *p, int64_t now_ms)
 {
     uint64_t room[MB_ORDERS];
@@ -723,8 +723,6 @@ static int create_frame(struct frame_pool *p, unsigned order, const uint32_t *ne
     return rc;
 }
 
-/* What a reserve worker should create next (lock held): order 0 below the
- * reserve, else a missing spare; -1 when nothing is due or it would not fit. */
 /* The bytes of order-k frames the reserve lacks: below the target (order
  * 0), or spares missing (lock held). */
 static uint64_t reserve_short(const struct frame_pool *p, unsigned k)
@@ -736,6 +734,9 @@ static uint64_t reserve_short(const struct frame_pool *p, unsigned k)
     return p->spare[k] > have ? (p->spare[k] - have) * obytes(p, k) : 0;
 }
 
+/* What a reserve worker should create next (lock held): order 0 below the
+ * reserve, else a missing spare, an order the device refused within the
+ * last second excepted; -1 when nothing is due or it would not fit. */
 static int reserve_due(struct frame_pool *p)
 {
     int order = -1;
