@@ -429,9 +429,9 @@ static void count_demand(struct frame_pool *p, uint64_t bytes)
 }
 
 /* Release the frames of list l's order k free since `cutoff` or before,
- * while free bytes exceed target, counting them in *count. */
+ * while free bytes exceed target. */
 static void trim_list(struct frame_pool *p, struct free_list *l, unsigned k, int64_t cutoff,
-                      uint64_t target, uint64_t *count)
+                      uint64_t target)
 {
     uint32_t *link = &l->head[k];
     while (*link && p->bytes_free > target) {
@@ -440,7 +440,7 @@ static void trim_list(struct frame_pool *p, struct free_list *l, unsigned k, int
             continue;
         }
         end_frame(p, unlink_free(p, l, k, link));
-        (*count)++;
+        p->released_idle++;
     }
 }
 
@@ -451,12 +451,44 @@ static void trim_to(struct frame_pool *p, uint64_t target, int64_t cutoff)
 {
     for (uint32_t i = 0; i < p->n_by_uid && p->bytes_free > target; i++)
         for (int k = MB_MAX_ORDER; k >= 0 && p->bytes_free > target; k--)
-            trim_list(p, p->by_uid[i], (unsigned)k, cutoff, target, &p->released_idle);
+            trim_list(p, p->by_uid[i], (unsigned)k, cutoff, target);
     for (int k = MB_MAX_ORDER; k >= 0 && p->bytes_free > target; k--)
-        trim_list(p, &p->fresh, (unsigned)k, cutoff, target, &p->released_idle);
+        trim_list(p, &p->fresh, (unsigned)k, cutoff, target);
 }
 
 #define TICK_MS 250
+
+/* Release one frame a user returned, free since cutoff or before and not
+ * of order `skip`: by release_order's rule, the smallest that covers
+ * `deficit` alone, else the largest. Its bytes, 0 when there is none. */
+static uint64_t release_returned(struct frame_pool *p, unsigned skip, int64_t cutoff,
+                                 uint64_t deficit)
+{
+    uint32_t *best = NULL;
+    struct free_list *bl = NULL;
+    unsigned bk = 0;
+    bool covers = false;
+    for (uint32_t i = 0; i < p->n_by_uid; i++)
+        for (unsigned k = 0; k < MB_ORDERS; k++) {
+            uint32_t *link = &p->by_uid[i]->head[k];
+            while (k != skip && *link && p->frames[*link].freed_ms > cutoff)
+                link = &p->frames[*link].next_free;   /* used lately: kept */
+            if (k == skip || !*link)
+                continue;
+            bool c = obytes(p, k) >= deficit;
+            if (!best || (c && (!covers || k < bk)) || (!c && !covers && k > bk)) {
+                best = link;
+                bl = p->by_uid[i];
+                bk = k;
+                covers = c;
+            }
+        }
+    if (!best)
+        return 0;
+    end_frame(p, unlink_free(p, bl, bk, best));
+    p->released_device_full++;
+    return obytes(p, bk);
+}
 
 /* A worker found the device full below the budget (other processes' memory,
  * or a budget above the device's) and could not make a frame the reserve
@@ -476,15 +508,9 @@ static void room_for_reserve(struct frame_pool *p, int64_t now_ms)
     pthread_mutex_unlock(&p->lock);
     bool made = false;
     for (unsigned order = 0; order < MB_ORDERS; order++) {
-        if (!room[order])
-            continue;
-        uint64_t goal = p->bytes_free > room[order] ? p->bytes_free - room[order] : 0;
-        uint64_t before = p->released_device_full;
-        for (uint32_t i = 0; i < p->n_by_uid && p->bytes_free > goal; i++)
-            for (int k = MB_MAX_ORDER; k >= 0 && p->bytes_free > goal; k--)
-                if ((unsigned)k != order)
-                    trim_list(p, p->by_uid[i], (unsigned)k, now_ms - TICK_MS, goal,
-                              &p->released_device_full);
+        uint64_t left = room[order], before = p->released_device_full, got;
+        while (left && (got = release_returned(p, order, now_ms - TICK_MS, left)) != 0)
+            left -= got < left ? got : left;
         if (p->released_device_full == before)
             continue;
         mb_log(MB_LOG_DEBUG, "the device is full below the budget: released %llu returned free "

@@ -732,6 +732,44 @@ static void reserve_makes_room_on_a_full_device(void **state)
     mb_backend_close(b);
 }
 
+/* Room for the reserve goes by release_order's rule: the smallest returned
+ * frame that covers what the reserve lacks, not the largest. */
+static void reserve_room_takes_the_smallest_cover(void **state)
+{
+    mb_backend *b = host_device(16 * FB);
+    struct frame_pool p;
+    assert_int_equal(frame_pool_init(&p, b, FB, 64 * FB), 0);
+    uint8_t orders[3] = { 3, 2, 2 }, small = 1;
+    uint32_t ids[3], id;
+    assert_int_equal(frame_pool_grant_orders(&p, orders, 3, 1, 0, 1, ids), 0);
+    assert_int_equal(frame_pool_return(&p, ids, 3, 1), 0);   /* 8 + 4 + 4 units: the device full */
+    assert_int_equal(frame_pool_prefill(&p, 0), 0);
+    pthread_mutex_lock(&p.lock);
+    p.spare[1] = 2;   /* two 2-unit spares: 4 units lacking */
+    pthread_cond_broadcast(&p.wake);
+    pthread_mutex_unlock(&p.lock);
+    uint64_t wanted = 0;
+    for (int i = 0; i < 400 && wanted < 4 * FB; i++) {
+        usleep(5000);
+        pthread_mutex_lock(&p.lock);
+        wanted = p.room_wanted[1];
+        pthread_mutex_unlock(&p.lock);
+    }
+    assert_int_equal(wanted, 4 * FB);
+    frame_pool_tick(&p, mb_now_ms() + 1000);
+    assert_int_equal(p.released_device_full, 1);
+    assert_int_equal(p.n_free, 2);
+    assert_int_equal(p.n_free_order[3], 1);   /* the 8-unit frame stays */
+    assert_int_equal(p.n_free_order[2], 1);
+    assert_int_equal(wait_ready(&p, 2), 2);
+    uint64_t made = p.path_created;
+    assert_int_equal(frame_pool_grant_orders(&p, &small, 1, 2, 0, 1, &id), 0);
+    assert_int_equal(p.path_created, made);
+    assert_true(frame_pool_is_valid(&p));
+    frame_pool_destroy(&p);
+    mb_backend_close(b);
+}
+
 /* A reported frame of a larger order is booked with its size after a
  * restart; a size that is no order is refused; a shared frame is booked
  * once for its owner and its importers, and leaves when all let go. */
@@ -790,6 +828,7 @@ int main(void)
         cmocka_unit_test(mixed_orders_recreate_on_a_full_device),
         cmocka_unit_test(device_full_below_budget),
         cmocka_unit_test(reserve_makes_room_on_a_full_device),
+        cmocka_unit_test(reserve_room_takes_the_smallest_cover),
         cmocka_unit_test(warm_plan_takes_free_frames_only),
         cmocka_unit_test(adopted_large_frame_keeps_its_size),
     };
