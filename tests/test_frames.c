@@ -687,6 +687,25 @@ static void device_full_below_budget(void **state)
     mb_backend_close(b);
 }
 
+/* With the reserve's workers running, ask for `n` spares of order k and
+ * wait until the workers, refused by the full device, have said what they
+ * lack of it (both may try; 2 s at most). Returns the bytes wanted. */
+static uint64_t spares_refused(struct frame_pool *p, unsigned k, uint8_t n, uint64_t expect)
+{
+    pthread_mutex_lock(&p->lock);
+    p->spare[k] = n;   /* as after grants that made such frames on their path */
+    pthread_cond_broadcast(&p->wake);
+    pthread_mutex_unlock(&p->lock);
+    uint64_t wanted = 0;
+    for (int i = 0; i < 400 && wanted < expect; i++) {
+        usleep(5000);
+        pthread_mutex_lock(&p->lock);
+        wanted = p->room_wanted[k];
+        pthread_mutex_unlock(&p->lock);
+    }
+    return wanted;
+}
+
 /* The device full below the budget with frames an earlier session
  * returned: a reserve worker that cannot make a spare the grants want gets
  * room from the next tick, which releases returned frames idle for a tick
@@ -703,18 +722,7 @@ static void reserve_makes_room_on_a_full_device(void **state)
     assert_int_equal(frame_pool_grant_orders(&p, big, 2, 1, 0, 1, ids), 0);
     assert_int_equal(frame_pool_return(&p, ids, 2, 1), 0);   /* the device full of free frames */
     assert_int_equal(frame_pool_prefill(&p, 0), 0);
-    pthread_mutex_lock(&p.lock);
-    p.spare[2] = 2;   /* as after grants that made order-2 frames on their path */
-    pthread_cond_broadcast(&p.wake);
-    pthread_mutex_unlock(&p.lock);
-    uint64_t wanted = 0;
-    for (int i = 0; i < 400 && wanted < 8 * FB; i++) {   /* both workers may have tried */
-        usleep(5000);
-        pthread_mutex_lock(&p.lock);
-        wanted = p.room_wanted[2];
-        pthread_mutex_unlock(&p.lock);
-    }
-    assert_int_equal(wanted, 8 * FB);   /* the worker could not make them */
+    assert_int_equal(spares_refused(&p, 2, 2, 8 * FB), 8 * FB);   /* the workers could not make them */
     assert_int_equal(p.n_free, 2);
     frame_pool_tick(&p, mb_now_ms() + 1000);   /* both returned frames idle past a tick */
     assert_int_equal(p.released_device_full, 1);   /* one 8-unit frame covers both */
@@ -744,18 +752,7 @@ static void reserve_room_takes_the_smallest_cover(void **state)
     assert_int_equal(frame_pool_grant_orders(&p, orders, 3, 1, 0, 1, ids), 0);
     assert_int_equal(frame_pool_return(&p, ids, 3, 1), 0);   /* 8 + 4 + 4 units: the device full */
     assert_int_equal(frame_pool_prefill(&p, 0), 0);
-    pthread_mutex_lock(&p.lock);
-    p.spare[1] = 2;   /* two 2-unit spares: 4 units lacking */
-    pthread_cond_broadcast(&p.wake);
-    pthread_mutex_unlock(&p.lock);
-    uint64_t wanted = 0;
-    for (int i = 0; i < 400 && wanted < 4 * FB; i++) {
-        usleep(5000);
-        pthread_mutex_lock(&p.lock);
-        wanted = p.room_wanted[1];
-        pthread_mutex_unlock(&p.lock);
-    }
-    assert_int_equal(wanted, 4 * FB);
+    assert_int_equal(spares_refused(&p, 1, 2, 4 * FB), 4 * FB);   /* two 2-unit spares */
     frame_pool_tick(&p, mb_now_ms() + 1000);
     assert_int_equal(p.released_device_full, 1);
     assert_int_equal(p.n_free, 2);
