@@ -458,36 +458,49 @@ static void trim_to(struct frame_pool *p, uint64_t target, int64_t cutoff)
 
 #define TICK_MS 250
 
+/* The order of the frame to release among n[k] candidates when `deficit`
+ * bytes are missing: the smallest that covers it alone, else the largest
+ * (a release costs the same whatever the size: fewer is faster); -1 when
+ * there is none. */
+static int release_order(const struct frame_pool *p, const uint32_t *n, uint64_t deficit)
+{
+    for (unsigned k = 0; k < MB_ORDERS; k++)
+        if (n[k] && obytes(p, k) >= deficit)
+            return (int)k;
+    for (int k = MB_ORDERS - 1; k >= 0; k--)
+        if (n[k])
+            return k;
+    return -1;
+}
+
 /* Release one frame a user returned, free since cutoff or before and not
- * of order `skip`: by release_order's rule, the smallest that covers
- * `deficit` alone, else the largest. Its bytes, 0 when there is none. */
+ * of order `skip`, of the order release_order picks for `deficit`. Its
+ * bytes, 0 when there is none. */
 static uint64_t release_returned(struct frame_pool *p, unsigned skip, int64_t cutoff,
                                  uint64_t deficit)
 {
-    uint32_t *best = NULL;
-    struct free_list *bl = NULL;
-    unsigned bk = 0;
-    bool covers = false;
+    uint32_t found[MB_ORDERS] = { 0 };   /* an order has such a frame: at *at[k] in from[k] */
+    uint32_t *at[MB_ORDERS];
+    struct free_list *from[MB_ORDERS];
     for (uint32_t i = 0; i < p->n_by_uid; i++)
         for (unsigned k = 0; k < MB_ORDERS; k++) {
-            uint32_t *link = &p->by_uid[i]->head[k];
-            while (k != skip && *link && p->frames[*link].freed_ms > cutoff)
-                link = &p->frames[*link].next_free;   /* used lately: kept */
-            if (k == skip || !*link)
+            if (k == skip || found[k])
                 continue;
-            bool c = obytes(p, k) >= deficit;
-            if (!best || (c && (!covers || k < bk)) || (!c && !covers && k > bk)) {
-                best = link;
-                bl = p->by_uid[i];
-                bk = k;
-                covers = c;
+            uint32_t *link = &p->by_uid[i]->head[k];
+            while (*link && p->frames[*link].freed_ms > cutoff)
+                link = &p->frames[*link].next_free;   /* used lately: kept */
+            if (*link) {
+                found[k] = 1;
+                at[k] = link;
+                from[k] = p->by_uid[i];
             }
         }
-    if (!best)
+    int k = release_order(p, found, deficit);
+    if (k < 0)
         return 0;
-    end_frame(p, unlink_free(p, bl, bk, best));
+    end_frame(p, unlink_free(p, from[k], (unsigned)k, at[k]));
     p->released_device_full++;
-    return obytes(p, bk);
+    return obytes(p, (unsigned)k);
 }
 
 /* A worker found the device full below the budget (other processes' memory,
@@ -648,21 +661,6 @@ static int add_frame(struct frame_pool *p, const struct mb_mem *m)
 static uint32_t usable(const struct frame_pool *p, const struct free_list *own, unsigned k)
 {
     return p->fresh.n[k] + (own ? own->n[k] : 0);
-}
-
-/* The order of the frame to release among n[k] candidates when `deficit`
- * bytes are missing: the smallest that covers it alone, else the largest
- * (a release costs the same whatever the size: fewer is faster); -1 when
- * there is none. */
-static int release_order(const struct frame_pool *p, const uint32_t *n, uint64_t deficit)
-{
-    for (unsigned k = 0; k < MB_ORDERS; k++)
-        if (n[k] && obytes(p, k) >= deficit)
-            return (int)k;
-    for (int k = MB_ORDERS - 1; k >= 0; k--)
-        if (n[k])
-            return k;
-    return -1;
 }
 
 /* Make room in the budget for a grant to `uid` (need[k]: frames of order k
