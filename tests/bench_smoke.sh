@@ -43,6 +43,10 @@ latency)
   "$check" "$dir/latency.json" bench date host.cpus backend frame_bytes pairs notes \
     rows.0.allocator rows.0.tier rows.0.size rows.0.ok rows.0.pair_ns.p50 rows.0.pair_ns.p99 \
     rows.0.pair_ns.mean rows.0.alloc_ns.p50 rows.0.free_ns.p50
+  if command -v python3 >/dev/null; then
+    python3 "$(dirname "$0")/../tools/goals.py" "$dir/latency.json" | grep -q "host: mb_malloc 64 MiB pair p50" || {
+      echo "bench_smoke: goals.py found no 64 MiB rows in latency.json"; exit 1; }
+  fi
   # the table form works too
   "$bench" latency --quick --quiet --no-cuda --sizes 4K,16M --pairs 5 >/dev/null
   ;;
@@ -89,6 +93,14 @@ replay)
   # vspace readies the first request's pages before the replay; --cold does not
   grep -q '"prepared_pages":[1-9]' "$dir/replay.json" || {
     echo "bench_smoke: vspace prepared no pages"; exit 1; }
+  # tools/goals.py reads it: the host goal and each GPU goal get a line
+  if command -v python3 >/dev/null; then
+    python3 "$(dirname "$0")/../tools/goals.py" "$dir/replay.json" >"$dir/goals.txt"
+    for g in "host: realloc mean" "realloc reserved/live" "grow slowest allocation" \
+             "vspace p99 us" "daemon descriptors" "every strategy completed   *met"; do
+      grep -q "$g" "$dir/goals.txt" || { echo "bench_smoke: goals.py printed no '$g'"; cat "$dir/goals.txt"; exit 1; }
+    done
+  fi
   # Mooncake-style JSON lines (timestamps in ms)
   printf '{"timestamp": %d, "input_length": %d, "output_length": %d, "hash_ids": [1, 2]}\n' \
     0 700 40  100 1500 20  250 90 64  400 3000 10  900 33 100 >"$dir/trace.jsonl"

@@ -98,6 +98,9 @@ for step in $STEPS; do
 done
 timeout 20 "$B/tools/mbctl" --runtime-dir "$RT" --device "$DEVICE" status --json >"$OUT/status-end.json" 2>&1
 timeout 120 python3 tools/plot_bench.py -o "$OUT" "$OUT"/*.json >>"$OUT/gpu_bench.log" 2>&1
+# The open goals, met or missed, from the JSON that came back (tools/goals.py).
+for n in replay latency torch-train; do [ -s "$OUT/$n.json" ] && echo "$OUT/$n.json"; done |
+  xargs -r timeout 60 python3 tools/goals.py >"$OUT/goals.txt" 2>&1
 
 # The short table, from whatever JSON came back.
 timeout 60 python3 - "$OUT" <<'PY'
@@ -171,3 +174,5 @@ if d:
         d["starve_alloc_ns"]["p50"] / 1e6, d["starve_alloc_ns"]["max"] / 1e6,
         d["peak_daemon_granted_bytes"] / 2**30, d["static_partition_bytes"] / 2**30))
 PY
+echo "== goals (tools/goals.py) =="
+cat "$OUT/goals.txt" 2>/dev/null
