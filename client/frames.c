@@ -397,6 +397,8 @@ static void swap_out(mb_client *c, uint64_t bytes)
             for (struct cframe **pp = lists[l]; *pp; pp = &(*pp)->next_cached)
                 if (!oldest || (*pp)->cached_ms < (*oldest)->cached_ms)
                     oldest = pp;
+        if (!oldest)
+            break;   /* bytes_cached says more is cached than the lists hold */
         gone += (*oldest)->mem.bytes;
         ids[k++] = drop_cached(c, oldest);
     }
@@ -671,7 +673,7 @@ int fcache_take_any(mb_client *c, size_t bytes, unsigned max_order, struct cfram
         struct cframe **more = NULL;
         size_t m = 0;
         int rc = fcache_take_plan(c, left, max_order, false, &more, &m);
-        struct cframe **nf = rc == 0 ? realloc(fr, (n + m) * sizeof(*fr)) : NULL;
+        struct cframe **nf = rc != 0 ? NULL : m ? realloc(fr, (n + m) * sizeof(*fr)) : fr;
         if (rc == 0 && !nf) {
             for (size_t i = 0; i < m; i++)
                 fcache_put(c, more[i]);

@@ -89,10 +89,13 @@ int mb_chan_recv(int sock, struct mb_chan_msg *m, int *fds, int timeout_ms)
                 close(fd);
         }
     }
+    /* One descriptor for each id, and ids only in FRAMES: so that, as
+     * fdpass.h promises, m->count descriptors are open whatever the type,
+     * and a caller that closes that many never closes one it was not given. */
     bool ok = (size_t)n >= CHAN_HDR_BYTES && !(msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) &&
               m->count <= MB_CHAN_MAX_FDS &&
               (size_t)n == CHAN_HDR_BYTES + m->count * sizeof(uint32_t) &&
-              (m->type == MB_CHAN_FRAMES ? (int)m->count == nfds : nfds == 0);
+              (int)m->count == nfds && (m->type == MB_CHAN_FRAMES || m->count == 0);
     if (!ok) {
         for (int i = 0; i < nfds; i++)
             close(fds[i]);

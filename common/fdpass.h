@@ -30,8 +30,10 @@ struct mb_chan_msg {
 int mb_chan_send(int sock, const struct mb_chan_msg *m, const int *fds);
 /* Receive one message, waiting at most timeout_ms (-1: forever). fds must
  * hold MB_CHAN_MAX_FDS; on return m->count of them are open and owned by the
- * caller. End of file and timeout return MB_EUNAVAIL; a malformed message
- * returns MB_EPROTO with every received descriptor closed. */
+ * caller (0 unless m->type is MB_CHAN_FRAMES). End of file and timeout
+ * return MB_EUNAVAIL; a malformed message (ids and descriptors that do not
+ * pair up, ids in another type, a truncated message or too many
+ * descriptors) returns MB_EPROTO with every received descriptor closed. */
 int mb_chan_recv(int sock, struct mb_chan_msg *m, int *fds, int timeout_ms);
 
 /* A client's side of opening a session: connect to DIR/gpuN.fds and read

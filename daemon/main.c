@@ -153,7 +153,7 @@ static int load_config(struct options *o, struct mb_config *cfg)
     if (rc == 0)
         o->config_read = path;
     if (rc == MB_ENOENT && !o->config) {
-        rc = 0;
+        /* no default file: the defaults, then the command line */
     } else if (rc == MB_ENOENT) {
         mb_log(MB_LOG_ERR, "config file %s does not exist", path);
         return 2;
