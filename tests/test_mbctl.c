@@ -231,9 +231,19 @@ static void help_usage_and_no_daemon(void **state)
         assert_int_equal(ctl(&none, buf, sizeof(buf), help), 0);
         assert_non_null(strstr(buf, "usage: mbctl"));
         assert_non_null(strstr(buf, names[i]));
+        /* `mbctl help COMMAND` says the same */
+        static char again[8192];
+        const char *help2[] = { "help", names[i], NULL };
+        assert_int_equal(ctl(&none, again, sizeof(again), help2), 0);
+        assert_string_equal(again, buf);
     }
+    const char *help_bad[] = { "help", "nothing", NULL };
+    assert_int_equal(ctl(&none, buf, sizeof(buf), help_bad), 2);
+    assert_non_null(strstr(buf, "unknown command 'nothing'"));
     /* The top-level help lists every command of the table. */
-    const char *top_help[] = { "--help", NULL };
+    const char *top_help[] = { "--help", NULL }, *top_help2[] = { "help", NULL };
+    assert_int_equal(ctl(&none, buf, sizeof(buf), top_help2), 0);
+    assert_non_null(strstr(buf, "usage: mbctl"));
     assert_int_equal(ctl(&none, buf, sizeof(buf), top_help), 0);
     for (int i = 0; i < MB_CMD_COUNT; i++)
         if (mb_commands[i].flags & MB_CMD_CLI)

@@ -992,8 +992,9 @@ static void usage(FILE *f)
             usage_row(f, &mb_commands[i]);
     for (int i = 0; i < MB_VIEW_COUNT; i++)
         usage_row(f, &mb_views[i]);
-    fprintf(f, "\n'mbctl COMMAND --help' describes one command. Exit codes: 0 success, 1 refused,\n"
-               "2 usage error, 3 moonbrightd not running or not answering.\n");
+    fprintf(f, "\n'mbctl COMMAND --help' or 'mbctl help COMMAND' describes one command.\n"
+               "Exit codes: 0 success, 1 refused, 2 usage error, 3 moonbrightd not running\n"
+               "or not answering.\n");
 }
 
 static void command_help(const struct mb_command *c)
@@ -1093,6 +1094,14 @@ int main(int argc, char **argv)
         usage(stderr);
         return EXIT_USAGE;
     }
+    /* `mbctl help [COMMAND]`: the same as --help before or after it. */
+    bool help = strcmp(argv[optind], "help") == 0;
+    if (help && optind + 1 >= argc) {
+        usage(stdout);
+        return 0;
+    }
+    if (help)
+        optind++;
     const struct mb_command *row = NULL;
     cli_fn *fn = NULL;
     int cmd = mb_command_by_name(argv[optind]);
@@ -1109,6 +1118,10 @@ int main(int argc, char **argv)
         fprintf(stderr, "mbctl: unknown command '%s'\n", argv[optind]);
         usage(stderr);
         return EXIT_USAGE;
+    }
+    if (help) {
+        command_help(row);
+        return 0;
     }
     /* Common flags after the command word: --json, --help, and the options
      * that may also come before it. */
