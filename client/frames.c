@@ -794,6 +794,17 @@ int fcache_take_plan(mb_client *c, size_t bytes, unsigned max_order, bool exact,
                      struct cframe ***out, size_t *count)
 {
     struct frame_cache *fc = &c->fc;
+    /* More than the cache and one grant could hold is refused here, as the
+     * daemon would, before the plan's arrays (a frame each) are made. */
+    unsigned long long most =
+        MB_GRANT_MAX_BYTES(c->frame_bytes, max_order < MB_MAX_ORDER ? max_order : MB_MAX_ORDER) +
+        fc->bytes_cached;
+    if (bytes > most) {
+        mb_log(MB_LOG_ERR, "a request of %zu bytes is more than one grant may hold (%llu bytes "
+               "at this frame size) plus the %zu bytes this process caches", bytes,
+               most - fc->bytes_cached, (size_t)fc->bytes_cached);
+        return MB_EINVAL;
+    }
     uint64_t covered;
     size_t (*plan)(uint64_t, size_t, unsigned, uint8_t *, size_t, uint64_t *) =
         exact ? mb_frame_plan_exact : mb_frame_plan;

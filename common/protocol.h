@@ -9,6 +9,10 @@
 
 /* Most frames one grant hands out (and one Grant reply lists). */
 #define MB_GRANT_MAX_FRAMES 256u
+/* Most bytes one grant may ask for: that many frames of the largest order
+ * it allows (frame_bytes << max_order each). */
+#define MB_GRANT_MAX_BYTES(frame_bytes, max_order) \
+    ((unsigned long long)MB_GRANT_MAX_FRAMES * ((unsigned long long)(frame_bytes) << (max_order)))
 /* Most ids a client puts in one Return; it sends more in several. */
 #define MB_RETURN_MAX_IDS 4096u
 /* Bytes of a share token (mb_share_token in moonbright/mbclient.h). */

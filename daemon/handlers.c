@@ -322,7 +322,7 @@ static void h_grant(struct request_ctx *rc, const Mb__Request *req, Mb__Reply *r
     uint64_t fb = d->pool.frame_bytes;
     uint64_t bytes = req->grant->bytes;
     struct grant_shape shape = grant_shape_of(req->grant);
-    uint64_t most = (uint64_t)MAX_GRANT_FRAMES * (fb << shape.max_order);
+    uint64_t most = MB_GRANT_MAX_BYTES(fb, shape.max_order);
     if (bytes == 0 || bytes > most) {
         mb_reply_error(rep, MB_EINVAL, "grant of %llu bytes: ask for 1 to %llu bytes at a time",
                        (unsigned long long)bytes, (unsigned long long)most);

@@ -135,6 +135,24 @@ static void budget_exhausted_then_still_serving(void **state)
     char out[512];
     assert_int_equal(mbt_run(&d, big, out, sizeof(out), false), 20 - MB_ENOMEM);
     assert_non_null(strstr(out, "out of memory"));
+    /* With large frames (the default), more than one grant may hold (256
+     * frames of the largest order: 8 GiB at 64 KiB) is refused by the
+     * library itself, as the daemon would, before it plans a frame for each
+     * part of it (2^62 bytes would take gigabytes of plan), and the daemon
+     * never hears of it. */
+    setenv("MOONBRIGHT_LARGE_FRAMES", "1", 1);
+    const char *const sizes[] = { "0", "0", "8590000000", "4611686018427387904" };
+    double before = mbt_status_num(&d, "requests"), mid = 0;
+    for (int i = 0; i < 4; i++) {
+        const char *one[] = { MB_CLIENT_BIN, "alloc", sizes[i], NULL };
+        assert_int_equal(mbt_run(&d, one, out, sizeof(out), false), 20 - MB_EINVAL);
+        assert_non_null(strstr(out, "invalid argument"));
+        if (i == 1)
+            mid = mbt_status_num(&d, "requests");
+    }
+    /* as many requests as two clients that asked nothing (size 0) made */
+    assert_true(mbt_status_num(&d, "requests") - mid == mid - before);
+    setenv("MOONBRIGHT_LARGE_FRAMES", "0", 1);
     /* A holder takes 6 of 8 frames; another asking for 3 is refused... */
     snprintf(size, sizeof(size), "%u", 6 * FRAME);
     const char *hold[] = { MB_CLIENT_BIN, "hold", size, "3", NULL };
