@@ -103,7 +103,7 @@ int mb_open(mb_client **out, const char *tenant_name)
         else
             mb_log(MB_LOG_WARN, "ignoring MOONBRIGHT_CACHE=%s (expected a size)", cache);
     }
-    const char *tenant = tenant_name ? tenant_name : getenv("MOONBRIGHT_TENANT");
+    const char *tenant = tenant_name && *tenant_name ? tenant_name : getenv("MOONBRIGHT_TENANT");
     int rc = rpc_connect(c, tenant && *tenant ? tenant : "default");
     if (rc == 0) {
         if (strcmp(c->backend_name, "host") == 0)

@@ -129,6 +129,13 @@ static void tenant_quota_and_other_tenant(void **state)
     assert_non_null(strstr(buf, "warning: an allocation of 1048576 bytes failed: quota of tenant "
                                 "'capped' exceeded"));
     assert_null(strstr(buf, "moonbrightd refused"));
+    /* A process that names no tenant (NULL or "") is $MOONBRIGHT_TENANT's. */
+    setenv("MOONBRIGHT_TENANT", "capped", 1);
+    const char *by_env[] = { MB_CLIENT_BIN, "alloc", "1048576", NULL };
+    assert_int_equal(mbt_run(&d, by_env, buf, sizeof(buf), false), 20 - MB_EQUOTA);
+    const char *by_empty[] = { MB_CLIENT_BIN, "alloc", "1048576", "", NULL };
+    assert_int_equal(mbt_run(&d, by_empty, buf, sizeof(buf), false), 20 - MB_EQUOTA);
+    unsetenv("MOONBRIGHT_TENANT");
     /* Another tenant is unaffected. */
     const char *other[] = { MB_CLIENT_BIN, "pattern", "1048576", "9", "other", NULL };
     assert_int_equal(mbt_run(&d, other, buf, sizeof(buf), false), 0);

@@ -27,7 +27,7 @@ typedef struct mb_client mb_client;
 
 /* Open a session with the daemon of device $MOONBRIGHT_DEVICE (default 0)
  * whose sockets live in $MOONBRIGHT_RUNTIME_DIR (default /run/moonbright).
- * tenant_name NULL means $MOONBRIGHT_TENANT, else "default". */
+ * tenant_name NULL or "" means $MOONBRIGHT_TENANT, else "default". */
 MB_API int mb_open(mb_client **out, const char *tenant_name);
 /* Unmap everything, return every frame to the daemon, end the session. */
 MB_API void mb_close(mb_client *c);
