@@ -51,7 +51,10 @@ int mb_open(mb_client **out, const char *tenant_name)
     *out = NULL;
     mb_log_set_ident("mbclient");
     const char *lv = getenv("MOONBRIGHT_LOG");
-    mb_log_set_level(lv && mb_log_parse_level(lv) >= 0 ? mb_log_parse_level(lv) : MB_LOG_WARN);
+    int level = lv && *lv ? mb_log_parse_level(lv) : MB_LOG_WARN;
+    mb_log_set_level(level >= 0 ? level : MB_LOG_WARN);
+    if (level < 0)
+        mb_log(MB_LOG_WARN, "ignoring MOONBRIGHT_LOG=%s (expected error, warn, info or debug)", lv);
     mb_client *c = calloc(1, sizeof(*c));
     if (!c)
         return MB_ENOMEM;

@@ -4,7 +4,7 @@
  * sockets, one daemon per runtime directory, mbctl without a daemon, a
  * daemon restart under clients that hold and share memory, large frames
  * by the frame plan (reuse, scrubbing, re-creation) and by the exact plan
- * near a full budget. */
+ * near a full budget, and the library's environment read with warnings. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -547,6 +547,29 @@ static void bad_options_are_refused(void **state)
     }
 }
 
+/* The library's environment: a value it cannot take is ignored with a
+ * warning naming it, and the process still allocates. */
+static void bad_environment_warns(void **state)
+{
+    struct mbt_daemon d;
+    assert_int_equal(mbt_daemon_start(&d, NULL), 0);
+    static const char *const bad[][2] = {
+        { "MOONBRIGHT_LOG", "loud" }, { "MOONBRIGHT_IDLE_MS", "soon" }, { "MOONBRIGHT_CACHE", "-5" },
+        { "MOONBRIGHT_TIMEOUT_MS", "0" }, { "MOONBRIGHT_DEVICE", "x" }, { "MOONBRIGHT_HEAP_PUNCH", "7" },
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        setenv(bad[i][0], bad[i][1], 1);
+        const char *argv[] = { MB_CLIENT_BIN, "alloc", "3000000", NULL };
+        char out[1024], want[128];
+        assert_int_equal(mbt_run(&d, argv, out, sizeof(out), true), 0);
+        snprintf(want, sizeof(want), "ignoring %s=%s", bad[i][0], bad[i][1]);
+        if (!strstr(out, want))
+            fail_msg("no '%s' in: %s", want, out);
+        unsetenv(bad[i][0]);
+    }
+    assert_int_equal(mbt_daemon_stop(&d), 0);
+}
+
 static void config_errors_name_file_and_line(void **state)
 {
     static const char *const bad[][2] = {
@@ -794,6 +817,7 @@ int main(void)
         cmocka_unit_test(daemon_restart_keeps_shares),
         cmocka_unit_test(second_daemon_refuses),
         cmocka_unit_test(bad_options_are_refused),
+        cmocka_unit_test(bad_environment_warns),
         cmocka_unit_test(config_errors_name_file_and_line),
         cmocka_unit_test(hello_of_another_version_is_refused),
         cmocka_unit_test(mbctl_without_daemon),
