@@ -7,6 +7,7 @@
 
 #include "async_map.h"
 #include "client.h"
+#include "config.h"
 #include "faults.h"
 #include "grow.h"
 #include "log.h"
@@ -23,20 +24,6 @@
  * range is not valid for the runtime's own checks (cudaMemsetAsync and
  * cudaMemcpyAsync refuse it with "invalid argument"), only for kernels. */
 #define ASYNC_MAP_ABOVE ((size_t)8 << 20)
-
-static long env_long(const char *name, long dflt, long lo, long hi)
-{
-    const char *v = getenv(name);
-    if (!v || !*v)
-        return dflt;
-    char *end;
-    long x = strtol(v, &end, 10);
-    if (*end || x < lo || x > hi) {
-        mb_log(MB_LOG_WARN, "ignoring %s=%s (expected %ld..%ld)", name, v, lo, hi);
-        return dflt;
-    }
-    return x;
-}
 
 /* grow.c's hand-over: a freed range it cannot keep retires like any other. */
 static int retire_range(mb_client *c, struct stitched *s, void *stream)
@@ -76,28 +63,28 @@ int mb_open(mb_client **out, const char *tenant_name)
     pthread_mutexattr_destroy(&ra);
     c->sd_fenced_tail = &c->sd_fenced;
     c->chan = -1;
-    c->device = (int)env_long("MOONBRIGHT_DEVICE", 0, 0, 255);
-    c->timeout_ms = (int)env_long("MOONBRIGHT_TIMEOUT_MS", DEFAULT_TIMEOUT_MS, 1, 3600000);
-    c->idle_ms = env_long("MOONBRIGHT_IDLE_MS", DEFAULT_IDLE_MS, 1, 86400000);
+    c->device = (int)mb_env_long("MOONBRIGHT_DEVICE", 0, 0, 255);
+    c->timeout_ms = (int)mb_env_long("MOONBRIGHT_TIMEOUT_MS", DEFAULT_TIMEOUT_MS, 1, 3600000);
+    c->idle_ms = mb_env_long("MOONBRIGHT_IDLE_MS", DEFAULT_IDLE_MS, 1, 86400000);
     c->fc.keep_bytes = DEFAULT_CACHE_BYTES;
-    c->large_frames = env_long("MOONBRIGHT_LARGE_FRAMES", 1, 0, 1) != 0;
-    c->warm_per_frame = (unsigned)env_long("MOONBRIGHT_WARM_GRANTS", 2, 0, 8);
-    c->async_map = env_long("MOONBRIGHT_ASYNC_MAP", 0, 0, 1) != 0;
-    c->close_fit = env_long("MOONBRIGHT_HEAP_CLOSE_FIT", 0, 0, 1) != 0;
-    c->repair = env_long("MOONBRIGHT_HEAP_REPAIR", 1, 0, 1) != 0;
-    c->punch = env_long("MOONBRIGHT_HEAP_PUNCH", 0, 0, 1) != 0;
+    c->large_frames = mb_env_long("MOONBRIGHT_LARGE_FRAMES", 1, 0, 1) != 0;
+    c->warm_per_frame = (unsigned)mb_env_long("MOONBRIGHT_WARM_GRANTS", 2, 0, 8);
+    c->async_map = mb_env_long("MOONBRIGHT_ASYNC_MAP", 0, 0, 1) != 0;
+    c->close_fit = mb_env_long("MOONBRIGHT_HEAP_CLOSE_FIT", 0, 0, 1) != 0;
+    c->repair = mb_env_long("MOONBRIGHT_HEAP_REPAIR", 1, 0, 1) != 0;
+    c->punch = mb_env_long("MOONBRIGHT_HEAP_PUNCH", 0, 0, 1) != 0;
     /* Close fit rebuilds arenas from the frames of free ones; extending an
      * arena past the free blocks a close fit refused would keep them
      * mapped and grow the heap without bound. */
-    c->extend = env_long("MOONBRIGHT_HEAP_EXTEND", 1, 0, 1) != 0 && !c->close_fit;
-    c->classes = env_long("MOONBRIGHT_HEAP_CLASSES", 1, 0, 1) != 0;
-    c->fill = env_long("MOONBRIGHT_HEAP_FILL", 1, 0, 1) != 0;
-    c->grow_spares = env_long("MOONBRIGHT_GROW_SPARES", 1, 0, 1) != 0;
-    c->exact_allowed = env_long("MOONBRIGHT_EXACT_PLANS", 1, 0, 1) != 0;
+    c->extend = mb_env_long("MOONBRIGHT_HEAP_EXTEND", 1, 0, 1) != 0 && !c->close_fit;
+    c->classes = mb_env_long("MOONBRIGHT_HEAP_CLASSES", 1, 0, 1) != 0;
+    c->fill = mb_env_long("MOONBRIGHT_HEAP_FILL", 1, 0, 1) != 0;
+    c->grow_spares = mb_env_long("MOONBRIGHT_GROW_SPARES", 1, 0, 1) != 0;
+    c->exact_allowed = mb_env_long("MOONBRIGHT_EXACT_PLANS", 1, 0, 1) != 0;
     /* (MOONBRIGHT_GROW_FREE_LAG: its name before frees stopped waiting) */
     const char *lag = getenv("MOONBRIGHT_GROW_LAG") ? "MOONBRIGHT_GROW_LAG" : "MOONBRIGHT_GROW_FREE_LAG";
-    c->grow_lag = (size_t)env_long(lag, 8, 0, 1 << 20);
-    c->fc.near_pct = (unsigned)env_long("MOONBRIGHT_NEAR_BUDGET_PCT", 12, 0, 1000);
+    c->grow_lag = (size_t)mb_env_long(lag, 8, 0, 1 << 20);
+    c->fc.near_pct = (unsigned)mb_env_long("MOONBRIGHT_NEAR_BUDGET_PCT", 12, 0, 1000);
     const char *cache = getenv("MOONBRIGHT_CACHE");
     uint64_t v;
     if (cache && *cache) {

@@ -80,20 +80,6 @@ void fl_yield(mb_client *c)
     pthread_mutex_lock(&c->flock);
 }
 
-static int idle_ms_from_env(void)
-{
-    const char *v = getenv("MOONBRIGHT_IDLE_MS");
-    if (!v || !*v)
-        return REFILL_DEFAULT_IDLE_MS;
-    char *end;
-    long x = strtol(v, &end, 10);
-    if (*end || x < 0 || x > 86400000L) {
-        mb_log(MB_LOG_WARN, "ignoring MOONBRIGHT_IDLE_MS=%s (expected 0..86400000)", v);
-        return REFILL_DEFAULT_IDLE_MS;
-    }
-    return (int)x;
-}
-
 int refill_get(mb_client *c, struct refill **out)
 {
     struct refill *r = __atomic_load_n(&c->refill, __ATOMIC_ACQUIRE);
@@ -114,7 +100,7 @@ int refill_get(mb_client *c, struct refill **out)
             rc = MB_ENOMEM;
         } else {
             r->c = c;
-            r->idle_ms = idle_ms_from_env();
+            r->idle_ms = (int)c->idle_ms;   /* $MOONBRIGHT_IDLE_MS, read by mb_open */
             const char *d = getenv("MOONBRIGHT_TEST_REFILL_DELAY_US");
             r->test_delay_us = d && *d ? (unsigned)strtoul(d, NULL, 10) : 0;
             pthread_mutex_init(&r->lock, NULL);

@@ -22,7 +22,6 @@
 #include "client.h"
 
 #define REFILL_PAGE_SIZES 6      /* vspace pages: 64 KiB .. 2 MiB */
-#define REFILL_DEFAULT_IDLE_MS 2000
 #define REFILL_TICK_MS 50        /* the thread looks at least this often */
 
 struct pagepool;

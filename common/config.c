@@ -1,6 +1,8 @@
 /* config.c: moonbrightd's configuration: defaults, the file parser (global
  * keys, [tenant NAME] and [uid USER] sections), one setter per key shared by
- * the file and command-line overrides, and the checks between fields. */
+ * the file and command-line overrides, and the checks between fields; and
+ * the integer environment variables the library and the daemon read, one
+ * way for both (mb_env_long). */
 #include "config.h"
 
 #include <ctype.h>
@@ -865,4 +867,19 @@ bool mb_config_is_admin(const struct mb_config *cfg, uid_t uid)
         if (cfg->admin_uids[i] == uid)
             return true;
     return false;
+}
+
+long mb_env_long(const char *name, long dflt, long lo, long hi)
+{
+    const char *v = getenv(name);
+    if (!v || !*v)
+        return dflt;
+    char *end;
+    errno = 0;
+    long x = strtol(v, &end, 10);
+    if (*end || errno || x < lo || x > hi) {
+        mb_log(MB_LOG_WARN, "ignoring %s=%s (expected %ld..%ld)", name, v, lo, hi);
+        return dflt;
+    }
+    return x;
 }

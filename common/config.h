@@ -147,4 +147,9 @@ bool mb_config_tenant_allows(const struct mb_config_policy *pol, uid_t uid);
 /* Whether uid may run admin commands: root or one of admin_uids. */
 bool mb_config_is_admin(const struct mb_config *cfg, uid_t uid);
 
+/* An integer environment variable of the library or the daemon: dflt when
+ * it is unset or empty, and, with a warning naming it, when it is not a
+ * whole number from lo to hi. */
+long mb_env_long(const char *name, long dflt, long lo, long hi);
+
 #endif

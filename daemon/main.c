@@ -474,11 +474,10 @@ static int add_config_tenants(struct daemon *d)
     return 0;
 }
 
-/* An environment switch set to "0" (diagnostics: A/B runs). */
+/* An environment switch set to "0" (diagnostics: A/B runs); on by default. */
 static bool env_off(const char *name)
 {
-    const char *v = getenv(name);
-    return v && strcmp(v, "0") == 0;
+    return mb_env_long(name, 1, 0, 1) == 0;
 }
 
 /* Descriptors the table is grown for at start-up (8 bytes each). */
@@ -548,8 +547,7 @@ int main(int argc, char **argv)
     if (resolve_budget(&d) != 0)
         goto out;
     /* Grants slower than this many microseconds are logged with their path. */
-    const char *slow = getenv("MOONBRIGHTD_SLOW_GRANT_US");
-    long long slow_us = slow ? atoll(slow) : 0;
+    long slow_us = mb_env_long("MOONBRIGHTD_SLOW_GRANT_US", 0, 0, 60000000);
     if (slow_us > 0)
         d.slow_grant_ns = (uint64_t)slow_us * 1000;
     /* One small exported frame held for the daemon's life (outside the
