@@ -259,8 +259,9 @@ static void help_usage_and_no_daemon(void **state)
     }
     /* Usage errors: exit 2, before any daemon is needed. */
     const char *const bad[][4] = {
-        { "quota", "x" }, { "quota", "x", "lots" }, { "kill", "abc" }, { "drain", "sideways" },
-        { "top", "-n", "0" }, { "status", "extra" }, { "frobnicate" },
+        { "quota", "x" }, { "quota", "x", "lots" }, { "kill", "abc" }, { "kill", "-1" },
+        { "kill", "18446744073709551616" }, { "drain", "sideways" }, { "top", "-n", "0" },
+        { "status", "extra" }, { "frobnicate" },
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
         assert_int_equal(ctl(&none, buf, sizeof(buf), bad[i]), 2);

@@ -648,8 +648,11 @@ static int cli_drain(struct ctl *ctl, int argc, char **argv)
 static int cli_kill(struct ctl *ctl, int argc, char **argv)
 {
     char *end = NULL;
-    unsigned long long id = argc == 2 ? strtoull(argv[1], &end, 10) : 0;
-    if (argc != 2 || !end || *end || end == argv[1] || id == 0) {
+    errno = 0;
+    /* digits only: strtoull takes "-1" (as the largest id) and saturates */
+    bool digits = argc == 2 && argv[1][0] >= '0' && argv[1][0] <= '9';
+    unsigned long long id = digits ? strtoull(argv[1], &end, 10) : 0;
+    if (!digits || !end || *end || errno || id == 0) {
         fprintf(stderr, "mbctl: usage: kill SESSION (a session id from 'mbctl status')\n");
         return EXIT_USAGE;
     }
