@@ -519,7 +519,7 @@ static void room_for_reserve(struct frame_pool *p, int64_t now_ms)
     memcpy(room, p->room_wanted, sizeof(room));
     memset(p->room_wanted, 0, sizeof(p->room_wanted));
     pthread_mutex_unlock(&p->lock);
-    bool made = false;
+    bool made[MB_ORDERS] = { false }, any = false;
     for (unsigned order = 0; order < MB_ORDERS; order++) {
         uint64_t left = room[order], before = p->released_device_full, got;
         while (left && (got = release_returned(p, order, now_ms - TICK_MS, left)) != 0)
@@ -529,15 +529,15 @@ static void room_for_reserve(struct frame_pool *p, int64_t now_ms)
         mb_log(MB_LOG_DEBUG, "the device is full below the budget: released %llu returned free "
                "frames for the reserve's order-%u frames",
                (unsigned long long)(p->released_device_full - before), order);
-        pthread_mutex_lock(&p->lock);
-        p->full_until_ms[order] = 0;
-        pthread_mutex_unlock(&p->lock);
-        made = true;
+        made[order] = any = true;
     }
-    if (!made)
+    if (!any)
         return;
     pthread_mutex_lock(&p->lock);
-    pthread_cond_broadcast(&p->wake);   /* the workers try again now */
+    for (unsigned order = 0; order < MB_ORDERS; order++)
+        if (made[order])
+            p->full_until_ms[order] = 0;
+    pthread_cond_broadcast(&p->wake);   /* the workers try those orders again now */
     pthread_mutex_unlock(&p->lock);
     POOL_CHECK(p);
 }
