@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
+#include <limits.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -77,6 +78,24 @@ static void json_max(uint64_t v)
 static const char *plural(unsigned long long n, const char *one, const char *many)
 {
     return n == 1 ? one : many;
+}
+
+/* An argument as a whole number from lo to hi, into *out; false when it is
+ * not one. A minus sign is refused before strtoull, which would wrap it to a
+ * huge number, as it saturates past its range (errno). */
+static bool number_arg(const char *s, unsigned long long lo, unsigned long long hi,
+                       unsigned long long *out)
+{
+    const char *t = s + strspn(s, " \t");
+    if (*t == '-')
+        return false;
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(t, &end, 10);
+    if (errno || end == t || *end || v < lo || v > hi)
+        return false;
+    *out = v;
+    return true;
 }
 
 static const char *size_or_unlimited(uint64_t v, char *buf, size_t len)
@@ -647,12 +666,8 @@ static int cli_drain(struct ctl *ctl, int argc, char **argv)
 
 static int cli_kill(struct ctl *ctl, int argc, char **argv)
 {
-    char *end = NULL;
-    errno = 0;
-    /* digits only: strtoull takes "-1" (as the largest id) and saturates */
-    bool digits = argc == 2 && argv[1][0] >= '0' && argv[1][0] <= '9';
-    unsigned long long id = digits ? strtoull(argv[1], &end, 10) : 0;
-    if (!digits || !end || *end || errno || id == 0) {
+    unsigned long long id;
+    if (argc != 2 || !number_arg(argv[1], 1, ULLONG_MAX, &id)) {
         fprintf(stderr, "mbctl: usage: kill SESSION (a session id from 'mbctl status')\n");
         return EXIT_USAGE;
     }
@@ -914,21 +929,21 @@ static int cli_top(struct ctl *ctl, int argc, char **argv)
 {
     long count = -1, interval = 1000;
     for (int i = 1; i < argc; i++) {
-        char *end = NULL;
+        unsigned long long v;
         if (strcmp(argv[i], "--once") == 0) {
             count = 1;
         } else if ((strcmp(argv[i], "-n") == 0 || strcmp(argv[i], "--count") == 0) && i + 1 < argc) {
-            count = strtol(argv[++i], &end, 10);
-            if (*end || end == argv[i] || count <= 0) {
+            if (!number_arg(argv[++i], 1, LONG_MAX, &v)) {
                 fprintf(stderr, "mbctl: bad count '%s' (a number > 0)\n", argv[i]);
                 return EXIT_USAGE;
             }
+            count = (long)v;
         } else if (strcmp(argv[i], "--interval") == 0 && i + 1 < argc) {
-            interval = strtol(argv[++i], &end, 10);
-            if (*end || end == argv[i] || interval < 10 || interval > 3600000) {
+            if (!number_arg(argv[++i], 10, 3600000, &v)) {
                 fprintf(stderr, "mbctl: bad interval '%s' (milliseconds, 10 or more)\n", argv[i]);
                 return EXIT_USAGE;
             }
+            interval = (long)v;
         } else {
             fprintf(stderr, "mbctl: usage: top [--once] [-n COUNT] [--interval MS]\n");
             return EXIT_USAGE;
@@ -1014,26 +1029,22 @@ static void command_help(const struct mb_command *c)
 /* The options mbctl takes before or after the command word. */
 static int set_option(struct ctl *ctl, int opt, const char *val)
 {
-    char *end;
+    unsigned long long v;
     switch (opt) {
     case 'r': ctl->runtime_dir = val; return 0;
     case 'd':
-        errno = 0;
-        long dev = strtol(val, &end, 10);
-        if (errno || *end || end == val || dev < 0 || dev > 255) {
+        if (!number_arg(val, 0, 255, &v)) {
             fprintf(stderr, "mbctl: bad device '%s' (expected 0-255)\n", val);
             return EXIT_USAGE;
         }
-        ctl->device = (int)dev;
+        ctl->device = (int)v;
         return 0;
     case 't':
-        errno = 0;
-        long ms = strtol(val, &end, 10);
-        if (errno || *end || end == val || ms <= 0 || ms > 3600000) {
+        if (!number_arg(val, 1, 3600000, &v)) {
             fprintf(stderr, "mbctl: bad timeout '%s' (milliseconds, 1 to 3600000)\n", val);
             return EXIT_USAGE;
         }
-        ctl->timeout_ms = (int)ms;
+        ctl->timeout_ms = (int)v;
         return 0;
     }
     return EXIT_USAGE;
