@@ -46,6 +46,13 @@ latency)
   if command -v python3 >/dev/null; then
     python3 "$(dirname "$0")/../tools/goals.py" "$dir/latency.json" | grep -q "host: mb_malloc 64 MiB pair p50" || {
       echo "bench_smoke: goals.py found no 64 MiB rows in latency.json"; exit 1; }
+    # and bench_vspace's growth table (GPU only: a recorded H100 run's output), each
+    # 1024-page row's map_async figure read from its column
+    v=$(python3 "$(dirname "$0")/../tools/goals.py" \
+          "$(dirname "$0")/../tools/results/gpu-2026-12-06/s134/bench_vspace.txt")
+    echo "$v" | grep -Eq "map_async of 1024 64 KiB pages, host us +11\.3 .*met" &&
+      echo "$v" | grep -Eq "map_async of 1024 2048 KiB pages, host us +13\.7 .*met" || {
+      echo "bench_smoke: goals.py misread bench_vspace's table:"; echo "$v"; exit 1; }
   fi
   # the table form works too
   "$bench" latency --quick --quiet --no-cuda --sizes 4K,16M --pairs 5 >/dev/null

@@ -5,8 +5,10 @@
  * time until dependent work runs, against a synchronous map; the paged
  * gather's bandwidth against the same gather on one contiguous buffer.
  *
- * usage: MOONBRIGHT_RUNTIME_DIR=DIR bench_vspace   (a moonbrightd --backend
- * cuda serving there). Prints one table per part. */
+ * usage: MOONBRIGHT_RUNTIME_DIR=DIR bench_vspace [growth|slow|gather]...
+ * (a moonbrightd --backend cuda serving there): the parts named, in their
+ * order (default all three; growth alone takes well under a minute).
+ * Prints one table per part. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -256,8 +258,27 @@ static void gather(void)
     mb_free(g_c, contig);
 }
 
-int main(void)
+static const struct part {
+    const char *name;
+    void (*run)(void);
+} parts[] = { { "growth", growth }, { "slow", slow_path }, { "gather", gather } };
+#define N_PARTS (sizeof(parts) / sizeof(parts[0]))
+
+int main(int argc, char **argv)
 {
+    bool want[N_PARTS] = { false };
+    for (int i = 1; i < argc; i++) {
+        size_t k = 0;
+        while (k < N_PARTS && strcmp(argv[i], parts[k].name) != 0)
+            k++;
+        if (k == N_PARTS) {
+            fprintf(stderr, "usage: bench_vspace [growth|slow|gather]... (default: all)\n");
+            return 2;
+        }
+        want[k] = true;
+    }
+    for (size_t k = 0; argc < 2 && k < N_PARTS; k++)
+        want[k] = true;
     int rc = mb_open(&g_c, "bench-vspace");
     if (rc != 0) {
         fprintf(stderr, "bench_vspace: no daemon: %s\n", mb_strerror(rc));
@@ -276,9 +297,9 @@ int main(void)
     CHECK(mbk_spin(0, g_s));
     CHECK(mbk_stream_sync(g_s));
     printf("# bench_vspace (frame %zu KiB)\n", g_c->frame_bytes >> 10);
-    growth();
-    slow_path();
-    gather();
+    for (size_t k = 0; k < N_PARTS; k++)
+        if (want[k])
+            parts[k].run();
     amap_close(g_c);
     mbk_event_destroy(g_e0);
     mbk_event_destroy(g_e1);

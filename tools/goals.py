@@ -1,13 +1,14 @@
 #!/usr/bin/env python3
 """goals.py: the benchmark goals of the heap and page work, checked against
-benchmark JSON (mbbench replay, mbbench latency, bench_torch.py train, in
-any mix, plain or gzipped). Prints one line per goal: what was measured,
+benchmark output (the JSON of mbbench replay, mbbench latency and
+bench_torch.py train, and bench_vspace's tables; in any mix, plain or
+gzipped). Prints one line per goal: what was measured,
 what it was held to, and met, MISSED or "-" (nothing to compare: the run
 lacked that strategy or its baseline). It reads figures only; it runs
 nothing, and it never fails a run: exit status 0 whatever the figures,
 2 when a file could not be read (the others are still checked).
 
-    tools/goals.py replay.json latency.json train.json
+    tools/goals.py replay.json latency.json vspace.txt train.json
 
 Goals held to (BENCHMARKS.md, "Where things stand"):
 - replay (conversation trace, on a GPU): realloc and grow hold at most 1.03x the live
@@ -20,6 +21,8 @@ Goals held to (BENCHMARKS.md, "Where things stand"):
 - latency: the 64 MiB and 1 GiB pairs of mb_malloc and mb_malloc_async at
   most 1 us at p50; on the host backend, mb_malloc's 64 MiB pair no slower
   than glibc's malloc/free of 64 MiB;
+- vspace (bench_vspace): mb_vspace_map_async of 1024 pages from a warm
+  pool in at most 20 us of host time, at every page size measured;
 - train: MoonBright's median step at most 1.03x the default allocator's,
   identical losses, a first-round peak no higher than the default's.
 """
@@ -33,7 +36,30 @@ US = 1e3  # ns per us
 def load(path):
     opener = gzip.open if path.endswith(".gz") else open
     with opener(path, "rt") as f:
-        return json.load(f)
+        text = f.read()
+    if text.startswith("# bench_vspace"):
+        return vspace_table(text)
+    return json.loads(text)
+
+
+def vspace_table(text):
+    """bench_vspace's output (a table per part, not JSON): the rows of its
+    growth table, as {"bench": "vspace", "rows": [{page_kib, pages,
+    map_async_host_us}]}. Rows it cannot read are left out."""
+    rows, head = [], None
+    for ln in text.splitlines():
+        cells = [c.strip() for c in ln.strip().strip("|").split("|")]
+        if ln.startswith("## "):
+            head = None
+        elif ln.startswith("| page |"):
+            head = cells
+        elif head and ln.startswith("|") and not ln.startswith("|---") and len(cells) == len(head):
+            try:
+                rows.append({"page_kib": int(cells[0].split()[0]), "pages": int(cells[1]),
+                             "map_async_host_us": float(cells[head.index("map_async host us")])})
+            except (ValueError, IndexError):
+                pass
+    return {"bench": "vspace", "rows": rows}
 
 
 def verdict(value, limit):
@@ -121,6 +147,18 @@ def latency_goals(doc):
         print("  no 64 MiB or 1 GiB rows of mb_malloc or mb_malloc_async")
 
 
+def vspace_goals(doc):
+    print("vspace growth (bench_vspace)")
+    seen = False
+    for r in doc.get("rows", []):
+        if r["pages"] == 1024:
+            line("map_async of 1024 %d KiB pages, host us" % r["page_kib"], r["map_async_host_us"],
+                 20.0, shown="%.1f" % r["map_async_host_us"], held="20")
+            seen = True
+    if not seen:
+        print("  no rows of 1024 pages")
+
+
 def train_goals(doc):
     print("train (%s)" % doc.get("model_kind", doc.get("model")))
     summ = {s["allocator"]: s for s in doc.get("summary", [])}
@@ -156,6 +194,8 @@ def main(argv):
             replay_goals(doc)
         elif bench == "latency":
             latency_goals(doc)
+        elif bench == "vspace":
+            vspace_goals(doc)
         elif bench == "train":
             train_goals(doc)
         else:

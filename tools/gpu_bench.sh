@@ -13,7 +13,7 @@
 #   env:   OUT (default ./gpu-bench-out), TRACE (default ../shared/data/azure_llm_conv_2023.csv,
 #          else tests/data/azure_llm_conv_head.csv), BUDGET (daemon budget, default 100G),
 #          DEVICE (default 0), BACKEND (default cuda; host for a dry run), QUICK=1 (smoke sizes), STEPS="grant replay torch-replay latency
-#          torch-latency torch-train rpc tenants" (which to run, in this order; also: threads,
+#          vspace torch-latency torch-train rpc tenants" (which to run, in this order; also: threads,
 #          torch-generate),
 #          STEP_BUDGET (default 550), REPLAY_ARGS (more options for mbbench replay, e.g. --slow-us 1000)
 set -u
@@ -26,7 +26,7 @@ OUT=${OUT:-$PWD/gpu-bench-out}
 BUDGET=${BUDGET:-100G}
 DEVICE=${DEVICE:-0}
 BACKEND=${BACKEND:-cuda}
-STEPS=${STEPS:-"grant replay torch-replay latency torch-latency torch-train rpc tenants"}
+STEPS=${STEPS:-"grant replay torch-replay latency vspace torch-latency torch-train rpc tenants"}
 STEP_BUDGET=${STEP_BUDGET:-550}
 TRACE=${TRACE:-}
 if [ -z "$TRACE" ]; then
@@ -60,10 +60,12 @@ while [ ! -S "$RT/gpu$DEVICE.fds" ]; do
 done
 timeout 20 "$B/tools/mbctl" --runtime-dir "$RT" --device "$DEVICE" status >"$OUT/status-start.txt" 2>&1
 
-# run NAME SECONDS CMD...: stdout to NAME.json, stderr to NAME.log; SECONDS
-# shrinks to what is left of STEP_BUDGET
+# run NAME SECONDS CMD...: stdout to NAME.json (NAME itself when it has an
+# extension), stderr to NAME.log; SECONDS shrinks to what is left of
+# STEP_BUDGET
 run() {
   name=$1 secs=$2; shift 2
+  case $name in *.*) file=$name name=${name%.*} ;; *) file=$name.json ;; esac
   left=$((START + STEP_BUDGET - $(date +%s)))
   if [ "$left" -lt 10 ]; then
     log "$name: skipped: ${left} s left of STEP_BUDGET=$STEP_BUDGET"
@@ -71,7 +73,7 @@ run() {
   fi
   [ "$secs" -gt "$left" ] && secs=$left
   log "$name (${secs} s): $*"
-  timeout "$secs" "$@" >"$OUT/$name.json" 2>"$OUT/$name.log"
+  timeout "$secs" "$@" >"$OUT/$file" 2>"$OUT/$name.log"
   rc=$?
   log "$name: exit $rc"
   return 0
@@ -91,6 +93,7 @@ for step in $STEPS; do
                  --child-timeout 60 train ;;
   torch-generate) run torch-generate 150 python3 tools/bench_torch.py --json $Q --mb-lib "$B/client/libmbclient.so" \
                     --child-timeout 60 generate ;;
+  vspace) run vspace.txt 60 "$B/tools/bench_vspace" growth ;;   # a table (goals.py reads it)
   rpc) run rpc 90 "$MB" rpc --json $Q --cycles "${RPC_CYCLES:-300}" ;;
   tenants) run tenants 40 "$MB" tenants --json $Q --peak 4G ;;
   *) log "unknown step $step" ;;
@@ -99,7 +102,7 @@ done
 timeout 20 "$B/tools/mbctl" --runtime-dir "$RT" --device "$DEVICE" status --json >"$OUT/status-end.json" 2>&1
 timeout 120 python3 tools/plot_bench.py -o "$OUT" "$OUT"/*.json >>"$OUT/gpu_bench.log" 2>&1
 # The open goals, met or missed, from the JSON that came back (tools/goals.py).
-for n in replay latency torch-train; do [ -s "$OUT/$n.json" ] && echo "$OUT/$n.json"; done |
+for n in replay.json latency.json vspace.txt torch-train.json; do [ -s "$OUT/$n" ] && echo "$OUT/$n"; done |
   xargs -r timeout 60 python3 tools/goals.py >"$OUT/goals.txt" 2>&1
 
 # The short table, from whatever JSON came back.
