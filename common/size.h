@@ -6,7 +6,8 @@
 #include <stdint.h>
 
 /* Parse a size: decimal digits, optional suffix K/M/G/T (powers of 1024,
- * case-insensitive, optionally followed by "iB" or "B"). Rejects empty
+ * case-insensitive, optionally followed by "iB" or "B") or a bare "B"
+ * ("4096B"). Rejects empty
  * strings, signs, junk, and values that overflow 64 bits: returns
  * MB_EINVAL and leaves *out untouched. */
 int mb_parse_size(const char *s, uint64_t *out);

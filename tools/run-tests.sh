@@ -4,8 +4,8 @@
 # (warnings are errors), and runs ctest. GPU tests skip where no GPU is
 # usable, and the reason is printed once after ctest's summary; then runs
 # the multi-threaded client tests again under ThreadSanitizer (MB_TSAN=0 skips) and fuzzes
-# the daemon's request handling for 60 s (libFuzzer, tests/fuzz;
-# MB_FUZZ_SECONDS changes it, 0 skips). Extra arguments go to ctest (e.g.
+# the daemon's request handling for 60 s, then its configuration's text for
+# 20 s (libFuzzer, tests/fuzz; MB_FUZZ_SECONDS changes the first, 0 skips both). Extra arguments go to ctest (e.g.
 # -L unit).
 set -eu
 cd "$(dirname "$0")/.."
@@ -44,6 +44,6 @@ if [ "${MB_TSAN:-1}" != 0 ]; then
 fi
 secs=${MB_FUZZ_SECONDS:-60}
 if [ "$secs" -gt 0 ]; then
-  echo "fuzzing the daemon's request handling for $secs s"
+  echo "fuzzing the daemon's request handling for $secs s, then its configuration's text"
   sh tests/fuzz/run.sh "$secs"
 fi

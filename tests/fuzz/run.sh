@@ -1,8 +1,10 @@
 #!/bin/sh
-# tests/fuzz/run.sh: build the libFuzzer target with clang and run it for a
-# bounded time over the seeds in tests/fuzz/corpus (copied, so the repo's
-# seeds stay as they are). Exits non-zero on any crash, leak, timeout or
-# sanitizer report.
+# tests/fuzz/run.sh: build the libFuzzer targets with clang and run each for
+# a bounded time over its seeds (copied, so the repo's seeds stay as they
+# are): fuzz_request (one control message; tests/fuzz/corpus) for SECONDS,
+# then fuzz_config (the configuration's text; tests/fuzz/corpus_config) for
+# a third of that, at least 10 s. Exits non-zero on any crash, leak,
+# timeout, sanitizer report or broken promise.
 #   tests/fuzz/run.sh [SECONDS]        (default 60; build dir: build-fuzz)
 set -eu
 cd "$(dirname "$0")/../.."
@@ -10,10 +12,18 @@ secs=${1:-60}
 build=${MB_FUZZ_BUILD:-build-fuzz}
 cmake -S . -B "$build" -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=Debug -DMB_FUZZ=ON \
       -DMB_CUDA=OFF -DBUILD_TESTING=ON >/dev/null
-cmake --build "$build" -j"$(nproc)" --target fuzz_request fuzz_seeds
+cmake --build "$build" -j"$(nproc)" --target fuzz_request fuzz_seeds fuzz_config
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-cp tests/fuzz/corpus/* "$work"/
+mkdir "$work/request" "$work/config"
+cp tests/fuzz/corpus/* "$work/request"/
+cp tests/fuzz/corpus_config/* "$work/config"/
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
   "$build"/tests/fuzz/fuzz_request -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 \
-  -print_final_stats=1 -artifact_prefix="$build"/ "$work"
+  -print_final_stats=1 -artifact_prefix="$build"/ "$work/request"
+csecs=$((secs / 3))
+[ "$csecs" -ge 10 ] || csecs=10
+echo "fuzzing the configuration's text for $csecs s"
+ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
+  "$build"/tests/fuzz/fuzz_config -max_total_time="$csecs" -timeout=10 -rss_limit_mb=2048 \
+  -print_final_stats=1 -artifact_prefix="$build"/ "$work/config"
