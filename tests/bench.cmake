@@ -24,3 +24,14 @@ if(Python3_FOUND)
   add_test(NAME bench_torch_rounds COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_LIST_DIR}/test_bench_torch.py)
   set_tests_properties(bench_torch_rounds PROPERTIES LABELS bench TIMEOUT 60)
 endif()
+
+# bench_vspace's arguments (built where the CUDA toolkit is): an unknown part
+# is a usage error before any daemon is reached, and against a host-backend
+# daemon the benchmark skips (77) with its reason.
+if(TARGET bench_vspace)
+  add_test(NAME bench_vspace_args
+    COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/bench_vspace_args.sh $<TARGET_FILE:bench_vspace>
+            $<TARGET_FILE:moonbrightd>)
+  set_tests_properties(bench_vspace_args PROPERTIES LABELS bench TIMEOUT 60
+    ENVIRONMENT "${MB_TEST_ENV}")
+endif()
