@@ -152,6 +152,17 @@ replay)
     echo "bench_smoke: JSON lines with arrival_time and prompt_tokens were not read"; exit 1; }
   steps=$(grep -o '"steps":[0-9]*' "$dir/replay_dates.json" | head -1 | cut -d: -f2)
   [ "$steps" -ge 15 ] || { echo "bench_smoke: quoted dates read as $steps steps apart"; exit 1; }
+  # --pace-us: every decode step lasts at least that long (the run at
+  # least steps x pace), the JSON says so; a bad value is a usage error
+  run replay_paced replay "$dir/dates.jsonl" --strategies realloc --pace-us 2000
+  grep -q '"pace_us":2000,' "$dir/replay_paced.json" || {
+    echo "bench_smoke: the paced replay's JSON has no pace_us"; exit 1; }
+  steps=$(grep -o '"steps":[0-9]*' "$dir/replay_paced.json" | head -1 | cut -d: -f2)
+  total=$(grep -o '"total_s":[0-9.e+-]*' "$dir/replay_paced.json" | head -1 | cut -d: -f2)
+  grep -q '"ok":true' "$dir/replay_paced.json" && awk -v t="$total" -v n="$steps" 'BEGIN { exit !(n > 0 && t >= n * 0.002) }' || {
+    echo "bench_smoke: a replay paced at 2 ms a step ran faster than its steps allow"; exit 1; }
+  rc=0; "$bench" replay "$dir/dates.jsonl" --quick --quiet --pace-us fast >/dev/null 2>&1 || rc=$?
+  [ $rc -eq 2 ] || { echo "bench_smoke: --pace-us fast was not a usage error"; exit 1; }
   # --slow-us names what slow operations waited on (at 1 us, nearly all are)
   "$bench" replay "$dir/trace.jsonl" --strategies grow --quick --quiet --slow-us 1 \
     >/dev/null 2>"$dir/slow.log"

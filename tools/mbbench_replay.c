@@ -589,6 +589,7 @@ static const char *const waits_what[S_COUNT] = {
  * unit; --vspace-page overrides. A block need not be whole pages: a resize
  * maps the pages its new size reaches past the old one, maybe none. */
 static uint64_t g_vpage = (uint64_t)2 << 20;
+static uint64_t g_pace_us;   /* --pace-us, for the JSON */
 static size_t vpages(uint64_t bytes) { return (size_t)((bytes + g_vpage - 1) / g_vpage); }
 
 static uint64_t pick_vspace_page(uint64_t block_bytes, uint64_t frame_bytes)
@@ -663,6 +664,7 @@ struct replay_cfg {
     uint32_t bucket;            /* steps per series point */
     uint32_t daemon_every;      /* steps between daemon samples */
     uint64_t slow_ns;           /* report operations slower than this on stderr (0: none) */
+    uint64_t pace_ns;           /* a decode step lasts at least this long on the wall clock (0: none) */
     bool cold;                  /* vspace: no mb_vspace_prepare first */
 };
 
@@ -692,7 +694,7 @@ static int run_strategy(struct replay_ctx *x, const struct replay_cfg *cfg, stru
     struct bench_vec va = { 0 }, vf = { 0 };
     int rc = series_init(&r->s, p->steps / cfg->bucket + 2);
     uint64_t live = 0, step_live = 0, step_res = 0, step_daemon = 0;
-    uint64_t t_start = bench_now_ns();
+    uint64_t t_start = bench_now_ns(), t_step = t_start;
     struct bench_dstatus ds;
     mb_client_stats st0 = { 0 }, st1 = { 0 };
     bool mb = is_mb(x->kind);
@@ -831,6 +833,20 @@ static int run_strategy(struct replay_ctx *x, const struct replay_cfg *cfg, stru
             }
             bench_progress(false, "replay %s: step %u of %u, %.2f GiB live", strat_name[x->kind],
                            step + 1, p->steps, live / 1073741824.0);
+            if (cfg->pace_ns) {
+                /* --pace-us: the rest of the step passes idle, as between a
+                 * server's decode steps; background threads work meanwhile. */
+                t_step += cfg->pace_ns;
+                uint64_t now = bench_now_ns();
+                if (now < t_step) {
+                    struct timespec ts = { (time_t)((t_step - now) / 1000000000u),
+                                           (long)((t_step - now) % 1000000000u) };
+                    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+                        ;
+                } else {
+                    t_step = now;   /* the step ran over: the next one starts now */
+                }
+            }
             continue;
         }
         }
@@ -1033,6 +1049,10 @@ static void usage(FILE *f)
                "                      largest that is at most one block and divides the frame unit)\n"
                "  --slow-us N         MoonBright strategies: report each allocation or resize slower\n"
                "                      than N us on stderr, with the waits and round trips it made\n"
+               "  --pace-us N         each decode step lasts at least N us on the wall clock: what\n"
+               "                      is left of it passes idle, as between a server's decode\n"
+               "                      steps (default 0: steps back to back; latencies never\n"
+               "                      include the idle time, total_s does)\n"
                "  --cold              vspace: no mb_vspace_prepare of the first request's pages\n"
                "                      before the replay (by default it runs, untimed, as a server\n"
                "                      would at start; its time is in the JSON's prepare_ns)\n"
@@ -1075,6 +1095,7 @@ static void print_json(const char *trace, const char *format, size_t nreq, uint3
     jw_dbl(&w, "compression", comp);
     jw_dbl(&w, "step_ms", step_ms);
     jw_dbl(&w, "trace_s_per_step", step_ms * comp / 1000.0);
+    jw_u64(&w, "pace_us", g_pace_us);
     jw_u64(&w, "bytes_per_token", bpt);
     jw_u64(&w, "block_tokens", block);
     jw_u64(&w, "steps", p->steps);
@@ -1205,7 +1226,8 @@ static void print_json(const char *trace, const char *format, size_t nreq, uint3
 int bench_replay(int argc, char **argv)
 {
     enum { OPT_REQ = OPT_FIRST_OWN, OPT_COMP, OPT_STEP, OPT_TOK, OPT_BLOCK, OPT_STRAT, OPT_TSU,
-           OPT_DEVERY, OPT_POINTS, OPT_VPAGE, OPT_SLOW, OPT_COLD, OPT_ITER };
+           OPT_DEVERY, OPT_POINTS, OPT_VPAGE, OPT_SLOW, OPT_COLD, OPT_ITER,
+           OPT_PACE };
     static const struct option lo[] = {
         BENCH_COMMON_LONGOPTS,
         { "requests", required_argument, 0, OPT_REQ },
@@ -1220,11 +1242,12 @@ int bench_replay(int argc, char **argv)
         { "vspace-page", required_argument, 0, OPT_VPAGE },
         { "slow-us", required_argument, 0, OPT_SLOW },
         { "cold", no_argument, 0, OPT_COLD },
+        { "pace-us", required_argument, 0, OPT_PACE },
         { "iterations", required_argument, 0, OPT_ITER },
         { "help", no_argument, 0, 'h' },
         { 0, 0, 0, 0 },
     };
-    long nreq = -1, block = 16, devery = 1, points = 2000, slow_us = 0, iters = -1;
+    long nreq = -1, block = 16, devery = 1, points = 2000, slow_us = 0, iters = -1, pace_us = 0;
     bool cold = false;
     double comp = 8, step_ms = 20, ts_scale = 1e-3;
     uint64_t bpt = 128 * 1024, vpage = 0;
@@ -1253,6 +1276,7 @@ int bench_replay(int argc, char **argv)
         case OPT_POINTS: points = strtol(optarg, &end, 10); if (*end || points < 1) goto bad; break;
         case OPT_SLOW: slow_us = strtol(optarg, &end, 10); if (*end || slow_us < 1) goto bad; break;
         case OPT_COLD: cold = true; break;
+        case OPT_PACE: pace_us = strtol(optarg, &end, 10); if (*end || pace_us < 0 || pace_us > 10000000) goto bad; break;
         case OPT_ITER: iters = strtol(optarg, &end, 10); if (*end || iters < 1 || iters > 100000) goto bad; break;
         case OPT_VPAGE:
             if (mb_parse_size(optarg, &vpage) != 0 || vpage < MB_VSPACE_MIN_PAGE ||
@@ -1331,7 +1355,8 @@ int bench_replay(int argc, char **argv)
         on[S_CUDA] = strcmp(backend, "host") != 0;
     }
     struct replay_cfg cfg = { .p = &p, .daemon_every = (uint32_t)devery, .cold = cold,
-                              .slow_ns = (uint64_t)slow_us * 1000 };
+                              .slow_ns = (uint64_t)slow_us * 1000, .pace_ns = (uint64_t)pace_us * 1000 };
+    g_pace_us = (uint64_t)pace_us;
     cfg.bucket = (uint32_t)((p.steps + points - 1) / points);
     if (cfg.bucket == 0)
         cfg.bucket = 1;
@@ -1373,6 +1398,8 @@ int bench_replay(int argc, char **argv)
                    "%s per token, %ld-token blocks, %s backend\n",
                    trace, n, format, p.steps, step_ms, comp, step_s, bench_fmt_size(bpt, a, sizeof(a)),
                    block, backend);
+        if (pace_us)
+            printf("paced: each decode step lasts at least %ld us on the wall clock\n", pace_us);
         printf("%llu allocations on arrival, %llu block-boundary resizes; vspace pages of %s; latency in us;\n"
                "FRAMES: most frames (handles) granted at a step end; max>1st: the slowest allocation\n"
                "after the first (cold) one; WAITS: allocations and resizes that waited on the driver\n"
