@@ -129,6 +129,7 @@ static bool alias_smallest_frame(mb_backend *be, struct stitched *s)
 
 static void *mapper_main(void *arg)
 {
+    stitch_background_thread();
     struct amap *a = arg;
     pthread_mutex_lock(&a->lock);
     for (;;) {

@@ -430,6 +430,16 @@ int stitch_alloc_large(mb_client *c, size_t bytes, unsigned max_order, size_t ro
  * right after the one before), and give access to them; on failure none of
  * them stays mapped. Touches no client state (the mapper thread calls it). */
 int stitch_map(mb_backend *be, struct stitched *s, size_t from, size_t to, size_t off);
+/* Unmap frames[k..n) of s (no holes among them), laid out from offset
+ * off: all of them, or none on failure. Touches no client state. */
+int stitch_unmap_frames(mb_backend *be, struct stitched *s, size_t k, size_t n, size_t off);
+/* This thread works in the background (refill.c, async_map.c): its map and
+ * unmap calls go to the driver at most `slice` frames at a time (see
+ * stitch.c), request paths first between slices. stitch_set_slice sets
+ * the slice for the process ($MOONBRIGHT_DRIVER_SLICE; 0: whole ranges). */
+#define STITCH_SLICE_DEFAULT 4
+void stitch_background_thread(void);
+void stitch_set_slice(size_t frames);
 /* Map t's frames right after what s has mapped, in t's order: MB_EPROTO,
  * nothing mapped, when s->frames[] or s's reservation has no room for
  * them. s->n and s->bytes are the caller's to raise once it publishes. */

@@ -404,7 +404,7 @@ void tail_unmap(mb_client *c, struct growset *g, const struct tail_cut *cut, boo
     struct growable *x = cut->x;
     struct stitched *s = x->s;
     uint64_t t0 = mb_now_ns();
-    bool ok = c->be->ops->unmap(c->be, (char *)s->va + cut->off, cut->gone) == 0;
+    bool ok = stitch_unmap_frames(c->be, s, cut->k, cut->n, cut->off) == 0;
     tally(&g->tally[GT_CUT], cut->gone, cut->n - cut->k, t0);
     if (ok) {
         for (size_t i = cut->k; i < cut->n; i++)

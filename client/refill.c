@@ -16,6 +16,7 @@
 static void *refill_main(void *arg)
 {
     fcache_background_thread();
+    stitch_background_thread();
     struct refill *r = arg;
     pthread_mutex_lock(&r->lock);
     while (!r->stop) {

@@ -15,3 +15,9 @@ endforeach()
 # The legacy clock, against a scripted backend.
 mb_unit_test(test_lclock ${CMAKE_CURRENT_SOURCE_DIR}/test_lclock.c ${PROJECT_SOURCE_DIR}/client/lclock.c)
 target_include_directories(test_lclock PRIVATE ${PROJECT_SOURCE_DIR}/client/include)
+
+# stitch.c's driver calls against a scripted backend: slices on background
+# threads, whole ranges on a request's, all or nothing on a failed unmap.
+mb_unit_test(test_stitch_slices ${CMAKE_CURRENT_SOURCE_DIR}/test_stitch_slices.c)
+target_link_libraries(test_stitch_slices PRIVATE mbclient_internal Threads::Threads)
+target_include_directories(test_stitch_slices PRIVATE ${PROJECT_SOURCE_DIR}/client/include)
