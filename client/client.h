@@ -437,7 +437,7 @@ int stitch_unmap_frames(mb_backend *be, struct stitched *s, size_t k, size_t n, 
  * unmap calls go to the driver at most `slice` frames at a time (see
  * stitch.c), request paths first between slices. stitch_set_slice sets
  * the slice for the process ($MOONBRIGHT_DRIVER_SLICE; 0: whole ranges). */
-#define STITCH_SLICE_DEFAULT 4
+#define STITCH_SLICE_DEFAULT 2
 void stitch_background_thread(void);
 void stitch_set_slice(size_t frames);
 /* Map t's frames right after what s has mapped, in t's order: MB_EPROTO,
