@@ -80,7 +80,6 @@ int mb_open(mb_client **out, const char *tenant_name)
     c->classes = mb_env_long("MOONBRIGHT_HEAP_CLASSES", 1, 0, 1) != 0;
     c->fill = mb_env_long("MOONBRIGHT_HEAP_FILL", 1, 0, 1) != 0;
     c->grow_spares = mb_env_long("MOONBRIGHT_GROW_SPARES", 1, 0, 1) != 0;
-    c->grow_take_cached = (size_t)mb_env_long("MOONBRIGHT_GROW_TAKE_CACHED", 64, 1, 64);
     stitch_set_slice((size_t)mb_env_long("MOONBRIGHT_DRIVER_SLICE", STITCH_SLICE_DEFAULT, 0, 1 << 20));
     c->exact_allowed = mb_env_long("MOONBRIGHT_EXACT_PLANS", 1, 0, 1) != 0;
     /* (MOONBRIGHT_GROW_FREE_LAG: its name before frees stopped waiting) */

@@ -197,7 +197,6 @@ struct mb_client {
     unsigned grants_in_flight;   /* grants without c->flock whose frames are not yet in
                                   * the frame cache's books: no reconnect meanwhile */
     bool grow_spares;            /* growable ranges get spare ranges (grow.c) */
-    size_t grow_take_cached;     /* cached frames a growable request maps on its path at most */
     size_t grow_lag;             /* stream-ordered growth waits while the mapper has more
                                   * jobs queued than this (grow.c, $MOONBRIGHT_GROW_LAG) */
     bool exact_allowed;          /* $MOONBRIGHT_EXACT_PLANS (default 1) */

@@ -115,18 +115,14 @@ int fl_take(mb_client *c, size_t need, size_t want, size_t room, struct wait_par
                    struct stitched **out)
 {
     struct cframe *cached[TAKE_CACHED_MAX];
-    /* A request maps at most grow_take_cached of them on its path
-     * ($MOONBRIGHT_GROW_TAKE_CACHED): the rest comes from the daemon in
-     * the plan's large frames, a few handles to map. */
-    size_t most = w && c->grow_take_cached < TAKE_CACHED_MAX ? c->grow_take_cached : TAKE_CACHED_MAX;
     size_t got = 0;
     fl_lock_for(c, w);
-    size_t k = fcache_take_within(c, want < room ? want : room, cached, most, &got);
+    size_t k = fcache_take_within(c, want < room ? want : room, cached, TAKE_CACHED_MAX, &got);
     if (got < need) {
         /* Cached frames larger than wanted still beat a grant: the process
          * holds them already. */
         size_t more = 0;
-        k += fcache_take_cover(c, need - got, room - got, cached + k, most - k, &more);
+        k += fcache_take_cover(c, need - got, room - got, cached + k, TAKE_CACHED_MAX - k, &more);
         got += more;
     }
     struct stitched *t = NULL;
