@@ -15,8 +15,10 @@
  * The driver serialises one process's map, access and unmap calls
  * (FACTS.md: 15-20 k handles a second whatever the threads), and an
  * access or unmap call over n handles holds it n times as long as over
- * one: on an H200 a request's map of 2 frames waited 2.9 ms behind the
- * background thread's work on ranges of tens of frames. So a background
+ * one: on an H200 a request's map of 2 frames took 2.9 ms while the
+ * background thread's calls covered up to tens of frames each, and on an
+ * H100 slices of 2 took two thirds of grow's calls over 2 ms away
+ * (BENCHMARKS.md, "Background driver calls in slices"). So a background
  * thread (stitch_background_thread) calls the driver for at most
  * slice_frames frames at a time, and between two slices lets the
  * request-path threads that are mapping or unmapping go first
