@@ -589,7 +589,6 @@ static const char *const waits_what[S_COUNT] = {
  * unit; --vspace-page overrides. A block need not be whole pages: a resize
  * maps the pages its new size reaches past the old one, maybe none. */
 static uint64_t g_vpage = (uint64_t)2 << 20;
-static uint64_t g_pace_us;   /* --pace-us, for the JSON */
 static size_t vpages(uint64_t bytes) { return (size_t)((bytes + g_vpage - 1) / g_vpage); }
 
 static uint64_t pick_vspace_page(uint64_t block_bytes, uint64_t frame_bytes)
@@ -1079,7 +1078,7 @@ static int parse_strategies(const char *s, bool *on)
 }
 
 static void print_json(const char *trace, const char *format, size_t nreq, uint32_t iterations,
-                       double comp, double step_ms,
+                       double comp, double step_ms, uint64_t pace_us,
                        uint64_t bpt, uint32_t block, const struct protocol *p, uint64_t frame_bytes,
                        const char *backend, const struct strat_result *res, int nres)
 {
@@ -1095,7 +1094,7 @@ static void print_json(const char *trace, const char *format, size_t nreq, uint3
     jw_dbl(&w, "compression", comp);
     jw_dbl(&w, "step_ms", step_ms);
     jw_dbl(&w, "trace_s_per_step", step_ms * comp / 1000.0);
-    jw_u64(&w, "pace_us", g_pace_us);
+    jw_u64(&w, "pace_us", pace_us);
     jw_u64(&w, "bytes_per_token", bpt);
     jw_u64(&w, "block_tokens", block);
     jw_u64(&w, "steps", p->steps);
@@ -1356,7 +1355,6 @@ int bench_replay(int argc, char **argv)
     }
     struct replay_cfg cfg = { .p = &p, .daemon_every = (uint32_t)devery, .cold = cold,
                               .slow_ns = (uint64_t)slow_us * 1000, .pace_ns = (uint64_t)pace_us * 1000 };
-    g_pace_us = (uint64_t)pace_us;
     cfg.bucket = (uint32_t)((p.steps + points - 1) / points);
     if (cfg.bucket == 0)
         cfg.bucket = 1;
@@ -1386,8 +1384,8 @@ int bench_replay(int argc, char **argv)
     }
 
     if (bench_opt.json) {
-        print_json(trace, format, n, lifetimes ? (uint32_t)iters : 0, comp, step_ms, bpt, (uint32_t)block,
-                   &p, frame_bytes, backend, res, nres);
+        print_json(trace, format, n, lifetimes ? (uint32_t)iters : 0, comp, step_ms, (uint64_t)pace_us, bpt,
+                   (uint32_t)block, &p, frame_bytes, backend, res, nres);
     } else {
         char a[32], b[32], e[32];
         if (lifetimes)
