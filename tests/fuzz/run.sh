@@ -18,12 +18,13 @@ trap 'rm -rf "$work"' EXIT
 mkdir "$work/request" "$work/config"
 cp tests/fuzz/corpus/* "$work/request"/
 cp tests/fuzz/corpus_config/* "$work/config"/
-ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
-  "$build"/tests/fuzz/fuzz_request -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 \
-  -print_final_stats=1 -artifact_prefix="$build"/ "$work/request"
+fuzz() {   # fuzz TARGET SECONDS CORPUS_DIR
+  ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
+    "$build"/tests/fuzz/"$1" -max_total_time="$2" -timeout=10 -rss_limit_mb=2048 \
+    -print_final_stats=1 -artifact_prefix="$build"/ "$3"
+}
+fuzz fuzz_request "$secs" "$work/request"
 csecs=$((secs / 3))
 [ "$csecs" -ge 10 ] || csecs=10
 echo "fuzzing the configuration's text for $csecs s"
-ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
-  "$build"/tests/fuzz/fuzz_config -max_total_time="$csecs" -timeout=10 -rss_limit_mb=2048 \
-  -print_final_stats=1 -artifact_prefix="$build"/ "$work/config"
+fuzz fuzz_config "$csecs" "$work/config"
