@@ -648,7 +648,8 @@ static struct cframe *take_fitting(struct frame_cache *fc, size_t left, bool ove
     return unlink_cached(fc, best);
 }
 
-int fcache_take_any(mb_client *c, size_t bytes, unsigned max_order, struct cframe ***out, size_t *count)
+int fcache_take_any(mb_client *c, size_t bytes, unsigned max_order, unsigned warm_per, struct cframe ***out,
+                    size_t *count)
 {
     struct frame_cache *fc = &c->fc;
     size_t n = 0, cap = 16, left = bytes;
@@ -672,7 +673,7 @@ int fcache_take_any(mb_client *c, size_t bytes, unsigned max_order, struct cfram
         /* The rest by the frame plan (cached ones of its orders first). */
         struct cframe **more = NULL;
         size_t m = 0;
-        int rc = fcache_take_plan(c, left, max_order, false, &more, &m);
+        int rc = fcache_take_plan(c, left, max_order, false, warm_per, &more, &m);
         struct cframe **nf = rc != 0 ? NULL : m ? realloc(fr, (n + m) * sizeof(*fr)) : fr;
         if (rc == 0 && !nf) {
             for (size_t i = 0; i < m; i++)
@@ -790,7 +791,7 @@ int fcache_take_orders(mb_client *c, const uint8_t *orders, size_t n, struct cfr
     return rc;
 }
 
-int fcache_take_plan(mb_client *c, size_t bytes, unsigned max_order, bool exact,
+int fcache_take_plan(mb_client *c, size_t bytes, unsigned max_order, bool exact, unsigned warm_per,
                      struct cframe ***out, size_t *count)
 {
     struct frame_cache *fc = &c->fc;
@@ -809,9 +810,9 @@ int fcache_take_plan(mb_client *c, size_t bytes, unsigned max_order, bool exact,
     size_t (*plan)(uint64_t, size_t, unsigned, uint8_t *, size_t, uint64_t *) =
         exact ? mb_frame_plan_exact : mb_frame_plan;
     size_t n = plan(bytes, c->frame_bytes, max_order, NULL, 0, &covered);
-    /* A warm grant may take up to c->warm_per_frame free frames for each
-     * planned one (see grant): room for them. */
-    size_t per = c->warm_per_frame, cap = n * (per > 1 ? per : 1);
+    /* A warm grant may take up to warm_per free frames for each planned
+     * one (see grant): room for them. */
+    size_t per = warm_per, cap = n * (per > 1 ? per : 1);
     uint8_t *orders = malloc(n ? n : 1), *missing = malloc(n ? n : 1);
     struct cframe **fr = calloc(cap ? cap : 1, sizeof(*fr));
     if (!orders || !missing || !fr) {

@@ -4,10 +4,11 @@
  * with the layout vspace.h documents (and with mb_vspace_read_entries);
  * new directory levels; pages reused by another vspace never reached
  * through the first one's table; argument errors and empty maps; the page
- * pools (pagepool.c): pages carved from few extents, the refill thread
- * filling a pool in the background, pools emptied by mb_trim, by the idle
- * policy and by mb_close with the daemon's books balanced and the thread
- * gone; growable ranges (grow.c): grows inside the mapped tail make no
+ * pools (pagepool.c): pages carved from few extents, extents granted the
+ * daemon's free frames of a smaller size where its budget is full of them,
+ * the refill thread filling a pool in the background, pools emptied by
+ * mb_trim, by the idle policy and by mb_close with the daemon's books
+ * balanced and the thread gone; growable ranges (grow.c): grows inside the mapped tail make no
  * daemon request and no mapping, data survives grows; the host path of the
  * stream-ordered slow path (async_map.c). */
 #include <setjmp.h>
@@ -30,6 +31,7 @@
 #include "async_map.h"
 #include "client.h"
 #include "harness.h"
+#include "json.h"
 #include "pagepool.h"
 #include "refill.h"
 
@@ -1176,6 +1178,64 @@ static void test_near_budget(void **state)
     mbt_daemon_stop(&d);
 }
 
+/* A budget full of free frames of a smaller size (a tenant gone): a page
+ * pool's extent is granted those frames, not a frame of its own that the
+ * daemon would have to release them for and make on the grant's path. A
+ * daemon of its own: 16 free 64 MiB frames fill its 1 GiB budget (but
+ * 64 MiB for the table's nodes). */
+static void test_extent_takes_free_frames(void **state)
+{
+    (void)state;
+    const uint64_t mib = 1 << 20;
+    const char *extra[] = { "--budget", "1088M", NULL };
+    struct mbt_daemon d;
+    assert_int_equal(mbt_daemon_start(&d, extra), 0);
+    struct mbt_session gone;
+    assert_int_equal(mbt_session_open(&d, "gone", &gone), 0);
+    for (int i = 0; i < 16; i++)
+        assert_int_equal(mbt_session_grant_large(&gone, 64 * mib), 0);
+    mbt_session_close(&gone);
+    for (int i = 0; i < 200 && mbt_status_num(&d, "frames_granted") != 0; i++)
+        mbt_sleep_ms(10);
+    assert_int_equal(mbt_status_num(&d, "frames_granted"), 0);
+    double creates0 = mbt_status_num(&d, "grant_creates");
+    setenv("MOONBRIGHT_RUNTIME_DIR", d.dir, 1);
+    mb_client *c = open_patient("pool", "0");
+    mb_vspace *v;
+    assert_int_equal(mb_vspace_create(c, (size_t)1 << 30, 2 * mib, &v), 0);
+    assert_int_equal(mb_vspace_map_async(v, 0, 256, NULL), 0);   /* 512 MiB of pages */
+    const struct mb_vspace_dev *t = mb_vspace_device(v);
+    for (size_t i = 0; i < 256; i++)
+        *(uint64_t *)(uintptr_t)walk(t, i) = i * 3 + 1;
+    for (size_t i = 0; i < 256; i++)
+        assert_true(*(uint64_t *)(uintptr_t)walk(t, i) == i * 3 + 1);
+    mb_client_stats st = stats_of(c);
+    assert_true(st.vspace_pool_bytes >= 512 * mib);
+    /* The pool's frames: the 64 MiB ones; none larger was made. */
+    const char *args[] = { "frames", "--json", NULL };
+    struct json *j = mbt_ctl_json(&d, NULL, args);
+    assert_non_null(j);
+    const struct json *fr = json_get(j, "frames");
+    assert_non_null(fr);
+    size_t taken = 0, larger = 0;
+    for (size_t i = 0; i < fr->n; i++) {
+        const struct json *state_of = json_get(&fr->kids[i], "state");
+        bool granted = state_of && state_of->str && strcmp(state_of->str, "granted") == 0;
+        double b = json_num(&fr->kids[i], "bytes");
+        taken += granted && b == (double)(64 * mib);
+        larger += b > (double)(64 * mib);
+    }
+    json_free(j);
+    printf("  %zu free 64 MiB frames granted to the pool, %zu larger frames, %.0f made on grant paths\n",
+           taken, larger, mbt_status_num(&d, "grant_creates") - creates0);
+    mb_vspace_destroy(v);
+    mb_close(c);
+    setenv("MOONBRIGHT_RUNTIME_DIR", g_d.dir, 1);
+    mbt_daemon_stop(&d);
+    assert_int_equal(larger, 0);
+    assert_true(taken >= 8);
+}
+
 /* A freed growable range stays mapped and the next allocation it fits
  * takes it: no daemon request, no mapping, no wait; one it does not fit
  * (a larger max) gets a range of its own. Trim unmaps the idle ranges. */
@@ -1593,6 +1653,7 @@ int main(void)
         cmocka_unit_test(test_grow_tail),
         cmocka_unit_test(test_grow_reuse),
         cmocka_unit_test(test_near_budget),
+        cmocka_unit_test(test_extent_takes_free_frames),
         cmocka_unit_test(test_grow_excess_and_spares),
         cmocka_unit_test(test_grow_cache_drains),
         cmocka_unit_test(test_grow_uses_cached_frames),
