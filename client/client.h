@@ -340,12 +340,13 @@ int fcache_take(mb_client *c, size_t n, struct cframe **out);
 /* The frames of the frame plan for `bytes` (no frame above max_order), or
  * of its exact plan (frame_plan.h): cached ones of the planned orders, the
  * rest granted as large frames (with warm grants, the daemon may grant up
- * to warm_per free frames of other orders per planned frame holding the
- * same bytes; 0: only the planned frames). When the grant fails for
+ * to c->warm_per_frame free frames of other orders per planned frame
+ * holding the same bytes, and up to warm_full_per where making the planned
+ * ones would first release free frames). When the grant fails for
  * memory or quota: the cache handed back, the plan again, then the exact
  * plan (order-0 frames only where it has more frames than a grant takes).
  * *out is malloc'd, *n says how many. */
-int fcache_take_plan(mb_client *c, size_t bytes, unsigned max_order, bool exact, unsigned warm_per,
+int fcache_take_plan(mb_client *c, size_t bytes, unsigned max_order, bool exact, unsigned warm_full_per,
                      struct cframe ***out, size_t *n);
 /* Exactly one frame of each of orders[0..n) into out[i]: cached ones
  * first, the rest granted (no warm grant: other orders would not fit where
@@ -354,7 +355,7 @@ int fcache_take_orders(mb_client *c, const uint8_t *orders, size_t n, struct cfr
 /* At least `bytes` in frames of any size the cache holds (fragmentation
  * repair: frames of ranges given back, whatever plan made them), the rest
  * by fcache_take_plan. *out is malloc'd. */
-int fcache_take_any(mb_client *c, size_t bytes, unsigned max_order, unsigned warm_per, struct cframe ***out,
+int fcache_take_any(mb_client *c, size_t bytes, unsigned max_order, unsigned warm_full_per, struct cframe ***out,
                     size_t *n);
 /* Cached frames of any size, largest first, none past `bytes` in all: at
  * most max_n into out[], *got their bytes; no round trip. */
@@ -428,10 +429,11 @@ int stitch_alloc(mb_client *c, size_t bytes, size_t reserve_bytes, struct stitch
  * max_order), with room to map about `room` bytes more after them (address
  * space and frames[] slots for that many units; 0: none). */
 int stitch_alloc_large(mb_client *c, size_t bytes, unsigned max_order, size_t room, struct stitched **out);
-/* The same for a range whose frames may be any number of smaller ones
- * (a page pool's extent): the daemon may grant up to warm_per of its free
- * frames per planned frame, rather than make the planned ones. */
-int stitch_alloc_warm(mb_client *c, size_t bytes, unsigned warm_per, struct stitched **out);
+/* The same for a range whose frames may be many smaller ones (a page
+ * pool's extent, mapped off any request's path): where making the planned
+ * frames would first release free frames, the daemon may grant up to
+ * warm_full_per of its free frames per planned frame instead. */
+int stitch_alloc_warm(mb_client *c, size_t bytes, unsigned warm_full_per, struct stitched **out);
 /* Map frames[from..to) of s side by side, the first at offset `off` (each
  * right after the one before), and give access to them; on failure none of
  * them stays mapped. Touches no client state (the mapper thread calls it). */

@@ -409,14 +409,23 @@ static void swap_out(mb_client *c, uint64_t bytes)
     FC_CHECK(fc);
 }
 
+static size_t warm_most(size_t n, uint32_t warm_max, uint32_t warm_full_max)
+{
+    size_t m = warm_max > warm_full_max ? warm_max : warm_full_max;
+    return n > m ? n : m;
+}
+
 /* Ask the daemon for `n` frames (of `want` orders when large, by the plan
  * or, exact, the exact plan; else order 0) covering `bytes`, after
  * swap_out; import their handles; they arrive in use. With
  * warm_max (large only), the daemon may grant up to warm_max free frames
  * of other orders holding the same bytes instead (no frame made on its
- * path): out has room for max(n, warm_max), *got says how many came. */
+ * path), and up to warm_full_max where making the planned ones would
+ * first release free frames: out has room for max(n, warm_max,
+ * warm_full_max), *got says how many came. */
 static int grant(mb_client *c, uint64_t bytes, bool large, unsigned max_order, bool exact, size_t n,
-                 const uint8_t *want, uint32_t warm_max, struct cframe **out, size_t *got)
+                 const uint8_t *want, uint32_t warm_max, uint32_t warm_full_max, struct cframe **out,
+                 size_t *got)
 {
     swap_out(c, bytes);
     Mb__Request req = MB__REQUEST__INIT;
@@ -427,6 +436,7 @@ static int grant(mb_client *c, uint64_t bytes, bool large, unsigned max_order, b
     g.large = large && max_order > 0;
     g.max_order = g.large && max_order < MB_MAX_ORDER ? max_order : 0;
     g.warm_max_frames = g.large ? warm_max : 0;
+    g.warm_full_max_frames = g.large && warm_max && warm_full_max > warm_max ? warm_full_max : 0;
     g.exact = g.large && exact;
     req.body_case = MB__REQUEST__BODY_GRANT;
     req.grant = &g;
@@ -453,7 +463,8 @@ static int grant(mb_client *c, uint64_t bytes, bool large, unsigned max_order, b
     }
     int call_rc = rc;
     bool warm = rc == 0 && g.warm_max_frames && rep->body_case == MB__REPLY__BODY_GRANT &&
-                warm_reply_ok(c, rep->grant, bytes, max_order, n > warm_max ? n : warm_max);
+                warm_reply_ok(c, rep->grant, bytes, max_order, warm_most(n, g.warm_max_frames,
+                                                                        g.warm_full_max_frames));
     if (warm)
         n = rep->grant->n_frames;
     else if (rc == 0 && (rep->body_case != MB__REPLY__BODY_GRANT || rep->grant->n_frames != n))
@@ -572,7 +583,7 @@ int fcache_take(mb_client *c, size_t n, struct cframe **out)
     int rc = 0;
     while (rc == 0 && i < n) {
         size_t chunk = n - i < MB_GRANT_MAX_FRAMES ? n - i : MB_GRANT_MAX_FRAMES;
-        rc = grant(c, (uint64_t)chunk * c->frame_bytes, false, 0, false, chunk, NULL, 0, out + i, NULL);
+        rc = grant(c, (uint64_t)chunk * c->frame_bytes, false, 0, false, chunk, NULL, 0, 0, out + i, NULL);
         if (rc == 0)
             i += chunk;
     }
@@ -599,7 +610,7 @@ static int grant_plan_again(mb_client *c, size_t bytes, unsigned max_order, bool
     struct cframe **fr = calloc(n > n0 ? n : n0, sizeof(*fr));
     if (!fr)
         return MB_ENOMEM;
-    int rc = grant(c, bytes, true, max_order, exact, n, orders, 0, fr, NULL);
+    int rc = grant(c, bytes, true, max_order, exact, n, orders, 0, 0, fr, NULL);
     if (refused_for_room(rc)) {
         uint8_t ex[MB_GRANT_MAX_FRAMES];
         uint64_t planned, exact_bytes;
@@ -610,7 +621,7 @@ static int grant_plan_again(mb_client *c, size_t bytes, unsigned max_order, bool
             n = n0;
             rc = fcache_take(c, n0, fr);
         } else if (!exact && exact_bytes < planned) {
-            rc = grant(c, bytes, true, max_order, true, ne, ex, 0, fr, NULL);
+            rc = grant(c, bytes, true, max_order, true, ne, ex, 0, 0, fr, NULL);
             if (rc == 0)
                 n = ne;
         }
@@ -648,7 +659,7 @@ static struct cframe *take_fitting(struct frame_cache *fc, size_t left, bool ove
     return unlink_cached(fc, best);
 }
 
-int fcache_take_any(mb_client *c, size_t bytes, unsigned max_order, unsigned warm_per, struct cframe ***out,
+int fcache_take_any(mb_client *c, size_t bytes, unsigned max_order, unsigned warm_full_per, struct cframe ***out,
                     size_t *count)
 {
     struct frame_cache *fc = &c->fc;
@@ -673,7 +684,7 @@ int fcache_take_any(mb_client *c, size_t bytes, unsigned max_order, unsigned war
         /* The rest by the frame plan (cached ones of its orders first). */
         struct cframe **more = NULL;
         size_t m = 0;
-        int rc = fcache_take_plan(c, left, max_order, false, warm_per, &more, &m);
+        int rc = fcache_take_plan(c, left, max_order, false, warm_full_per, &more, &m);
         struct cframe **nf = rc != 0 ? NULL : m ? realloc(fr, (n + m) * sizeof(*fr)) : fr;
         if (rc == 0 && !nf) {
             for (size_t i = 0; i < m; i++)
@@ -775,7 +786,7 @@ int fcache_take_orders(mb_client *c, const uint8_t *orders, size_t n, struct cfr
         while (missing[k] && rc == 0) {
             size_t j = missing[k] < MB_GRANT_MAX_FRAMES ? missing[k] : MB_GRANT_MAX_FRAMES, g = 0;
             memset(want, (int)k, j);
-            rc = grant(c, (uint64_t)j * ((uint64_t)c->frame_bytes << k), true, k, false, j, want, 0, got,
+            rc = grant(c, (uint64_t)j * ((uint64_t)c->frame_bytes << k), true, k, false, j, want, 0, 0, got,
                        &g);
             if (rc == 0)
                 place_frames(c, orders, n, out, got, g);
@@ -791,7 +802,7 @@ int fcache_take_orders(mb_client *c, const uint8_t *orders, size_t n, struct cfr
     return rc;
 }
 
-int fcache_take_plan(mb_client *c, size_t bytes, unsigned max_order, bool exact, unsigned warm_per,
+int fcache_take_plan(mb_client *c, size_t bytes, unsigned max_order, bool exact, unsigned warm_full_per,
                      struct cframe ***out, size_t *count)
 {
     struct frame_cache *fc = &c->fc;
@@ -810,9 +821,11 @@ int fcache_take_plan(mb_client *c, size_t bytes, unsigned max_order, bool exact,
     size_t (*plan)(uint64_t, size_t, unsigned, uint8_t *, size_t, uint64_t *) =
         exact ? mb_frame_plan_exact : mb_frame_plan;
     size_t n = plan(bytes, c->frame_bytes, max_order, NULL, 0, &covered);
-    /* A warm grant may take up to warm_per free frames for each planned
-     * one (see grant): room for them. */
-    size_t per = warm_per, cap = n * (per > 1 ? per : 1);
+    /* A warm grant may take up to c->warm_per_frame free frames for each
+     * planned one, or warm_full_per where the daemon would release free
+     * frames to make them (see grant): room for them. */
+    size_t per = c->warm_per_frame, full = per && warm_full_per > per ? warm_full_per : 0;
+    size_t cap = n * (full > per ? full : per > 1 ? per : 1);
     uint8_t *orders = malloc(n ? n : 1), *missing = malloc(n ? n : 1);
     struct cframe **fr = calloc(cap ? cap : 1, sizeof(*fr));
     if (!orders || !missing || !fr) {
@@ -838,8 +851,9 @@ int fcache_take_plan(mb_client *c, size_t bytes, unsigned max_order, bool exact,
     }
     size_t granted = 0;
     uint32_t warm_max = (uint32_t)(n_missing * per < MB_GRANT_MAX_FRAMES ? n_missing * per : MB_GRANT_MAX_FRAMES);
+    uint32_t warm_full = (uint32_t)(n_missing * full < MB_GRANT_MAX_FRAMES ? n_missing * full : MB_GRANT_MAX_FRAMES);
     int rc = n_missing ? grant(c, missing_bytes, true, max_order, exact, n_missing, missing, warm_max,
-                               fr + have, &granted) : 0;
+                               warm_full, fr + have, &granted) : 0;
     free(missing);
     if (rc == 0)
         n = have + granted;

@@ -117,15 +117,15 @@ static int by_size_desc(const void *a, const void *b)
 enum take_kind { TAKE_PLAN, TAKE_EXACT, TAKE_ANY };
 
 static int take_frames(mb_client *c, size_t bytes, enum take_kind kind, unsigned max_order,
-                       unsigned warm_per, size_t extra_cap, struct stitched **out)
+                       unsigned warm_full_per, size_t extra_cap, struct stitched **out)
 {
     if (bytes == 0 || bytes > SIZE_MAX / 2)
         return MB_EINVAL;
     struct cframe **fr;
     size_t n;
     int rc = kind == TAKE_ANY
-                 ? fcache_take_any(c, bytes, max_order, warm_per, &fr, &n)
-                 : fcache_take_plan(c, bytes, max_order, kind == TAKE_EXACT, warm_per, &fr, &n);
+                 ? fcache_take_any(c, bytes, max_order, warm_full_per, &fr, &n)
+                 : fcache_take_plan(c, bytes, max_order, kind == TAKE_EXACT, warm_full_per, &fr, &n);
     if (rc != 0)
         return rc;
     /* Largest first: every frame then lies at a multiple of its size. */
@@ -213,11 +213,11 @@ int stitch_take_units(mb_client *c, size_t n, struct stitched **out)
 }
 
 static int alloc_frames(mb_client *c, size_t bytes, bool any, unsigned max_order, size_t room,
-                        unsigned warm_per, struct stitched **out)
+                        unsigned warm_full_per, struct stitched **out)
 {
     struct stitched *s;
     room = room / c->frame_bytes * c->frame_bytes;
-    int rc = take_frames(c, bytes, any ? TAKE_ANY : TAKE_PLAN, max_order, warm_per, room / c->frame_bytes,
+    int rc = take_frames(c, bytes, any ? TAKE_ANY : TAKE_PLAN, max_order, warm_full_per, room / c->frame_bytes,
                          &s);
     if (rc != 0)
         return rc;
@@ -241,9 +241,9 @@ int stitch_alloc_large(mb_client *c, size_t bytes, unsigned max_order, size_t ro
     return alloc_frames(c, bytes, false, max_order, room, c->warm_per_frame, out);
 }
 
-int stitch_alloc_warm(mb_client *c, size_t bytes, unsigned warm_per, struct stitched **out)
+int stitch_alloc_warm(mb_client *c, size_t bytes, unsigned warm_full_per, struct stitched **out)
 {
-    return alloc_frames(c, bytes, false, MB_MAX_ORDER, 0, warm_per, out);
+    return alloc_frames(c, bytes, false, MB_MAX_ORDER, 0, warm_full_per, out);
 }
 
 int stitch_alloc_any(mb_client *c, size_t bytes, unsigned max_order, size_t room, struct stitched **out)

@@ -193,6 +193,8 @@ struct frame_pool {
                                   * this unless the tick made room */
     int64_t reserve_warned_ms;   /* when a worker's failure was last said (0: never) */
     bool said_device_full;       /* released_device_full's first was logged */
+    bool device_full;            /* the latest frame made on a grant's path found the
+                                  * device full first (main thread) */
 };
 
 int frame_pool_init(struct frame_pool *p, mb_backend *be, size_t frame_bytes, uint64_t budget);
@@ -202,6 +204,9 @@ void frame_pool_destroy(struct frame_pool *p);
 int frame_pool_prefill(struct frame_pool *p, uint64_t bytes);
 /* Move frames the workers made into the books (free list). */
 void frame_pool_adopt(struct frame_pool *p);
+/* Would making `bytes` of new frames now first release free frames (the
+ * budget full, or the device found full at the latest make)? */
+bool frame_pool_would_release(struct frame_pool *p, uint64_t bytes);
 /* Orders of frames this uid could be granted now with no frame created:
  * free frames of this uid or fresh ones, of any order up to max_order,
  * largest first, at most max_n of them, holding at least `bytes` and at
@@ -613,7 +618,7 @@ void handle_request(struct request_ctx *rc, const Mb__Request *req, Mb__Reply *r
  * them, holding no more than the plan) when they cover it. Used by grant
  * and by pending grants. */
 void grant_now(struct daemon *d, struct session *s, uint64_t bytes, struct grant_shape shape,
-               uint32_t warm_max, uint64_t t0_ns, Mb__Reply *rep);
+               uint32_t warm_max, uint32_t warm_full_max, uint64_t t0_ns, Mb__Reply *rep);
 /* The bytes a grant of `bytes` charges: the plan's. */
 uint64_t grant_bytes(const struct daemon *d, uint64_t bytes, struct grant_shape shape);
 /* How a Grant's frames are planned (Grant.large, max_order, exact). */

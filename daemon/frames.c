@@ -712,7 +712,7 @@ static void path_creating_add(struct frame_pool *p, int d)
  * back to the driver, as many bytes as the frame, before the next try. */
 static int create_frame(struct frame_pool *p, unsigned order, const uint32_t *need, uid_t uid)
 {
-    uint64_t bytes = obytes(p, order), deficit;
+    uint64_t bytes = obytes(p, order), deficit, made_from = p->bytes_total;
     int rc;
     path_creating_add(p, 1);
     for (;;) {
@@ -723,6 +723,10 @@ static int create_frame(struct frame_pool *p, unsigned order, const uint32_t *ne
             break;
         struct mb_mem m;
         rc = make_mem(p, order, &m, p->last.step_ns);
+        if (rc == MB_ENOMEM)
+            p->device_full = true;
+        else if (rc == 0 && p->bytes_total == made_from)
+            p->device_full = false;   /* it fit with no frame released */
         if (rc == 0) {
             if ((rc = add_frame(p, &m)) != 0) {
                 p->be->ops->release(p->be, &m);
@@ -935,6 +939,14 @@ void frame_pool_adopt(struct frame_pool *p)
     p->n_rex_done = 0;
     pthread_mutex_unlock(&p->lock);
     POOL_CHECK(p);
+}
+
+bool frame_pool_would_release(struct frame_pool *p, uint64_t bytes)
+{
+    pthread_mutex_lock(&p->lock);
+    bool r = p->device_full || p->committed + bytes > p->budget_bytes;
+    pthread_mutex_unlock(&p->lock);
+    return r;
 }
 
 uint32_t frame_pool_warm_plan(struct frame_pool *p, uid_t uid, uint64_t bytes, uint64_t room,

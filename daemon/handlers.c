@@ -198,7 +198,7 @@ struct grant_shape grant_shape_of(const Mb__Grant *g)
 }
 
 void grant_now(struct daemon *d, struct session *s, uint64_t bytes, struct grant_shape shape,
-               uint32_t warm_max, uint64_t t0_ns, Mb__Reply *rep)
+               uint32_t warm_max, uint32_t warm_full_max, uint64_t t0_ns, Mb__Reply *rep)
 {
     static Mb__GrantReply gr;
     static Mb__Frame frames[MAX_GRANT_FRAMES];
@@ -219,10 +219,16 @@ void grant_now(struct daemon *d, struct session *s, uint64_t bytes, struct grant
     d->pool.adopted = 0;
     if (warm_max) {
         /* Free frames of any orders, when they hold it within the plan's
-         * bytes: no frame made on this path. */
+         * bytes: no frame made on this path. More of them (up to
+         * warm_full_max) where making the plan's would release free frames
+         * first. */
         uint8_t warm[MAX_GRANT_FRAMES];
         uint32_t w = frame_pool_warm_plan(&d->pool, s->uid, bytes, covered, shape.max_order,
                                           warm_max < MAX_GRANT_FRAMES ? warm_max : MAX_GRANT_FRAMES, warm);
+        if (!w && warm_full_max > warm_max && frame_pool_would_release(&d->pool, covered))
+            w = frame_pool_warm_plan(&d->pool, s->uid, bytes, covered, shape.max_order,
+                                     warm_full_max < MAX_GRANT_FRAMES ? warm_full_max : MAX_GRANT_FRAMES,
+                                     warm);
         if (w) {
             n = w;
             covered = 0;
@@ -357,7 +363,8 @@ static void h_grant(struct request_ctx *rc, const Mb__Request *req, Mb__Reply *r
                        mb_format_size(short_bytes, c, sizeof(c)));
         return;
     }
-    grant_now(d, s, bytes, shape, req->grant->warm_max_frames, rc->t0_ns, rep);
+    grant_now(d, s, bytes, shape, req->grant->warm_max_frames, req->grant->warm_full_max_frames, rc->t0_ns,
+              rep);
 }
 
 static void h_ret(struct request_ctx *rc, const Mb__Request *req, Mb__Reply *rep)

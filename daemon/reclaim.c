@@ -295,7 +295,7 @@ void pending_run(struct daemon *d)
             if (!still_within_quota(d, s, p))
                 continue;
             Mb__Reply rep = MB__REPLY__INIT;
-            grant_now(d, s, p->bytes, p->shape, 0, p->t0_ns, &rep);
+            grant_now(d, s, p->bytes, p->shape, 0, 0, p->t0_ns, &rep);
             s->waiting = false;
             pending_answer(d, p, &rep);
             pending_unlink(d, p);

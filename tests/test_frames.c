@@ -656,16 +656,21 @@ static void mixed_orders_recreate_on_a_full_device(void **state)
 }
 
 /* A grant the full device cannot take fails whole and leaves nothing
- * behind; once frames are free, a grant of another order releases as
- * many bytes of them as its frame needs, and no more. */
+ * behind (and the pool says a new frame would release free ones first);
+ * once frames are free, a grant of another order releases as many bytes
+ * of them as its frame needs, and no more. */
 static void device_full_below_budget(void **state)
 {
     mb_backend *b = host_device(16 * FB);
     struct frame_pool p;
     assert_int_equal(frame_pool_init(&p, b, FB, 64 * FB), 0);
     uint32_t ids[16], one;
+    assert_false(frame_pool_would_release(&p, 16 * FB));
+    assert_true(frame_pool_would_release(&p, 65 * FB));   /* past the budget */
     assert_int_equal(frame_pool_grant(&p, 16, 1, 0, 1, ids), 0);
+    assert_false(frame_pool_would_release(&p, FB));       /* every frame fit the device */
     assert_int_equal(frame_pool_grant(&p, 1, 2, 0, 1, &one), MB_ENOMEM);
+    assert_true(frame_pool_would_release(&p, FB));        /* the device, not the budget, is full */
     assert_int_equal(p.n_total, 16);
     assert_int_equal(p.n_granted, 16);
     assert_true(frame_pool_is_valid(&p));

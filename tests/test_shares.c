@@ -58,7 +58,7 @@ static void holds_in_random_order(void **state)
     uint32_t ids[N];
     for (int k = 0; k < N; k += 50) {   /* in parts, so the channel never fills */
         Mb__Reply rep = MB__REPLY__INIT;
-        grant_now(&d, a, 50 * FB, (struct grant_shape){ 0, false }, 0, 0, &rep);
+        grant_now(&d, a, 50 * FB, (struct grant_shape){ 0, false }, 0, 0, 0, &rep);
         assert_int_equal(rep.code, 0);
         for (int i = 0; i < 50; i++)
             ids[k + i] = rep.grant->frames[i]->id;

@@ -1180,14 +1180,14 @@ static void test_near_budget(void **state)
 
 /* A budget full of free frames of a smaller size (a tenant gone): a page
  * pool's extent is granted those frames, not a frame of its own that the
- * daemon would have to release them for and make on the grant's path. A
- * daemon of its own: 16 free 64 MiB frames fill its 1 GiB budget (but
- * 64 MiB for the table's nodes). */
-static void test_extent_takes_free_frames(void **state)
+ * daemon would have to release them for and make on the grant's path.
+ * With room in the budget, the extent's planned frame is made instead (few
+ * frames to map). A daemon of its own each time: 16 free 64 MiB frames in
+ * a budget of 1 GiB (and 64 MiB for the table's nodes), then of 4 GiB. */
+static void extent_frames(const char *budget, size_t *taken, size_t *larger)
 {
-    (void)state;
     const uint64_t mib = 1 << 20;
-    const char *extra[] = { "--budget", "1088M", NULL };
+    const char *extra[] = { "--budget", budget, NULL };
     struct mbt_daemon d;
     assert_int_equal(mbt_daemon_start(&d, extra), 0);
     struct mbt_session gone;
@@ -1211,29 +1211,39 @@ static void test_extent_takes_free_frames(void **state)
         assert_true(*(uint64_t *)(uintptr_t)walk(t, i) == i * 3 + 1);
     mb_client_stats st = stats_of(c);
     assert_true(st.vspace_pool_bytes >= 512 * mib);
-    /* The pool's frames: the 64 MiB ones; none larger was made. */
+    /* The granted 64 MiB frames, and the frames larger than them. */
     const char *args[] = { "frames", "--json", NULL };
     struct json *j = mbt_ctl_json(&d, NULL, args);
     assert_non_null(j);
     const struct json *fr = json_get(j, "frames");
     assert_non_null(fr);
-    size_t taken = 0, larger = 0;
+    *taken = *larger = 0;
     for (size_t i = 0; i < fr->n; i++) {
         const struct json *state_of = json_get(&fr->kids[i], "state");
         bool granted = state_of && state_of->str && strcmp(state_of->str, "granted") == 0;
         double b = json_num(&fr->kids[i], "bytes");
-        taken += granted && b == (double)(64 * mib);
-        larger += b > (double)(64 * mib);
+        *taken += granted && b == (double)(64 * mib);
+        *larger += b > (double)(64 * mib);
     }
     json_free(j);
-    printf("  %zu free 64 MiB frames granted to the pool, %zu larger frames, %.0f made on grant paths\n",
-           taken, larger, mbt_status_num(&d, "grant_creates") - creates0);
+    printf("  budget %s: %zu free 64 MiB frames granted to the pool, %zu larger frames, %.0f made on "
+           "grant paths\n", budget, *taken, *larger, mbt_status_num(&d, "grant_creates") - creates0);
     mb_vspace_destroy(v);
     mb_close(c);
     setenv("MOONBRIGHT_RUNTIME_DIR", g_d.dir, 1);
     mbt_daemon_stop(&d);
+}
+
+static void test_extent_takes_free_frames(void **state)
+{
+    (void)state;
+    size_t taken, larger;
+    extent_frames("1088M", &taken, &larger);
     assert_int_equal(larger, 0);
     assert_true(taken >= 8);
+    extent_frames("4G", &taken, &larger);
+    assert_true(larger >= 1);
+    assert_true(taken <= 2);   /* at most the two per planned frame of any grant */
 }
 
 /* A freed growable range stays mapped and the next allocation it fits

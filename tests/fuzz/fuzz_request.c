@@ -96,7 +96,7 @@ static void feed_stream(struct daemon *d, struct session *a, const uint8_t *data
 static void give(struct daemon *d, struct session *s, uint32_t n)
 {
     Mb__Reply rep = MB__REPLY__INIT;
-    grant_now(d, s, (uint64_t)n * d->pool.frame_bytes, (struct grant_shape){ 0, false }, 0, 0, &rep);
+    grant_now(d, s, (uint64_t)n * d->pool.frame_bytes, (struct grant_shape){ 0, false }, 0, 0, 0, &rep);
 }
 
 /* The journal's layout (frames.c): records of 16 bytes from offset 4096,
