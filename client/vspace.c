@@ -14,6 +14,7 @@
 #include "pagepool.h"
 #include "refill.h"
 #include "vsnodes.h"
+#include "wire.h"
 
 #ifdef MB_HAVE_KERNELS
 #include "mbk_vspace.h"
@@ -391,12 +392,30 @@ static int check_range(const mb_vspace *v, size_t first, size_t n, const char *w
     return 0;
 }
 
+/* A map that took SLOW_MAP_MS or more is logged (MOONBRIGHT_LOG=debug)
+ * with where its time went: the vspace's lock, table nodes, the pool's
+ * pages (a refill waited for), the entries' write to the device. */
+#define SLOW_MAP_MS 1
+
+static void slow_map_log(size_t n, const uint64_t t[5])
+{
+    if (t[4] - t[0] < (uint64_t)SLOW_MAP_MS * 1000000 || mb_log_level() < MB_LOG_DEBUG)
+        return;
+    mb_log(MB_LOG_DEBUG, "a vspace map of %zu pages took %.2f ms: %.2f for the vspace's lock, %.2f "
+           "for table nodes, %.2f for the pool's pages, %.2f writing the entries", n,
+           (t[4] - t[0]) / 1e6, (t[1] - t[0]) / 1e6, (t[2] - t[1]) / 1e6, (t[3] - t[2]) / 1e6,
+           (t[4] - t[3]) / 1e6);
+}
+
 int mb_vspace_map_async(mb_vspace *v, size_t first, size_t n, void *stream)
 {
     int rc = check_range(v, first, n, "map");
     if (rc || n == 0)
         return rc;
+    uint64_t t[5];
+    t[0] = mb_now_ns();
     pthread_mutex_lock(&v->lock);
+    t[1] = mb_now_ns();
     /* Pages of the range not mapped yet (one leaf at a time). */
     size_t want = 0, end = first + n;
     for (size_t p = first, len; p < end; p += len) {
@@ -415,11 +434,13 @@ int mb_vspace_map_async(mb_vspace *v, size_t first, size_t n, void *stream)
         rc = MB_ENOMEM;
     if (rc == 0 && want)
         rc = reserve_nodes(v, nodes_missing(v, first, n));
+    t[2] = mb_now_ns();
     bool taken = false;
     if (rc == 0 && want) {
         rc = pagepool_take(v->pool, want, pages);
         taken = rc == 0;
     }
+    t[3] = mb_now_ns();
     size_t k = 0;   /* pages[0..k) entered at where[0..k) */
     for (size_t p = first, len; rc == 0 && k < want && p < end; p += len) {
         len = leaf_stretch(p, end);
@@ -460,6 +481,8 @@ int mb_vspace_map_async(mb_vspace *v, size_t first, size_t n, void *stream)
     }
     VS_CHECK(v, vspace_is_valid);
     pthread_mutex_unlock(&v->lock);
+    t[4] = mb_now_ns();
+    slow_map_log(n, t);
     free(pages);
     free(where);
     return rc;
@@ -677,6 +700,7 @@ int mb_vspace_create(mb_client *c, size_t max_bytes, size_t page_bytes, mb_vspac
     int rc = engine_for(c, page_bytes, "create", &eng);
     if (rc)
         return rc;
+    uint64_t t0 = mb_now_ns();
     mb_vspace *v = calloc(1, sizeof(*v));
     if (!v)
         return MB_ENOMEM;
@@ -707,8 +731,12 @@ int mb_vspace_create(mb_client *c, size_t max_bytes, size_t page_bytes, mb_vspac
     /* The root is a clean node: its INVALID entries are on the device
      * already, so any stream may use the vspace at once, and nothing was
      * enqueued or waited for. */
-    uint64_t root = 0;
+    uint64_t root = 0, t1 = mb_now_ns();
     rc = vsnodes_take_clean(v->nodes, &root);
+    uint64_t t2 = mb_now_ns();
+    if (t2 - t0 >= (uint64_t)SLOW_MAP_MS * 1000000 && mb_log_level() >= MB_LOG_DEBUG)
+        mb_log(MB_LOG_DEBUG, "a vspace's creation took %.2f ms: %.2f for its pool and the refill "
+               "thread, %.2f for a clean root node", (t2 - t0) / 1e6, (t1 - t0) / 1e6, (t2 - t1) / 1e6);
     if (rc == 0 && !(v->root = node_new(v, levels - 1, root))) {
         vsnodes_put(v->nodes, &root, 1);
         rc = MB_ENOMEM;
