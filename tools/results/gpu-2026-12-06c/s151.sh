@@ -22,7 +22,7 @@ for r in 1 2 3 4; do
   kill $DP; wait $DP
 done
 echo "== vspace calls over 1 ms, with their parts"
-for r in 1 2 3 4; do sed -n '/^mbbench replay: vspace/,$p' $O/r$r.err | grep -E "vspace map of|vspace's creation|replay: vspace" | grep -v "^mbbench replay: vspace: \(allocation\|resize\) of [0-9]* MiB took [0-9]\{3\}\." ; done | head -40
+grep -h -E "vspace map of|vspace's creation|replay: vspace" $O/r[1-4].err | head -40
 start $O/conv.dlog 100G
 timeout 200 $B/tools/mbbench replay $C --json --quiet --strategies realloc,grow,grow_async,vspace,cudaMallocAsync > $O/conv.json 2>$O/conv.err
 echo "conv rc=$? $(vs $O/conv.json)"
