@@ -204,8 +204,10 @@ void frame_pool_destroy(struct frame_pool *p);
 int frame_pool_prefill(struct frame_pool *p, uint64_t bytes);
 /* Move frames the workers made into the books (free list). */
 void frame_pool_adopt(struct frame_pool *p);
-/* Would making `bytes` of new frames now first release free frames (the
- * budget full, or the device found full at the latest make)? */
+/* Would making `bytes` of new frames now first release free frames? Yes
+ * when they would pass the budget or the device's memory with the frames
+ * the pool holds, or when the latest frame made on a grant's path found
+ * the device full (other processes' memory). */
 bool frame_pool_would_release(struct frame_pool *p, uint64_t bytes);
 /* Orders of frames this uid could be granted now with no frame created:
  * free frames of this uid or fresh ones, of any order up to max_order,

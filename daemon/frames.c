@@ -943,8 +943,10 @@ void frame_pool_adopt(struct frame_pool *p)
 
 bool frame_pool_would_release(struct frame_pool *p, uint64_t bytes)
 {
+    uint64_t device = p->be->total_bytes;   /* 0: not known */
     pthread_mutex_lock(&p->lock);
-    bool r = p->device_full || p->committed + bytes > p->budget_bytes;
+    uint64_t after = p->committed + bytes;
+    bool r = p->device_full || after > p->budget_bytes || (device && after > device);
     pthread_mutex_unlock(&p->lock);
     return r;
 }
