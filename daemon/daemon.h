@@ -193,8 +193,9 @@ struct frame_pool {
                                   * this unless the tick made room */
     int64_t reserve_warned_ms;   /* when a worker's failure was last said (0: never) */
     bool said_device_full;       /* released_device_full's first was logged */
-    bool device_full;            /* the latest frame made on a grant's path found the
-                                  * device full first (main thread) */
+    uint64_t device_room;        /* bytes_total when a frame made on a grant's path
+                                  * last found the device full (0: not known, or a
+                                  * make has fit more since); main thread */
 };
 
 int frame_pool_init(struct frame_pool *p, mb_backend *be, size_t frame_bytes, uint64_t budget);
@@ -205,9 +206,10 @@ int frame_pool_prefill(struct frame_pool *p, uint64_t bytes);
 /* Move frames the workers made into the books (free list). */
 void frame_pool_adopt(struct frame_pool *p);
 /* Would making `bytes` of new frames now first release free frames? Yes
- * when they would pass the budget or the device's memory with the frames
- * the pool holds, or when the latest frame made on a grant's path found
- * the device full (other processes' memory). */
+ * when they would pass, with the frames the pool holds, the budget, the
+ * device's memory, or what the device held of them when a frame made on a
+ * grant's path last found it full (other processes' memory, the driver's
+ * own). */
 bool frame_pool_would_release(struct frame_pool *p, uint64_t bytes);
 /* Orders of frames this uid could be granted now with no frame created:
  * free frames of this uid or fresh ones, of any order up to max_order,

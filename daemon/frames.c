@@ -712,7 +712,7 @@ static void path_creating_add(struct frame_pool *p, int d)
  * back to the driver, as many bytes as the frame, before the next try. */
 static int create_frame(struct frame_pool *p, unsigned order, const uint32_t *need, uid_t uid)
 {
-    uint64_t bytes = obytes(p, order), deficit, made_from = p->bytes_total;
+    uint64_t bytes = obytes(p, order), deficit;
     int rc;
     path_creating_add(p, 1);
     for (;;) {
@@ -724,9 +724,9 @@ static int create_frame(struct frame_pool *p, unsigned order, const uint32_t *ne
         struct mb_mem m;
         rc = make_mem(p, order, &m, p->last.step_ns);
         if (rc == MB_ENOMEM)
-            p->device_full = true;
-        else if (rc == 0 && p->bytes_total == made_from)
-            p->device_full = false;   /* it fit with no frame released */
+            p->device_room = p->bytes_total;   /* no more fits beside what it holds */
+        else if (rc == 0 && p->bytes_total + bytes > p->device_room)
+            p->device_room = 0;   /* more fit than then: not known again */
         if (rc == 0) {
             if ((rc = add_frame(p, &m)) != 0) {
                 p->be->ops->release(p->be, &m);
@@ -946,7 +946,8 @@ bool frame_pool_would_release(struct frame_pool *p, uint64_t bytes)
     uint64_t device = p->be->total_bytes;   /* 0: not known */
     pthread_mutex_lock(&p->lock);
     uint64_t after = p->committed + bytes;
-    bool r = p->device_full || after > p->budget_bytes || (device && after > device);
+    bool r = after > p->budget_bytes || (device && after > device) ||
+             (p->device_room && after > p->device_room);
     pthread_mutex_unlock(&p->lock);
     return r;
 }
