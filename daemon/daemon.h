@@ -125,6 +125,7 @@ struct frame_pool {
     uint64_t reexports;          /* frames exported again on a grant's or an import's
                                   * path (their descriptor went when last passed on) */
     uint64_t exported_ahead;     /* ... and by the workers, ahead of the grant */
+    uint64_t warm_full_grants;   /* grants that took free frames past warm_max (main thread) */
     bool export_ahead;           /* the workers export returned frames again (default on) */
     bool unexport;               /* frames passed on keep no descriptor here (default on,
                                   * where the backend can; MOONBRIGHTD_UNEXPORT=0) */

@@ -225,10 +225,12 @@ void grant_now(struct daemon *d, struct session *s, uint64_t bytes, struct grant
         uint8_t warm[MAX_GRANT_FRAMES];
         uint32_t w = frame_pool_warm_plan(&d->pool, s->uid, bytes, covered, shape.max_order,
                                           warm_max < MAX_GRANT_FRAMES ? warm_max : MAX_GRANT_FRAMES, warm);
-        if (!w && warm_full_max > warm_max && frame_pool_would_release(&d->pool, covered))
+        if (!w && warm_full_max > warm_max && frame_pool_would_release(&d->pool, covered)) {
             w = frame_pool_warm_plan(&d->pool, s->uid, bytes, covered, shape.max_order,
                                      warm_full_max < MAX_GRANT_FRAMES ? warm_full_max : MAX_GRANT_FRAMES,
                                      warm);
+            d->pool.warm_full_grants += w != 0;
+        }
         if (w) {
             n = w;
             covered = 0;
@@ -556,6 +558,7 @@ static int fill_status(struct daemon *d, Mb__StatusReply *sr)
     sr->descriptors = frame_pool_exported(&d->pool);
     sr->reexports = d->pool.reexports;
     sr->exported_ahead = d->pool.exported_ahead;
+    sr->warm_full_grants = d->pool.warm_full_grants;
     pthread_mutex_lock(&d->pool.lock);
     sr->reserve_target = d->pool.reserve_bytes;
     pthread_mutex_unlock(&d->pool.lock);

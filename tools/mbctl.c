@@ -340,10 +340,10 @@ static void print_status_head(const Mb__StatusReply *s)
            (unsigned long long)s->reclaim_notices, s->grants_waiting, (unsigned long long)s->scrubs);
     printf("reserve  target %s; released %llu idle frames, %llu frames of one uid so another "
            "got fresh ones, %llu for a device full below the budget; %llu frames created on "
-           "grant paths\n",
+           "grant paths; %llu grants took many free frames rather than release some\n",
            mb_format_size(s->reserve_target, a, sizeof(a)), (unsigned long long)s->released_idle,
            (unsigned long long)s->released_isolation, (unsigned long long)s->released_device_full,
-           (unsigned long long)s->grant_creates);
+           (unsigned long long)s->grant_creates, (unsigned long long)s->warm_full_grants);
 }
 
 /* Processes holding more device memory than MoonBright granted them, by
@@ -392,7 +392,7 @@ static int cli_status(struct ctl *ctl, int argc, char **argv)
                "\"scrubs\":%llu,\"reclaim_notices\":%llu,\"grants_waiting\":%u,"
                "\"released_isolation\":%llu,\"released_idle\":%llu,\"reserve_target\":%llu,"
                "\"grant_creates\":%llu,\"released_device_full\":%llu,\"descriptors\":%u,"
-               "\"reexports\":%llu,\"exported_ahead\":%llu,\"tenants\":[",
+               "\"reexports\":%llu,\"exported_ahead\":%llu,\"warm_full_grants\":%llu,\"tenants\":[",
                s->device, s->pid, (unsigned long long)s->uptime_ms,
                (unsigned long long)s->frame_bytes, (unsigned long long)s->budget_bytes,
                s->frames_total, s->frames_free, s->frames_granted,
@@ -405,7 +405,7 @@ static int cli_status(struct ctl *ctl, int argc, char **argv)
                (unsigned long long)s->released_idle, (unsigned long long)s->reserve_target,
                (unsigned long long)s->grant_creates, (unsigned long long)s->released_device_full,
                s->descriptors, (unsigned long long)s->reexports,
-               (unsigned long long)s->exported_ahead);
+               (unsigned long long)s->exported_ahead, (unsigned long long)s->warm_full_grants);
         /* "tenants" lists sessions (each with its tenant's name), as before. */
         for (size_t i = 0; i < s->n_sessions; i++) {
             const Mb__SessionInfo *si = s->sessions[i];
@@ -773,6 +773,11 @@ static void prom_metrics(const Mb__MetricsReply *m, const Mb__TenantsReply *t)
               "Frames grants created on their own path (no free frame of the order asked for).");
     printf("moonbright_grant_path_creates_total{device=\"%u\"} %llu\n", dev,
            (unsigned long long)s->grant_creates);
+    prom_head("moonbright_warm_full_grants_total", "counter",
+              "Grants that took many free frames (Grant.warm_full_max_frames) because making the "
+              "planned ones would first have released free frames.");
+    printf("moonbright_warm_full_grants_total{device=\"%u\"} %llu\n", dev,
+           (unsigned long long)s->warm_full_grants);
     prom_head("moonbright_reserve_target_bytes", "gauge", "Bytes the warm reserve keeps ready now.");
     printf("moonbright_reserve_target_bytes{device=\"%u\"} %llu\n", dev,
            (unsigned long long)s->reserve_target);
