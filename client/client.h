@@ -342,7 +342,8 @@ int fcache_take(mb_client *c, size_t n, struct cframe **out);
  * rest granted as large frames (with warm grants, the daemon may grant up
  * to c->warm_per_frame free frames of other orders per planned frame
  * holding the same bytes, and up to warm_full_per where making the planned
- * ones would first release free frames). When the grant fails for
+ * ones would first release free frames; 0: no more than c->warm_per_frame
+ * there either). When the grant fails for
  * memory or quota: the cache handed back, the plan again, then the exact
  * plan (order-0 frames only where it has more frames than a grant takes).
  * *out is malloc'd, *n says how many. */

@@ -161,13 +161,13 @@ void stitch_push(struct stitched *s, struct cframe *f)
 
 int stitch_take_large(mb_client *c, size_t bytes, struct stitched **out)
 {
-    return take_frames(c, bytes, TAKE_PLAN, MB_MAX_ORDER, c->warm_per_frame, 0, out);
+    return take_frames(c, bytes, TAKE_PLAN, MB_MAX_ORDER, 0, 0, out);
 }
 
 int stitch_take_exact(mb_client *c, size_t bytes, struct stitched **out)
 {
     if (c->exact_plans)
-        return take_frames(c, bytes, TAKE_EXACT, MB_MAX_ORDER, c->warm_per_frame, 0, out);
+        return take_frames(c, bytes, TAKE_EXACT, MB_MAX_ORDER, 0, 0, out);
     /* A daemon that plans no Grant.exact: each frame of the exact plan as
      * a plan of its own (a plan of one frame is exact), largest first. */
     uint8_t orders[MB_GRANT_MAX_FRAMES];
@@ -238,7 +238,7 @@ static int alloc_frames(mb_client *c, size_t bytes, bool any, unsigned max_order
 
 int stitch_alloc_large(mb_client *c, size_t bytes, unsigned max_order, size_t room, struct stitched **out)
 {
-    return alloc_frames(c, bytes, false, max_order, room, c->warm_per_frame, out);
+    return alloc_frames(c, bytes, false, max_order, room, 0, out);
 }
 
 int stitch_alloc_warm(mb_client *c, size_t bytes, unsigned warm_full_per, struct stitched **out)
@@ -248,7 +248,7 @@ int stitch_alloc_warm(mb_client *c, size_t bytes, unsigned warm_full_per, struct
 
 int stitch_alloc_any(mb_client *c, size_t bytes, unsigned max_order, size_t room, struct stitched **out)
 {
-    return alloc_frames(c, bytes, true, max_order, room, c->warm_per_frame, out);
+    return alloc_frames(c, bytes, true, max_order, room, 0, out);
 }
 
 int stitch_alloc(mb_client *c, size_t bytes, size_t reserve_bytes, struct stitched **out)

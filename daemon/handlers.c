@@ -197,6 +197,14 @@ struct grant_shape grant_shape_of(const Mb__Grant *g)
     return (struct grant_shape){ m, g->exact };
 }
 
+/* The warm plan of a grant: at most max_n free frames (and a grant's most). */
+static uint32_t warm_plan(struct daemon *d, const struct session *s, uint64_t bytes, uint64_t covered,
+                          struct grant_shape shape, uint32_t max_n, uint8_t *orders)
+{
+    return frame_pool_warm_plan(&d->pool, s->uid, bytes, covered, shape.max_order,
+                                max_n < MAX_GRANT_FRAMES ? max_n : MAX_GRANT_FRAMES, orders);
+}
+
 void grant_now(struct daemon *d, struct session *s, uint64_t bytes, struct grant_shape shape,
                uint32_t warm_max, uint32_t warm_full_max, uint64_t t0_ns, Mb__Reply *rep)
 {
@@ -223,12 +231,9 @@ void grant_now(struct daemon *d, struct session *s, uint64_t bytes, struct grant
          * warm_full_max) where making the plan's would release free frames
          * first. */
         uint8_t warm[MAX_GRANT_FRAMES];
-        uint32_t w = frame_pool_warm_plan(&d->pool, s->uid, bytes, covered, shape.max_order,
-                                          warm_max < MAX_GRANT_FRAMES ? warm_max : MAX_GRANT_FRAMES, warm);
+        uint32_t w = warm_plan(d, s, bytes, covered, shape, warm_max, warm);
         if (!w && warm_full_max > warm_max && frame_pool_would_release(&d->pool, covered)) {
-            w = frame_pool_warm_plan(&d->pool, s->uid, bytes, covered, shape.max_order,
-                                     warm_full_max < MAX_GRANT_FRAMES ? warm_full_max : MAX_GRANT_FRAMES,
-                                     warm);
+            w = warm_plan(d, s, bytes, covered, shape, warm_full_max, warm);
             d->pool.warm_full_grants += w != 0;
         }
         if (w) {
