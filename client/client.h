@@ -449,6 +449,13 @@ int stitch_unmap_frames(mb_backend *be, struct stitched *s, size_t k, size_t n, 
 #define STITCH_SLICE_DEFAULT 2
 void stitch_background_thread(void);
 void stitch_set_slice(size_t frames);
+/* Around a request path's other driver calls (frames.c: handle imports):
+ * counted like its maps, so that background slices wait for them. Between
+ * two such calls of a background thread, stitch_path_first lets the
+ * request paths in the driver go first. */
+void stitch_path_enter(void);
+void stitch_path_leave(void);
+void stitch_path_first(void);
 /* Map t's frames right after what s has mapped, in t's order: MB_EPROTO,
  * nothing mapped, when s->frames[] or s's reservation has no room for
  * them. s->n and s->bytes are the caller's to raise once it publishes. */

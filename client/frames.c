@@ -265,7 +265,13 @@ static int import_handles(mb_client *c, const Mb__Frame *const *fr, size_t n, in
 {
     int rc = 0;
     size_t got = 0;
+    /* The driver serialises imports with maps (stitch.c): a request's
+     * imports hold off background slices, and a background thread's
+     * imports let a request's calls go first, one handle at a time. */
+    stitch_path_enter();
     for (size_t i = 0; i < n; i++) {
+        if (i)
+            stitch_path_first();
         struct cframe *f = rc == 0 ? calloc(1, sizeof(*f)) : NULL;
         if (!f) {
             close(fds[i]);
@@ -282,6 +288,7 @@ static int import_handles(mb_client *c, const Mb__Frame *const *fr, size_t n, in
         }
         out[got++] = f;
     }
+    stitch_path_leave();
     if (rc != 0)
         while (got > 0) {
             struct cframe *f = out[--got];

@@ -21,9 +21,11 @@
  * (BENCHMARKS.md, "Background driver calls in slices"). So a background
  * thread (stitch_background_thread) calls the driver for at most
  * slice_frames frames at a time, and between two slices lets the
- * request-path threads that are mapping or unmapping go first
- * (waiters_first). Request paths call over whole ranges, as before. */
-static unsigned path_in_driver;   /* request-path threads in stitch_map/stitch_unmap_frames */
+ * request-path threads that are mapping, unmapping or importing handles
+ * (frames.c) go first (waiters_first). Request paths call over whole
+ * ranges, as before. */
+static unsigned path_in_driver;   /* request-path threads in stitch_map/stitch_unmap_frames
+                                   * or importing handles (frames.c) */
 static size_t slice_frames = STITCH_SLICE_DEFAULT;
 static _Thread_local bool background;
 
@@ -38,16 +40,22 @@ static size_t slice_now(void)
     return background && n ? n : SIZE_MAX;
 }
 
-static void path_enter(void)
+void stitch_path_enter(void)
 {
     if (!background)
         __atomic_add_fetch(&path_in_driver, 1, __ATOMIC_RELAXED);
 }
 
-static void path_leave(void)
+void stitch_path_leave(void)
 {
     if (!background)
         __atomic_sub_fetch(&path_in_driver, 1, __ATOMIC_RELAXED);
+}
+
+void stitch_path_first(void)
+{
+    if (background)
+        waiters_first(&path_in_driver);
 }
 
 int stitch_map(mb_backend *be, struct stitched *s, size_t from, size_t to, size_t off)
@@ -55,7 +63,7 @@ int stitch_map(mb_backend *be, struct stitched *s, size_t from, size_t to, size_
     /* frames[from..mapped) are mapped, up to end; access given up to done */
     size_t mapped = from, end = off, done = off, per = slice_now();
     int rc = 0;
-    path_enter();
+    stitch_path_enter();
     while (rc == 0 && mapped < to) {
         if (mapped > from)
             waiters_first(&path_in_driver);
@@ -70,7 +78,7 @@ int stitch_map(mb_backend *be, struct stitched *s, size_t from, size_t to, size_
     }
     if (rc != 0 && end > off)
         be->ops->unmap(be, (char *)s->va + off, end - off);
-    path_leave();
+    stitch_path_leave();
     return rc;
 }
 
@@ -78,7 +86,7 @@ int stitch_unmap_frames(mb_backend *be, struct stitched *s, size_t k, size_t n, 
 {
     size_t per = slice_now(), i = k, end = off;   /* frames[k..i) unmapped, up to end */
     int rc = 0;
-    path_enter();
+    stitch_path_enter();
     while (rc == 0 && i < n) {
         if (i > k)
             waiters_first(&path_in_driver);
@@ -94,7 +102,7 @@ int stitch_unmap_frames(mb_backend *be, struct stitched *s, size_t k, size_t n, 
     if (rc != 0 && i > k && stitch_map(be, s, k, i, off) != 0)
         mb_log(MB_LOG_ERR, "failed to map again %zu frames at %p after a failed unmap: the range "
                            "has a hole", i - k, (char *)s->va + off);
-    path_leave();
+    stitch_path_leave();
     return rc;
 }
 
