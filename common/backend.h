@@ -84,6 +84,10 @@ struct mb_backend_ops {
     /* Wait for all work on the device, every stream included (only ever
      * called off the request path). NULL: nothing to wait for. */
     int (*device_sync)(mb_backend *b);
+    /* The device memory free now, other processes' use counted (host: the
+     * emulated device's, $MOONBRIGHT_HOST_MEMORY); MB_ENOENT where not
+     * known. NULL: never known. */
+    int (*mem_free)(mb_backend *b, uint64_t *bytes);
 
     void (*close)(mb_backend *b);
 

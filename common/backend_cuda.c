@@ -39,7 +39,7 @@
     X(cuStreamSynchronize, 2000) X(cuEventCreate, 2000) X(cuEventDestroy, 4000)                 \
     X(cuEventRecord, 2000) X(cuEventQuery, 2000) X(cuStreamQuery, 2000) X(cuMemHostAlloc, 2020) \
     X(cuMemFreeHost, 2000) X(cuMemHostGetDevicePointer, 3020) X(cuStreamWaitValue32, 11070)     \
-    X(cuStreamWriteValue32, 11070) X(cuDeviceTotalMem, 3020)
+    X(cuStreamWriteValue32, 11070) X(cuDeviceTotalMem, 3020) X(cuMemGetInfo, 3020)
 
 static struct {
 #define X(name, ver) __typeof__(&name) p_##name;
@@ -650,6 +650,18 @@ static int cuda_device_sync(mb_backend *b)
     return r == CUDA_SUCCESS ? 0 : cu_fail(r, "synchronize the device");
 }
 
+static int cuda_mem_free(mb_backend *b, uint64_t *bytes)
+{
+    size_t free_b = 0, total = 0;
+    ENTER(b);
+    CUresult r = CU(cuMemGetInfo)(&free_b, &total);
+    LEAVE();
+    if (r != CUDA_SUCCESS)
+        return cu_fail(r, "read the device's free memory");
+    *bytes = free_b;
+    return 0;
+}
+
 /* ---- stream memory operations ---- */
 
 static int cuda_host_mapped_alloc(mb_backend *b, size_t bytes, void **host, uint64_t *dev)
@@ -776,6 +788,7 @@ static const struct mb_backend_ops cuda_ops = {
     .stream_sync = cuda_stream_sync,
     .stream_query = cuda_stream_query,
     .device_sync = cuda_device_sync,
+    .mem_free = cuda_mem_free,
     .close = cuda_close,
     .keep_exports_warm = cuda_keep_exports_warm,
     .host_mapped_alloc = cuda_host_mapped_alloc,

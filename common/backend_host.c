@@ -247,6 +247,18 @@ static int host_event_query(mb_backend *b, void *ev) { return 1; }
 static int host_stream_sync(mb_backend *b, void *stream) { return 0; }
 static int host_stream_query(mb_backend *b, void *stream) { return 1; }
 
+/* The emulated device's room; not known for the host's own memory. */
+static int host_mem_free(mb_backend *b, uint64_t *bytes)
+{
+    struct host_device *d = b->priv;
+    if (!d)
+        return MB_ENOENT;
+    pthread_mutex_lock(&d->lock);
+    *bytes = d->cap - d->used;
+    pthread_mutex_unlock(&d->lock);
+    return 0;
+}
+
 static void host_close(mb_backend *b)
 {
     struct host_device *d = b->priv;
@@ -277,6 +289,7 @@ static const struct mb_backend_ops host_ops = {
     .event_query = host_event_query,
     .stream_sync = host_stream_sync,
     .stream_query = host_stream_query,
+    .mem_free = host_mem_free,
     .close = host_close,
 };
 

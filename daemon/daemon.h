@@ -210,7 +210,8 @@ void frame_pool_adopt(struct frame_pool *p);
  * when they would pass, with the frames the pool holds, the budget, the
  * device's memory, or what the device held of them when a frame made on a
  * grant's path last found it full (other processes' memory, the driver's
- * own). */
+ * own); or when the device's free memory (backend mem_free, where known)
+ * is less than `bytes`. */
 bool frame_pool_would_release(struct frame_pool *p, uint64_t bytes);
 /* Orders of frames this uid could be granted now with no frame created:
  * free frames of this uid or fresh ones, of any order up to max_order,

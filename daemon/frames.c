@@ -949,6 +949,12 @@ bool frame_pool_would_release(struct frame_pool *p, uint64_t bytes)
     bool r = after > p->budget_bytes || (device && after > device) ||
              (p->device_room && after > p->device_room);
     pthread_mutex_unlock(&p->lock);
+    /* The device may be full below what the pool holds: other processes'
+     * memory, contexts. Asked of the driver only here, on a grant's path
+     * that would otherwise go on to make frames (a driver call anyway). */
+    uint64_t free_now;
+    if (!r && p->be->ops->mem_free && p->be->ops->mem_free(p->be, &free_now) == 0)
+        r = free_now < bytes;
     return r;
 }
 

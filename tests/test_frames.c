@@ -655,6 +655,35 @@ static void mixed_orders_recreate_on_a_full_device(void **state)
     mixed_orders_run(96 * FB, 40 * FB);
 }
 
+/* Memory the pool does not hold (another process's) fills the device:
+ * making frames would release free ones first, though the pool's own
+ * frames leave room on the device by its size. */
+static void device_filled_by_others(void **state)
+{
+    (void)state;
+    mb_backend *b = host_device(16 * FB);
+    struct frame_pool p;
+    assert_int_equal(frame_pool_init(&p, b, FB, 64 * FB), 0);
+    uint64_t free_now = 0;
+    assert_int_equal(b->ops->mem_free(b, &free_now), 0);
+    assert_int_equal(free_now, 16 * FB);
+    assert_false(frame_pool_would_release(&p, 8 * FB));
+    struct mb_mem other;
+    assert_int_equal(b->ops->create(b, 12 * FB, &other), 0);
+    assert_int_equal(b->ops->mem_free(b, &free_now), 0);
+    assert_int_equal(free_now, 4 * FB);
+    assert_false(frame_pool_would_release(&p, 4 * FB));
+    assert_true(frame_pool_would_release(&p, 5 * FB));
+    b->ops->release(b, &other);
+    assert_false(frame_pool_would_release(&p, 8 * FB));
+    frame_pool_destroy(&p);
+    mb_backend_close(b);
+    /* The host's own memory: its free bytes are not the backend's to say. */
+    b = host_device(0);
+    assert_int_equal(b->ops->mem_free(b, &free_now), MB_ENOENT);
+    mb_backend_close(b);
+}
+
 /* A grant the full device cannot take fails whole and leaves nothing
  * behind (and the pool says a new frame would release free ones first);
  * once frames are free, a grant of another order releases as many bytes
@@ -670,12 +699,18 @@ static void device_full_below_budget(void **state)
     assert_true(frame_pool_would_release(&p, 65 * FB));   /* past the budget */
     assert_int_equal(frame_pool_grant(&p, 16, 1, 0, 1, ids), 0);
     assert_true(frame_pool_would_release(&p, FB));        /* the device full of its frames */
-    /* Where the device's size is not known (or other processes fill it),
-     * a make that found it full says so. */
+    /* Its size not known: its free memory, asked of the backend, says so. */
     b->total_bytes = 0;
+    assert_true(frame_pool_would_release(&p, FB));
+    /* Neither known: a make that found the device full says so. */
+    const struct mb_backend_ops *had = b->ops;
+    struct mb_backend_ops blind = *had;
+    blind.mem_free = NULL;
+    b->ops = &blind;
     assert_false(frame_pool_would_release(&p, FB));
     assert_int_equal(frame_pool_grant(&p, 1, 2, 0, 1, &one), MB_ENOMEM);
     assert_true(frame_pool_would_release(&p, FB));
+    b->ops = had;
     b->total_bytes = 16 * FB;
     assert_int_equal(p.n_total, 16);
     assert_int_equal(p.n_granted, 16);
@@ -835,6 +870,7 @@ int main(void)
         cmocka_unit_test(mixed_orders_recreate_within_budget),
         cmocka_unit_test(mixed_orders_recreate_on_a_full_device),
         cmocka_unit_test(device_full_below_budget),
+        cmocka_unit_test(device_filled_by_others),
         cmocka_unit_test(reserve_makes_room_on_a_full_device),
         cmocka_unit_test(reserve_room_takes_the_smallest_cover),
         cmocka_unit_test(warm_plan_takes_free_frames_only),
