@@ -22,6 +22,7 @@
 
 #include <moonbright/status.h>
 
+#include "commands.h"
 #include "daemon.h"
 #include "faults.h"
 #include "log.h"
@@ -34,6 +35,7 @@
 /* Out of descriptors with no spare to free: listeners rest this long. */
 #define ACCEPT_PAUSE_MS 100
 #define STATUS_PERIOD_MS 1000
+#define SLOW_PASS_MS 2          /* a request or a pass of the main loop this slow is logged (debug) */
 
 int daemon_send(struct daemon *d, const uint8_t *ident, size_t ident_len, const Mb__Reply *rep)
 {
@@ -146,11 +148,35 @@ void daemon_message(struct daemon *d, const uint8_t *ident, size_t ident_len,
     rc.s = session_by_ident(d, ident, ident_len);
     Mb__Reply rep = MB__REPLY__INIT;
     handle_request(&rc, req, &rep);
+    uint64_t ns = mb_now_ns() - t0;
+    int cmd = mb_command_by_body((int)req->body_case);
+    if (ns >= (uint64_t)SLOW_PASS_MS * 1000000 && cmd >= 0 && req->body_case != MB__REQUEST__BODY_GRANT)
+        mb_log(MB_LOG_DEBUG, "a %s request took %.2f ms", mb_commands[cmd].name,
+               ns / 1e6);   /* (grants log their own parts) */
     if (rep.code != 0)
         mb_log(MB_LOG_DEBUG, "request %llu refused: %s", (unsigned long long)req->id, rep.error);
     mb__request__free_unpacked(req, NULL);
     if (!rc.deferred && daemon_send(d, ident, ident_len, &rep) != 0)
         mb_log(MB_LOG_DEBUG, "failed to send a reply (peer gone)");
+}
+
+/* A pass of the main loop that kept requests waiting SLOW_PASS_MS or
+ * more, with its parts (debug): a request that waits in its socket behind
+ * the pass shows in its client's round trip, not in the daemon's
+ * slow-grant line. b0: poll returned; b1: messages handled; b2: pending
+ * grants run; b3: the reserve's tick done; then status and housekeeping. */
+static void loop_log(uint64_t b0, uint64_t b1, uint64_t b2, uint64_t b3, uint64_t requests)
+{
+    if (mb_log_level() < MB_LOG_DEBUG)
+        return;
+    uint64_t b4 = mb_now_ns();
+    if (b4 - b0 < (uint64_t)SLOW_PASS_MS * 1000000)
+        return;
+    mb_log(MB_LOG_DEBUG,
+           "a pass of the main loop took %.2f ms: %.2f handling %llu requests and connections, "
+           "%.2f running pending grants, %.2f in the reserve's tick, %.2f status and housekeeping",
+           (b4 - b0) / 1e6, (b1 - b0) / 1e6, (unsigned long long)requests, (b2 - b1) / 1e6,
+           (b3 - b2) / 1e6, (b4 - b3) / 1e6);
 }
 
 /* Accept one connection. Out of descriptors, a pending connection would
@@ -429,6 +455,7 @@ int daemon_serve(struct daemon *d)
             rc = MB_ESYS;
             break;
         }
+        uint64_t b0 = mb_now_ns(), req0 = d->count.requests;
         if (pr > 0) {
             if (items[2].revents)
                 handle_signals(d);
@@ -449,14 +476,17 @@ int daemon_serve(struct daemon *d)
                 if (items[i].revents)
                     check_withdrawn(d, (int)ids[i]);
         }
+        uint64_t b1 = mb_now_ns();
         ctl_resume(d);
         if (d->pending)
             pending_run(d);
+        uint64_t b2 = mb_now_ns();
         now = mb_now_ms();
         if (now >= next_tick) {
             next_tick = frame_pool_tick(&d->pool, now);   /* the reserve follows demand */
             withdrawn_poll(d);
         }
+        uint64_t b3 = mb_now_ns();
         if (wd_period && now >= next_wd) {
             sd_notify(0, "WATCHDOG=1");
             next_wd = now + wd_period;
@@ -468,6 +498,7 @@ int daemon_serve(struct daemon *d)
             next_status = now + STATUS_PERIOD_MS;
         }
         ctl_reap(d);
+        loop_log(b0, b1, b2, b3, d->count.requests - req0);
     }
     if (d->pending)
         pending_fail_all(d, MB_EBUSY, "the daemon is stopping");
