@@ -192,6 +192,15 @@ struct frame_pool {
                                   * for them (0: none) */
     int64_t full_until_ms[MB_ORDERS]; /* ... and no worker tries order k again before
                                   * this unless the tick made room */
+    /* The handles of frames the tick released for that room, released by a
+     * worker (a release takes the driver milliseconds, which the main
+     * thread's requests would wait): out of the books at once, their bytes
+     * committed until a worker has released them; the workers make nothing
+     * while some wait. defer_release: end_frame queues (main thread). */
+    struct mb_mem *release_q;
+    uint32_t n_release_q, release_q_cap;
+    bool defer_release;
+    uint64_t released_by_workers; /* handles the workers released so */
     int64_t reserve_warned_ms;   /* when a worker's failure was last said (0: never) */
     bool said_device_full;       /* released_device_full's first was logged */
     uint64_t device_room;        /* bytes_total when a frame made on a grant's path

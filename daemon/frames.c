@@ -111,6 +111,9 @@ void frame_pool_destroy(struct frame_pool *p)
     for (uint32_t i = 0; i < p->n_ready; i++)
         p->be->ops->release(p->be, &p->ready[i]);
     free(p->ready);
+    for (uint32_t i = 0; i < p->n_release_q; i++)
+        p->be->ops->release(p->be, &p->release_q[i]);
+    free(p->release_q);
     for (uint32_t i = 0; i < p->n_rex_done; i++)
         if (p->rex_done[i].fd >= 0)
             close(p->rex_done[i].fd);
@@ -192,7 +195,25 @@ static void end_frame(struct frame_pool *p, uint32_t id)
 {
     struct frame *f = &p->frames[id];
     uint64_t bytes = obytes(p, f->order);
-    if (!f->adopted)
+    bool queued = false;
+    if (!f->adopted && p->defer_release && p->n_workers) {
+        pthread_mutex_lock(&p->lock);
+        if (p->n_release_q == p->release_q_cap) {
+            uint32_t cap = p->release_q_cap ? 2 * p->release_q_cap : 16;
+            struct mb_mem *nq = realloc(p->release_q, cap * sizeof(*nq));
+            if (nq) {
+                p->release_q = nq;
+                p->release_q_cap = cap;
+            }
+        }
+        if (p->n_release_q < p->release_q_cap) {
+            p->release_q[p->n_release_q++] = f->mem;   /* (committed until released) */
+            pthread_cond_broadcast(&p->wake);
+            queued = true;
+        }
+        pthread_mutex_unlock(&p->lock);
+    }
+    if (!f->adopted && !queued)
         p->be->ops->release(p->be, &f->mem);
     if (f->held)
         journal_record(p, id, NULL);
@@ -200,7 +221,8 @@ static void end_frame(struct frame_pool *p, uint32_t id)
     f->mem = (struct mb_mem)MB_MEM_INIT;
     p->n_total--;
     p->bytes_total -= bytes;
-    uncommit(p, bytes);
+    if (!queued)
+        uncommit(p, bytes);
 }
 
 /* The free list of a uid; created when `make` (NULL when out of memory or
@@ -520,6 +542,7 @@ static void room_for_reserve(struct frame_pool *p, int64_t now_ms)
     memset(p->room_wanted, 0, sizeof(p->room_wanted));
     pthread_mutex_unlock(&p->lock);
     bool made[MB_ORDERS] = { false }, any = false;
+    p->defer_release = true;   /* the workers release them (end_frame) */
     for (unsigned order = 0; order < MB_ORDERS; order++) {
         uint64_t left = room[order], before = p->released_device_full, got;
         while (left && (got = release_returned(p, order, now_ms - TICK_MS, left)) != 0)
@@ -531,6 +554,7 @@ static void room_for_reserve(struct frame_pool *p, int64_t now_ms)
                (unsigned long long)(p->released_device_full - before), order);
         made[order] = any = true;
     }
+    p->defer_release = false;
     if (!any)
         return;
     pthread_mutex_lock(&p->lock);
@@ -769,8 +793,8 @@ static int reserve_due(struct frame_pool *p)
 {
     int order = -1;
     int64_t now = mb_now_ms();
-    if (p->path_creating)
-        return -1;   /* a grant is creating a frame on its path: it goes first */
+    if (p->path_creating || p->n_release_q)
+        return -1;   /* a grant is creating a frame on its path, or releases wait: they go first */
     for (unsigned k = 0; order < 0 && k < MB_ORDERS; k++)
         if (reserve_short(p, k) && now >= p->full_until_ms[k])
             order = (int)k;
@@ -800,6 +824,20 @@ static void *reserve_worker(void *arg)
     struct frame_pool *p = arg;
     pthread_mutex_lock(&p->lock);
     while (!p->stop) {
+        if (p->n_release_q) {
+            /* Handles the tick released for the reserve's room: first, so
+             * that the frames they make room for fit. */
+            struct mb_mem m = p->release_q[--p->n_release_q];
+            uint64_t bytes = m.bytes;
+            pthread_mutex_unlock(&p->lock);
+            p->be->ops->release(p->be, &m);
+            pthread_mutex_lock(&p->lock);
+            p->committed -= bytes;
+            p->n_committed--;
+            p->released_by_workers++;
+            pthread_cond_broadcast(&p->wake);
+            continue;
+        }
         if (p->n_rex_todo) {
             /* A free frame's descriptor, again: the handle's export is the
              * frame's memory for as long as the handle lives (the main

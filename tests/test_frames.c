@@ -774,6 +774,12 @@ static void reserve_makes_room_on_a_full_device(void **state)
     assert_int_equal(p.released_device_full, 1);   /* one 8-unit frame covers both */
     assert_int_equal(p.n_free, 1);
     assert_int_equal(wait_ready(&p, 2), 2);
+    /* A worker released its handle (off the main thread), before making the spares. */
+    pthread_mutex_lock(&p.lock);
+    uint64_t by_workers = p.released_by_workers, queued = p.n_release_q;
+    pthread_mutex_unlock(&p.lock);
+    assert_int_equal(by_workers, 1);
+    assert_int_equal(queued, 0);
     uint64_t made = p.path_created;
     for (int i = 0; i < 2; i++) {
         assert_int_equal(frame_pool_grant_orders(&p, &mid, 1, 2, 0, 1, &id), 0);
