@@ -449,7 +449,8 @@ int stitch_unmap_frames(mb_backend *be, struct stitched *s, size_t k, size_t n, 
 #define STITCH_SLICE_DEFAULT 2
 void stitch_background_thread(void);
 void stitch_set_slice(size_t frames);
-/* Around a request path's other driver calls (frames.c: handle imports):
+/* Around a request path's other driver calls (frames.c: handle imports;
+ * vspace.c: page-table writes):
  * counted like its maps, so that background slices wait for them. Between
  * two such calls of a background thread, stitch_path_first lets the
  * request paths in the driver go first. */

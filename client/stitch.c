@@ -21,11 +21,11 @@
  * (BENCHMARKS.md, "Background driver calls in slices"). So a background
  * thread (stitch_background_thread) calls the driver for at most
  * slice_frames frames at a time, and between two slices lets the
- * request-path threads that are mapping, unmapping or importing handles
- * (frames.c) go first (waiters_first). Request paths call over whole
- * ranges, as before. */
-static unsigned path_in_driver;   /* request-path threads in stitch_map/stitch_unmap_frames
-                                   * or importing handles (frames.c) */
+ * request-path threads that are mapping, unmapping, importing handles
+ * (frames.c) or writing page-table entries (vspace.c) go first
+ * (waiters_first). Request paths call over whole ranges, as before. */
+static unsigned path_in_driver;   /* request-path threads in stitch_map/stitch_unmap_frames,
+                                   * importing handles or writing page-table entries */
 static size_t slice_frames = STITCH_SLICE_DEFAULT;
 static _Thread_local bool background;
 

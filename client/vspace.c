@@ -85,9 +85,14 @@ static int host_warm(void) { return 0; }
 static const struct vs_engine host_engine = { "host", host_write, host_read, host_warm };
 
 #ifdef MB_HAVE_KERNELS
+/* Counted as a request path's driver call (stitch.c): the background
+ * threads' map and unmap slices wait for it. */
 static int cuda_write(const struct vs_run *runs, size_t n, void *stream)
 {
-    return mbk_pte_write((const struct mbk_pte_run *)runs, n, stream);
+    stitch_path_enter();
+    int rc = mbk_pte_write((const struct mbk_pte_run *)runs, n, stream);
+    stitch_path_leave();
+    return rc;
 }
 
 static pthread_once_t g_warm_once = PTHREAD_ONCE_INIT;
