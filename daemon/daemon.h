@@ -92,7 +92,7 @@ struct free_list {
  * request took, plus one each time a request had to create it again while
  * spares were kept (spare[k], at most MB_SPARES_MAX); grants adopt
  * them into the books, so a grant from the reserve makes no driver call.
- * Only ready[], n_ready, creating, path_creating, committed, n_committed, spare[],
+ * Only ready[], n_ready, creating, path_busy, committed, n_committed, spare[],
  * room_wanted[], full_until_ms[] and the export queues (rex, rex_done) are shared with the
  * workers (under lock). */
 #define RESERVE_THREADS 2
@@ -172,10 +172,11 @@ struct frame_pool {
     uint64_t committed;          /* bytes created, being created or ready */
     uint32_t n_committed;        /* frames created, being created or ready */
     uint32_t creating;           /* frames the workers are creating now */
-    uint32_t path_creating;      /* frames a grant is creating on its path: the
-                                  * workers start none meanwhile (the driver
-                                  * serialises creation and export, and the
-                                  * grant's caller is waiting) */
+    uint32_t path_busy;          /* a grant is creating frames or exporting
+                                  * descriptors on its path: the workers start no
+                                  * create or export meanwhile (the driver
+                                  * serialises them, and the grant's caller is
+                                  * waiting) */
     uint32_t creating_order[MB_ORDERS], ready_order[MB_ORDERS];
     uint8_t spare[MB_ORDERS];    /* keep this many free order-k frames ready */
     struct mb_mem *ready;        /* created and exported, not yet in the books */
@@ -215,6 +216,10 @@ void frame_pool_destroy(struct frame_pool *p);
 int frame_pool_prefill(struct frame_pool *p, uint64_t bytes);
 /* Move frames the workers made into the books (free list). */
 void frame_pool_adopt(struct frame_pool *p);
+/* Around a grant's driver calls on the main thread (send_frame_fds'
+ * exports): the reserve's workers start no create or export meanwhile;
+ * d is +1 before, -1 after. */
+void frame_pool_path_busy(struct frame_pool *p, int d);
 /* Would making `bytes` of new frames now first release free frames? Yes
  * when they would pass, with the frames the pool holds, the budget, the
  * device's memory, or what the device held of them when a frame made on a

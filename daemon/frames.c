@@ -717,14 +717,16 @@ static bool release_surplus(struct frame_pool *p, const uint32_t *need, uid_t ui
     return true;
 }
 
-static void path_creating_add(struct frame_pool *p, int d)
+static void path_busy_add(struct frame_pool *p, int d)
 {
     pthread_mutex_lock(&p->lock);
-    p->path_creating += d;
+    p->path_busy += d;
     if (d < 0)
         pthread_cond_broadcast(&p->wake);   /* the workers may go on */
     pthread_mutex_unlock(&p->lock);
 }
+
+void frame_pool_path_busy(struct frame_pool *p, int d) { path_busy_add(p, d); }
 
 /* Create one frame of an order on the request path (neither the free list
  * nor the reserve had one), making room by re-creation when needed. The
@@ -738,7 +740,7 @@ static int create_frame(struct frame_pool *p, unsigned order, const uint32_t *ne
 {
     uint64_t bytes = obytes(p, order), deficit;
     int rc;
-    path_creating_add(p, 1);
+    path_busy_add(p, 1);
     for (;;) {
         while ((rc = commit(p, bytes, &deficit)) == MB_ENOMEM || rc == MB_ELIMIT)
             if (!release_surplus(p, need, uid, deficit))
@@ -771,7 +773,7 @@ static int create_frame(struct frame_pool *p, unsigned order, const uint32_t *ne
                    (unsigned long long)(before >> 20));
         p->said_device_full = true;
     }
-    path_creating_add(p, -1);
+    path_busy_add(p, -1);
     return rc;
 }
 
@@ -793,8 +795,8 @@ static int reserve_due(struct frame_pool *p)
 {
     int order = -1;
     int64_t now = mb_now_ms();
-    if (p->path_creating || p->n_release_q)
-        return -1;   /* a grant is creating a frame on its path, or releases wait: they go first */
+    if (p->path_busy || p->n_release_q)
+        return -1;   /* a grant's driver calls, or releases, wait: they go first */
     for (unsigned k = 0; order < 0 && k < MB_ORDERS; k++)
         if (reserve_short(p, k) && now >= p->full_until_ms[k])
             order = (int)k;
@@ -836,6 +838,12 @@ static void *reserve_worker(void *arg)
             p->n_committed--;
             p->released_by_workers++;
             pthread_cond_broadcast(&p->wake);
+            continue;
+        }
+        if (p->path_busy) {
+            /* A grant creates or exports on its path: its calls first
+             * (path_busy_add wakes us). */
+            pthread_cond_wait(&p->wake, &p->lock);
             continue;
         }
         if (p->n_rex_todo) {

@@ -310,6 +310,28 @@ static void warm_reserve_fills_in_background(void **state)
     mb_backend_close(b);
 }
 
+/* While a grant's driver calls run on its path (frame_pool_path_busy),
+ * the workers start none of theirs; they make the reserve once it ends. */
+static void workers_hold_off_during_a_grants_calls(void **state)
+{
+    mb_backend *b;
+    assert_int_equal(mb_backend_host_open(0, &b), 0);
+    struct frame_pool p;
+    assert_int_equal(frame_pool_init(&p, b, FB, 12 * FB), 0);
+    frame_pool_path_busy(&p, 1);
+    assert_int_equal(frame_pool_prefill(&p, 4 * FB), 0);
+    usleep(100000);
+    pthread_mutex_lock(&p.lock);
+    uint32_t ready = p.n_ready, creating = p.creating;
+    pthread_mutex_unlock(&p.lock);
+    frame_pool_path_busy(&p, -1);
+    assert_int_equal(ready, 0);
+    assert_int_equal(creating, 0);
+    assert_int_equal(wait_ready(&p, 4), 4);
+    frame_pool_destroy(&p);
+    mb_backend_close(b);
+}
+
 /* The reserve's target follows grants at once, not at the next tick: the
  * workers make the frames a burst of grants takes next while it goes on,
  * so its later grants create nothing on their own path. */
@@ -877,6 +899,7 @@ int main(void)
         cmocka_unit_test(mixed_orders_recreate_on_a_full_device),
         cmocka_unit_test(device_full_below_budget),
         cmocka_unit_test(device_filled_by_others),
+        cmocka_unit_test(workers_hold_off_during_a_grants_calls),
         cmocka_unit_test(reserve_makes_room_on_a_full_device),
         cmocka_unit_test(reserve_room_takes_the_smallest_cover),
         cmocka_unit_test(warm_plan_takes_free_frames_only),
