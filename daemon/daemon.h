@@ -93,7 +93,8 @@ struct free_list {
  * spares were kept (spare[k], at most MB_SPARES_MAX); grants adopt
  * them into the books, so a grant from the reserve makes no driver call.
  * Only ready[], n_ready, creating, path_busy, committed, n_committed, spare[],
- * room_wanted[], full_until_ms[] and the export queues (rex, rex_done) are shared with the
+ * room_wanted[], full_until_ms[], the export queues (rex, rex_done) and the
+ * release queue (release_q, released_by_workers) are shared with the
  * workers (under lock). */
 #define RESERVE_THREADS 2
 /* Where a grant's time went: frames created on its path (create_ns, of it
