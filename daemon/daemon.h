@@ -188,6 +188,13 @@ struct frame_pool {
      * and has none (else it closes the fd). */
     struct rex { uint32_t id; uint64_t h; int fd; } *rex, *rex_done;
     uint32_t n_rex_todo, rex_cap, n_rex_done, rex_done_cap;
+    /* The handles the workers export now (outside the lock): a frame that
+     * ends first drops its entries and waits for these (end_frame), so that
+     * no worker exports a handle being released, and no descriptor of a
+     * released frame reaches a frame made later (a handle's value may come
+     * back). */
+    uint64_t rex_busy[RESERVE_THREADS];
+    uint32_t n_rex_busy;
     uint64_t room_wanted[MB_ORDERS]; /* bytes of order-k frames the reserve lacks, which
                                   * a worker could not make on a device full below
                                   * the budget: the tick releases returned frames

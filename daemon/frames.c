@@ -191,11 +191,44 @@ static void uncommit(struct frame_pool *p, uint64_t bytes)
 
 /* A frame leaves the books: its handle is released (an adopted frame has
  * none: the memory went with its last process) and its slot ends. */
+/* Frame id (handle h) ends: its re-export entries go, and a worker's
+ * export of h in flight is waited for; a descriptor it made is closed.
+ * p->lock held. */
+static void forget_exports_held(struct frame_pool *p, uint32_t id, uint64_t h)
+{
+    uint32_t k = 0;
+    for (uint32_t i = 0; i < p->n_rex_todo; i++)
+        if (p->rex[i].id != id)
+            p->rex[k++] = p->rex[i];
+    p->n_rex_todo = k;
+    for (;;) {
+        bool busy = false;
+        for (uint32_t i = 0; i < p->n_rex_busy; i++)
+            busy = busy || p->rex_busy[i] == h;
+        if (!busy)
+            break;
+        pthread_cond_wait(&p->wake, &p->lock);
+    }
+    k = 0;
+    for (uint32_t i = 0; i < p->n_rex_done; i++) {
+        if (p->rex_done[i].id != id)
+            p->rex_done[k++] = p->rex_done[i];
+        else if (p->rex_done[i].fd >= 0)
+            close(p->rex_done[i].fd);
+    }
+    p->n_rex_done = k;
+}
+
 static void end_frame(struct frame_pool *p, uint32_t id)
 {
     struct frame *f = &p->frames[id];
     uint64_t bytes = obytes(p, f->order);
     bool queued = false;
+    if (!f->adopted && p->n_workers) {
+        pthread_mutex_lock(&p->lock);
+        forget_exports_held(p, id, f->mem.h);
+        pthread_mutex_unlock(&p->lock);
+    }
     if (!f->adopted && p->defer_release && p->n_workers) {
         pthread_mutex_lock(&p->lock);
         if (p->n_release_q == p->release_q_cap) {
@@ -857,13 +890,20 @@ static void *reserve_worker(void *arg)
             if (__atomic_load_n(&p->n_exported_free, __ATOMIC_RELAXED) + p->n_rex_done >=
                 EXPORTED_FREE_MAX)
                 continue;
+            p->rex_busy[p->n_rex_busy++] = r.h;   /* (one per worker) */
             pthread_mutex_unlock(&p->lock);
             struct mb_mem m = MB_MEM_INIT;
             m.h = r.h;
             r.fd = p->be->ops->export_fd(p->be, &m) == 0 ? m.fd : -1;
             pthread_mutex_lock(&p->lock);
+            for (uint32_t i = 0; i < p->n_rex_busy; i++)
+                if (p->rex_busy[i] == r.h) {
+                    p->rex_busy[i] = p->rex_busy[--p->n_rex_busy];
+                    break;
+                }
             if (!rex_push(&p->rex_done, &p->n_rex_done, &p->rex_done_cap, r) && r.fd >= 0)
                 close(r.fd);
+            pthread_cond_broadcast(&p->wake);   /* a frame's end may wait for this export */
             continue;
         }
         int order = reserve_due(p);

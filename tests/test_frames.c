@@ -706,6 +706,42 @@ static void device_filled_by_others(void **state)
     mb_backend_close(b);
 }
 
+/* A frame that ends leaves no re-export behind: a worker would otherwise
+ * export a released handle, or one whose value came back for a frame made
+ * since (on the host a memfd's number). The workers are held off (as
+ * during a grant's driver calls) so that the entry waits in the queue. */
+static void ended_frame_drops_its_exports(void **state)
+{
+    (void)state;
+    mb_backend *b = host_device(FB);   /* room for one frame */
+    struct frame_pool p;
+    assert_int_equal(frame_pool_init(&p, b, FB, 64 * FB), 0);
+    p.unexport = p.export_ahead = true;
+    assert_int_equal(frame_pool_prefill(&p, 0), 0);
+    uint32_t id, other;
+    assert_int_equal(frame_pool_grant(&p, 1, 1, 0, 1, &id), 0);
+    b->ops->unexport(b, &frame_pool_get(&p, id)->mem);   /* its descriptor went with the grant */
+    frame_pool_path_busy(&p, 1);
+    assert_int_equal(frame_pool_return(&p, &id, 1, 1), 0);   /* free: queued to export again */
+    pthread_mutex_lock(&p.lock);
+    uint32_t queued = p.n_rex_todo;
+    pthread_mutex_unlock(&p.lock);
+    /* Another uid's grant on the full device: uid 0's free frame ends. */
+    uint64_t ended = p.released_isolation + p.released_device_full;
+    assert_int_equal(frame_pool_grant(&p, 1, 2, 1000, 1, &other), 0);
+    pthread_mutex_lock(&p.lock);
+    uint32_t left = p.n_rex_todo + p.n_rex_done;
+    pthread_mutex_unlock(&p.lock);
+    frame_pool_path_busy(&p, -1);
+    assert_int_equal(queued, 1);
+    assert_true(p.released_isolation + p.released_device_full > ended);
+    assert_int_equal(left, 0);
+    frame_pool_adopt(&p);
+    assert_true(frame_pool_is_valid(&p));
+    frame_pool_destroy(&p);
+    mb_backend_close(b);
+}
+
 /* A grant the full device cannot take fails whole and leaves nothing
  * behind (and the pool says a new frame would release free ones first);
  * once frames are free, a grant of another order releases as many bytes
@@ -900,6 +936,7 @@ int main(void)
         cmocka_unit_test(device_full_below_budget),
         cmocka_unit_test(device_filled_by_others),
         cmocka_unit_test(workers_hold_off_during_a_grants_calls),
+        cmocka_unit_test(ended_frame_drops_its_exports),
         cmocka_unit_test(reserve_makes_room_on_a_full_device),
         cmocka_unit_test(reserve_room_takes_the_smallest_cover),
         cmocka_unit_test(warm_plan_takes_free_frames_only),
