@@ -224,9 +224,9 @@ void frame_pool_destroy(struct frame_pool *p);
 int frame_pool_prefill(struct frame_pool *p, uint64_t bytes);
 /* Move frames the workers made into the books (free list). */
 void frame_pool_adopt(struct frame_pool *p);
-/* Around a grant's driver calls on the main thread (send_frame_fds'
- * exports): the reserve's workers start no create or export meanwhile;
- * d is +1 before, -1 after. */
+/* Around a grant's driver calls on the main thread (frames created on its
+ * path, send_frame_fds' exports): the reserve's workers start no create or
+ * export meanwhile; d is +1 before, -1 after. */
 void frame_pool_path_busy(struct frame_pool *p, int d);
 /* Would making `bytes` of new frames now first release free frames? Yes
  * when they would pass, with the frames the pool holds, the budget, the

@@ -189,8 +189,6 @@ static void uncommit(struct frame_pool *p, uint64_t bytes)
     pthread_mutex_unlock(&p->lock);
 }
 
-/* A frame leaves the books: its handle is released (an adopted frame has
- * none: the memory went with its last process) and its slot ends. */
 /* Frame id (handle h) ends: its re-export entries go, and a worker's
  * export of h in flight is waited for; a descriptor it made is closed.
  * p->lock held. */
@@ -219,6 +217,9 @@ static void forget_exports_held(struct frame_pool *p, uint32_t id, uint64_t h)
     p->n_rex_done = k;
 }
 
+/* A frame leaves the books: its handle is released (an adopted frame has
+ * none: the memory went with its last process), by a worker while the
+ * tick defers releases, and its slot ends. */
 static void end_frame(struct frame_pool *p, uint32_t id)
 {
     struct frame *f = &p->frames[id];
@@ -227,11 +228,7 @@ static void end_frame(struct frame_pool *p, uint32_t id)
     if (!f->adopted && p->n_workers) {
         pthread_mutex_lock(&p->lock);
         forget_exports_held(p, id, f->mem.h);
-        pthread_mutex_unlock(&p->lock);
-    }
-    if (!f->adopted && p->defer_release && p->n_workers) {
-        pthread_mutex_lock(&p->lock);
-        if (p->n_release_q == p->release_q_cap) {
+        if (p->defer_release && p->n_release_q == p->release_q_cap) {
             uint32_t cap = p->release_q_cap ? 2 * p->release_q_cap : 16;
             struct mb_mem *nq = realloc(p->release_q, cap * sizeof(*nq));
             if (nq) {
@@ -239,7 +236,7 @@ static void end_frame(struct frame_pool *p, uint32_t id)
                 p->release_q_cap = cap;
             }
         }
-        if (p->n_release_q < p->release_q_cap) {
+        if (p->defer_release && p->n_release_q < p->release_q_cap) {
             p->release_q[p->n_release_q++] = f->mem;   /* (committed until released) */
             pthread_cond_broadcast(&p->wake);
             queued = true;
@@ -750,7 +747,7 @@ static bool release_surplus(struct frame_pool *p, const uint32_t *need, uid_t ui
     return true;
 }
 
-static void path_busy_add(struct frame_pool *p, int d)
+void frame_pool_path_busy(struct frame_pool *p, int d)
 {
     pthread_mutex_lock(&p->lock);
     p->path_busy += d;
@@ -758,8 +755,6 @@ static void path_busy_add(struct frame_pool *p, int d)
         pthread_cond_broadcast(&p->wake);   /* the workers may go on */
     pthread_mutex_unlock(&p->lock);
 }
-
-void frame_pool_path_busy(struct frame_pool *p, int d) { path_busy_add(p, d); }
 
 /* Create one frame of an order on the request path (neither the free list
  * nor the reserve had one), making room by re-creation when needed. The
@@ -773,7 +768,7 @@ static int create_frame(struct frame_pool *p, unsigned order, const uint32_t *ne
 {
     uint64_t bytes = obytes(p, order), deficit;
     int rc;
-    path_busy_add(p, 1);
+    frame_pool_path_busy(p, 1);
     for (;;) {
         while ((rc = commit(p, bytes, &deficit)) == MB_ENOMEM || rc == MB_ELIMIT)
             if (!release_surplus(p, need, uid, deficit))
@@ -806,7 +801,7 @@ static int create_frame(struct frame_pool *p, unsigned order, const uint32_t *ne
                    (unsigned long long)(before >> 20));
         p->said_device_full = true;
     }
-    path_busy_add(p, -1);
+    frame_pool_path_busy(p, -1);
     return rc;
 }
 
@@ -875,7 +870,7 @@ static void *reserve_worker(void *arg)
         }
         if (p->path_busy) {
             /* A grant creates or exports on its path: its calls first
-             * (path_busy_add wakes us). */
+             * (frame_pool_path_busy wakes us). */
             pthread_cond_wait(&p->wake, &p->lock);
             continue;
         }
