@@ -149,10 +149,12 @@ void daemon_message(struct daemon *d, const uint8_t *ident, size_t ident_len,
     Mb__Reply rep = MB__REPLY__INIT;
     handle_request(&rc, req, &rep);
     uint64_t ns = mb_now_ns() - t0;
-    int cmd = mb_command_by_body((int)req->body_case);
-    if (ns >= (uint64_t)SLOW_PASS_MS * 1000000 && cmd >= 0 && req->body_case != MB__REQUEST__BODY_GRANT)
-        mb_log(MB_LOG_DEBUG, "a %s request took %.2f ms", mb_commands[cmd].name,
-               ns / 1e6);   /* (grants log their own parts) */
+    if (ns >= (uint64_t)SLOW_PASS_MS * 1000000 && req->body_case != MB__REQUEST__BODY_GRANT &&
+        mb_log_level() >= MB_LOG_DEBUG) {   /* (grants log their own parts) */
+        int cmd = mb_command_by_body((int)req->body_case);
+        if (cmd >= 0)
+            mb_log(MB_LOG_DEBUG, "a %s request took %.2f ms", mb_commands[cmd].name, ns / 1e6);
+    }
     if (rep.code != 0)
         mb_log(MB_LOG_DEBUG, "request %llu refused: %s", (unsigned long long)req->id, rep.error);
     mb__request__free_unpacked(req, NULL);
