@@ -1,9 +1,11 @@
 /* client.c: libmbclient's public entry points: opening a session, the
  * synchronous and stream-ordered allocation calls over the tiers, ranges of
  * their own (growable, stream-ordered maps), trimming, statistics. */
+#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "async_map.h"
 #include "client.h"
@@ -31,11 +33,29 @@ static int retire_range(mb_client *c, struct stitched *s, void *stream)
     return maint_retire(c, s, stream, false);
 }
 
-int mb_open(mb_client **out, const char *tenant_name)
+/* Which of this process's devices the daemon serves, by the identity its
+ * hello named: c->local_device. MB_EDEVICE when this process does not see
+ * it (logged only when `quiet` is false: a search tries other daemons). */
+static int find_local_device(mb_client *c, bool quiet)
 {
-    if (!out)
-        return MB_EINVAL;
-    *out = NULL;
+    int rc = mb_backend_find(c->backend_name, c->device_uuid, &c->local_device);
+    if (rc == MB_ENOENT || rc == MB_EDEVICE) {   /* (MB_EDEVICE: this process sees no GPU) */
+        char id[MB_UUID_STR];
+        mb_uuid_str(c->device_uuid, id);
+        const char *vis = getenv("CUDA_VISIBLE_DEVICES");
+        mb_log(quiet ? MB_LOG_DEBUG : MB_LOG_ERR,
+               "moonbrightd of device %d serves %s, which this process does not see%s%s%s",
+               c->device, id, vis ? " (CUDA_VISIBLE_DEVICES=" : "", vis ? vis : "", vis ? ")" : "");
+        return MB_EDEVICE;
+    }
+    return rc;
+}
+
+/* A session with the daemon of device index `device` (its sockets'
+ * name). want_local >= 0: only if that daemon serves this process's device
+ * want_local, else MB_ENOENT before anything is opened on a device. */
+static int client_open(mb_client **out, const char *tenant_name, int device, int want_local)
+{
     mb_log_set_ident("mbclient");
     const char *lv = getenv("MOONBRIGHT_LOG");
     int level = lv && *lv ? mb_log_parse_level(lv) : MB_LOG_WARN;
@@ -63,7 +83,7 @@ int mb_open(mb_client **out, const char *tenant_name)
     pthread_mutexattr_destroy(&ra);
     c->sd_fenced_tail = &c->sd_fenced;
     c->chan = -1;
-    c->device = (int)mb_env_long("MOONBRIGHT_DEVICE", 0, 0, 255);
+    c->device = device;
     c->timeout_ms = (int)mb_env_long("MOONBRIGHT_TIMEOUT_MS", DEFAULT_TIMEOUT_MS, 1, 3600000);
     c->idle_ms = mb_env_long("MOONBRIGHT_IDLE_MS", DEFAULT_IDLE_MS, 1, 86400000);
     c->fc.keep_bytes = DEFAULT_CACHE_BYTES;
@@ -96,11 +116,14 @@ int mb_open(mb_client **out, const char *tenant_name)
     }
     const char *tenant = tenant_name && *tenant_name ? tenant_name : getenv("MOONBRIGHT_TENANT");
     int rc = rpc_connect(c, tenant && *tenant ? tenant : "default");
+    if (rc == 0 && (rc = find_local_device(c, want_local >= 0)) == 0 && want_local >= 0 &&
+        c->local_device != want_local)
+        rc = MB_ENOENT;
     if (rc == 0) {
         if (strcmp(c->backend_name, "host") == 0)
-            rc = mb_backend_host_open(c->device, &c->be);
+            rc = mb_backend_host_open(c->local_device, &c->be);
         else if (strcmp(c->backend_name, "cuda") == 0)
-            rc = mb_backend_cuda_open(c->device, &c->be);
+            rc = mb_backend_cuda_open(c->local_device, &c->be);
         else
             rc = MB_EPROTO;
         if (rc != 0)
@@ -129,6 +152,73 @@ int mb_open(mb_client **out, const char *tenant_name)
     c->st.frame_bytes = c->frame_bytes;
     *out = c;
     return 0;
+}
+
+int mb_open(mb_client **out, const char *tenant_name)
+{
+    if (!out)
+        return MB_EINVAL;
+    *out = NULL;
+    return client_open(out, tenant_name, (int)mb_env_long("MOONBRIGHT_DEVICE", 0, 0, MB_DEVICE_MAX),
+                       -1);
+}
+
+/* The daemons to ask for this process's device `device`, most likely
+ * first: $MOONBRIGHT_DEVICE's, the same index (ordinals agree unless
+ * CUDA_VISIBLE_DEVICES or CUDA_DEVICE_ORDER differ), then every other
+ * daemon whose socket is in the runtime directory. */
+static int candidates(int device, int *out)
+{
+    bool seen[MB_DEVICE_MAX + 1] = { false };
+    int n = 0;
+    const char *env = getenv("MOONBRIGHT_DEVICE");
+    if (env && *env) {
+        int k = (int)mb_env_long("MOONBRIGHT_DEVICE", 0, 0, MB_DEVICE_MAX);
+        seen[k] = true;
+        out[n++] = k;
+    }
+    if (!seen[device]) {
+        seen[device] = true;
+        out[n++] = device;
+    }
+    DIR *d = opendir(mb_default_runtime_dir());
+    struct dirent *e;
+    while (d && (e = readdir(d)) != NULL) {
+        int k, len = 0;
+        if (sscanf(e->d_name, "gpu%d.fds%n", &k, &len) == 1 && e->d_name[len] == '\0' && k >= 0 &&
+            k <= MB_DEVICE_MAX && !seen[k]) {
+            seen[k] = true;
+            out[n++] = k;
+        }
+    }
+    if (d)
+        closedir(d);
+    return n;
+}
+
+int mb_open_device(mb_client **out, const char *tenant_name, int device)
+{
+    if (!out)
+        return MB_EINVAL;
+    *out = NULL;
+    if (device < 0 || device > MB_DEVICE_MAX)
+        return MB_EINVAL;
+    int order[MB_DEVICE_MAX + 1];
+    int n = candidates(device, order);
+    for (int i = 0; i < n; i++) {
+        char path[256];
+        if (mb_chan_path(path, sizeof(path), mb_default_runtime_dir(), order[i]) != 0 ||
+            access(path, F_OK) != 0)
+            continue;   /* no daemon of that index */
+        int rc = client_open(out, tenant_name, order[i], device);
+        /* Another device's daemon, one whose device this process does not
+         * see, or one gone since its socket was listed: the next. */
+        if (rc != MB_ENOENT && rc != MB_EDEVICE && rc != MB_EUNAVAIL)
+            return rc;
+    }
+    mb_log(MB_LOG_ERR, "no moonbrightd in %s serves this process's device %d: start one for "
+           "that GPU (systemctl start moonbrightd)", mb_default_runtime_dir(), device);
+    return MB_EUNAVAIL;
 }
 
 void mb_close(mb_client *c)

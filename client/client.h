@@ -182,7 +182,9 @@ struct mb_client {
     int (*retire)(mb_client *c, struct stitched *s, void *stream);   /* grow.c: a freed range it
                                                                         * cannot keep (c->lock held) */
     mb_backend *be;
-    int device;
+    int device;                  /* the daemon's device index (its sockets' name) */
+    int local_device;            /* this process's ordinal of that device (device_uuid) */
+    uint8_t device_uuid[MB_UUID_BYTES];   /* the daemon's device, from its hello */
     size_t frame_bytes;
     char backend_name[16];
     /* control plane (rpclock; chan, dealer and the flags are set under flock too) */

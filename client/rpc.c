@@ -53,6 +53,21 @@ static int rpc_connect_held(mb_client *c, const char *tenant)
      * (every tier is laid out in that unit, and other threads read them
      * without the frame layer's lock): a daemon that comes back with
      * others cannot serve this process. */
+    if (rep->hello->device_uuid.len != MB_UUID_BYTES) {
+        mb_log(MB_LOG_ERR, "moonbrightd's hello names no device identity");
+        mb__reply__free_unpacked(rep, NULL);
+        return MB_EPROTO;
+    }
+    if (c->frame_bytes && memcmp(c->device_uuid, rep->hello->device_uuid.data, MB_UUID_BYTES) != 0) {
+        char was[MB_UUID_STR], now[MB_UUID_STR];
+        mb_uuid_str(c->device_uuid, was);
+        mb_uuid_str(rep->hello->device_uuid.data, now);
+        mb_log(c->reconnect_wait_ms ? MB_LOG_DEBUG : MB_LOG_ERR,
+               "moonbrightd came back serving %s; this process's memory is on %s and it stays "
+               "without it", now, was);
+        mb__reply__free_unpacked(rep, NULL);
+        return MB_EPROTO;
+    }
     if (c->frame_bytes && (c->frame_bytes != rep->hello->frame_bytes ||
                            strcmp(c->backend_name, rep->hello->backend) != 0)) {
         mb_log(c->reconnect_wait_ms ? MB_LOG_DEBUG : MB_LOG_ERR,
@@ -68,6 +83,7 @@ static int rpc_connect_held(mb_client *c, const char *tenant)
     if (!c->frame_bytes) {
         c->frame_bytes = rep->hello->frame_bytes;
         snprintf(c->backend_name, sizeof(c->backend_name), "%s", rep->hello->backend);
+        memcpy(c->device_uuid, rep->hello->device_uuid.data, MB_UUID_BYTES);
     }
     mb__reply__free_unpacked(rep, NULL);
     return 0;

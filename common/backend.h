@@ -33,6 +33,10 @@ struct mb_mem {
 
 typedef struct mb_backend mb_backend;
 
+#define MB_UUID_BYTES 16
+#define MB_DEVICE_MAX 255              /* device indexes and ordinals are 0..MB_DEVICE_MAX */
+#define MB_UUID_STR 48                 /* "GPU-" and 36 characters, or "host device N" */
+
 struct mb_backend_ops {
     /* Create `bytes` of physical memory, exportable as a POSIX fd. */
     int (*create)(mb_backend *b, size_t bytes, struct mb_mem *out);
@@ -114,7 +118,10 @@ struct mb_backend_ops {
 
 struct mb_backend {
     const char *name;                  /* "cuda" or "host" */
-    int device;                        /* ordinal this backend serves */
+    int device;                        /* ordinal this backend serves, in this process */
+    uint8_t uuid[MB_UUID_BYTES];       /* the device's identity, the same in every process
+                                        * (cuda: the GPU's UUID, whatever the ordinals;
+                                        * host: mb_backend_host_uuid) */
     size_t granularity;                /* smallest mem size, a power of two */
     uint64_t total_bytes;              /* device memory (host: physical memory); 0 unknown */
     bool total_shared;                 /* total_bytes is memory the rest of the machine
@@ -132,5 +139,20 @@ void mb_backend_close(mb_backend *b);
 /* Implementations (each returns MB_EDEVICE/MB_EBACKEND when unusable). */
 int mb_backend_host_open(int device, mb_backend **out);
 int mb_backend_cuda_open(int device, mb_backend **out);
+
+/* The ordinal in this process of the device whose identity is uuid (a
+ * backend's uuid, as another process reports it), for backend `kind`
+ * ("cuda" or "host"): MB_ENOENT when this process does not see that
+ * device (cuda: hidden by CUDA_VISIBLE_DEVICES, or another machine's);
+ * MB_EDEVICE when the backend is unusable here; MB_EINVAL for another
+ * kind. The ordinals of one GPU differ between processes whose
+ * CUDA_VISIBLE_DEVICES (or CUDA_DEVICE_ORDER) differ; its UUID does not. */
+int mb_backend_find(const char *kind, const uint8_t uuid[MB_UUID_BYTES], int *ordinal);
+int mb_backend_cuda_find(const uint8_t uuid[MB_UUID_BYTES], int *ordinal);
+/* The host backend's identity of its device `device`. */
+void mb_backend_host_uuid(int device, uint8_t uuid[MB_UUID_BYTES]);
+/* uuid as nvidia-smi writes a GPU's ("GPU-8-4-4-4-12" hex digits), or
+ * "host device N" for the host backend's. */
+void mb_uuid_str(const uint8_t uuid[MB_UUID_BYTES], char out[MB_UUID_STR]);
 
 #endif

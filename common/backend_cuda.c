@@ -39,7 +39,8 @@
     X(cuStreamSynchronize, 2000) X(cuEventCreate, 2000) X(cuEventDestroy, 4000)                 \
     X(cuEventRecord, 2000) X(cuEventQuery, 2000) X(cuStreamQuery, 2000) X(cuMemHostAlloc, 2020) \
     X(cuMemFreeHost, 2000) X(cuMemHostGetDevicePointer, 3020) X(cuStreamWaitValue32, 11070)     \
-    X(cuStreamWriteValue32, 11070) X(cuDeviceTotalMem, 3020) X(cuMemGetInfo, 3020)
+    X(cuStreamWriteValue32, 11070) X(cuDeviceTotalMem, 3020) X(cuMemGetInfo, 3020)  \
+    X(cuDeviceGetUuid, 11040)
 
 static struct {
 #define X(name, ver) __typeof__(&name) p_##name;
@@ -831,6 +832,32 @@ static int probe_device(int device, CUdevice *dev, char *name, size_t name_len)
     return 0;
 }
 
+int mb_backend_cuda_find(const uint8_t uuid[MB_UUID_BYTES], int *ordinal)
+{
+    pthread_once(&g_load_once, load_driver);
+    if (g_load_rc != 0) {
+        mb_log(g_load_level, "cuda backend unusable: %s", g_load_why);
+        return g_load_rc;
+    }
+    int count = 0;
+    CUresult r = CU(cuDeviceGetCount)(&count);
+    if (r != CUDA_SUCCESS) {
+        mb_log(MB_LOG_WARN, "cuda backend unusable: %s", cu_errstr(r));
+        return MB_EDEVICE;
+    }
+    for (int i = 0; i < count; i++) {
+        CUdevice dev;
+        CUuuid id;
+        if (CU(cuDeviceGet)(&dev, i) == CUDA_SUCCESS &&
+            CU(cuDeviceGetUuid)(&id, dev) == CUDA_SUCCESS &&
+            memcmp(id.bytes, uuid, MB_UUID_BYTES) == 0) {
+            *ordinal = i;
+            return 0;
+        }
+    }
+    return MB_ENOENT;
+}
+
 int mb_backend_cuda_open(int device, mb_backend **out)
 {
     pthread_once(&g_load_once, load_driver);
@@ -844,6 +871,12 @@ int mb_backend_cuda_open(int device, mb_backend **out)
     int rc = probe_device(device, &dev, name, sizeof(name));
     if (rc)
         return rc;
+    CUuuid id;
+    CUresult ru = CU(cuDeviceGetUuid)(&id, dev);
+    if (ru != CUDA_SUCCESS) {
+        mb_log(MB_LOG_WARN, "cuda backend unusable: device %d's UUID: %s", device, cu_errstr(ru));
+        return MB_EDEVICE;
+    }
 
     mb_backend *b = calloc(1, sizeof(*b));
     struct cuda_priv *p = calloc(1, sizeof(*p));
@@ -856,6 +889,8 @@ int mb_backend_cuda_open(int device, mb_backend **out)
     pthread_mutex_init(&p->lock, NULL);
     b->name = "cuda";
     b->device = device;
+    _Static_assert(sizeof(id.bytes) == MB_UUID_BYTES, "a CUuuid is 16 bytes");
+    memcpy(b->uuid, id.bytes, MB_UUID_BYTES);
     b->ops = &cuda_ops;
     b->priv = p;
 

@@ -343,6 +343,7 @@ int mb_backend_host_open(int device, mb_backend **out)
         return MB_ENOMEM;
     b->name = "host";
     b->device = device;
+    mb_backend_host_uuid(device, b->uuid);
     b->granularity = (size_t)sysconf(_SC_PAGESIZE);
     long pages = sysconf(_SC_PHYS_PAGES);
     b->total_bytes = pages > 0 ? (uint64_t)pages * b->granularity : 0;

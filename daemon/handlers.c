@@ -125,6 +125,8 @@ static void h_hello(struct request_ctx *rc, const Mb__Request *req, Mb__Reply *r
     hr.frame_bytes = rc->d->pool.frame_bytes;
     hr.device = (uint32_t)rc->d->device;
     hr.exact_plans = true;
+    hr.device_uuid.data = rc->d->be->uuid;
+    hr.device_uuid.len = sizeof(rc->d->be->uuid);
     rep->body_case = MB__REPLY__BODY_HELLO;
     rep->hello = &hr;
     mb_log(MB_LOG_INFO, "session %llu: pid %d uid %d tenant %s", (unsigned long long)s->id,
@@ -551,6 +553,9 @@ static int fill_status(struct daemon *d, Mb__StatusReply *sr)
     mb__status_reply__init(sr);
     sr->backend = (char *)d->be->name;
     sr->device = (uint32_t)d->device;
+    static char device_id[MB_UUID_STR];
+    mb_uuid_str(d->be->uuid, device_id);
+    sr->device_id = device_id;
     sr->frame_bytes = d->pool.frame_bytes;
     sr->budget_bytes = d->pool.budget_bytes;
     sr->frames_total = d->pool.n_total;

@@ -609,9 +609,10 @@ int main(int argc, char **argv)
     if (add_config_tenants(&d) != 0 || bind_sockets(&d) != 0)
         goto out;
     d.started_ms = mb_now_ms();
-    char a[32], b[32];
-    mb_log(MB_LOG_INFO, "serving device %d (%s backend) in %s: %s frames, budget %s, scrub %s, "
-           "config %s", d.device, d.be->name, d.runtime_dir,
+    char a[32], b[32], id[MB_UUID_STR];
+    mb_uuid_str(d.be->uuid, id);
+    mb_log(MB_LOG_INFO, "serving device %d (%s backend, %s) in %s: %s frames, budget %s, scrub %s, "
+           "config %s", d.device, d.be->name, id, d.runtime_dir,
            mb_format_size(cfg->frame_size, a, sizeof(a)),
            mb_format_size(d.pool.budget_bytes, b, sizeof(b)), cfg->scrub ? "on" : "off",
            o.config_read ? o.config_read : "none (no " MB_CONFIG_DEFAULT_PATH ")");

@@ -14,6 +14,11 @@ if(MB_HAVE_CUDA)
            ${CMAKE_CURRENT_SOURCE_DIR}/gpu/test_reclaim.sh $<TARGET_FILE:mbtest_client> $<TARGET_FILE:mbctl>)
   set_tests_properties(gpu_sigkill_reclaim PROPERTIES LABELS gpu SKIP_RETURN_CODE 77 TIMEOUT 120)
 
+  add_test(NAME gpu_devices COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/gpu/with_daemon.sh
+           $<TARGET_FILE:moonbrightd> $<TARGET_FILE:mbctl>
+           ${CMAKE_CURRENT_SOURCE_DIR}/gpu/test_devices.sh $<TARGET_FILE:mbtest_client>)
+  set_tests_properties(gpu_devices PROPERTIES LABELS gpu SKIP_RETURN_CODE 77 TIMEOUT 120)
+
   add_test(NAME gpu_daemon_restart COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/gpu/test_restart.sh
            $<TARGET_FILE:moonbrightd> $<TARGET_FILE:mbctl> $<TARGET_FILE:mbtest_client>)
   set_tests_properties(gpu_daemon_restart PROPERTIES LABELS gpu SKIP_RETURN_CODE 77 TIMEOUT 120)

@@ -155,7 +155,9 @@ int mbt_run(const struct mbt_daemon *d, const char *const *argv, char *buf, size
 struct json *mbt_status(const struct mbt_daemon *d)
 {
     char buf[65536];
-    const char *argv[] = { MB_CTL_BIN, "--runtime-dir", d->dir, "status", "--json", NULL };
+    char dev[16];
+    snprintf(dev, sizeof(dev), "%d", d->device);
+    const char *argv[] = { MB_CTL_BIN, "--runtime-dir", d->dir, "--device", dev, "status", "--json", NULL };
     if (mbt_run(d, argv, buf, sizeof(buf), false) != 0)
         return NULL;
     return json_parse(buf);
@@ -220,10 +222,30 @@ static int spawn_in_dir(struct mbt_daemon *d, const char *const *extra, const ch
 int mbt_daemon_spawn_env(struct mbt_daemon *d, const char *const *extra, const char *const *env)
 {
     snprintf(d->dir, sizeof(d->dir), "/tmp/mbtest.XXXXXX");
+    d->device = 0;
+    d->shares_dir = false;
     if (!mkdtemp(d->dir))
         return -1;
     chmod(d->dir, 0755);   /* tests run some clients under another uid */
     return spawn_in_dir(d, extra, env);
+}
+
+int mbt_daemon_start_beside(struct mbt_daemon *d, const struct mbt_daemon *first, int device,
+                            const char *const *extra)
+{
+    char dev[16];
+    snprintf(dev, sizeof(dev), "%d", device);
+    const char *args[24] = { "--device", dev };
+    int n = 2;
+    for (int i = 0; extra && extra[i] && n < 23; i++)
+        args[n++] = extra[i];
+    args[n] = NULL;
+    snprintf(d->dir, sizeof(d->dir), "%s", first->dir);
+    d->device = device;
+    d->shares_dir = true;
+    if (spawn_in_dir(d, args, NULL) != 0)
+        return -1;
+    return wait_ready(d);
 }
 
 int mbt_daemon_restart(struct mbt_daemon *d, const char *const *extra)
@@ -306,6 +328,8 @@ int mbt_daemon_stop(struct mbt_daemon *d)
     int rc = mbt_wait(d->pid);
     track(0, d->pid);
     d->pid = 0;
+    if (d->shares_dir)
+        return rc;
     char cmd[200];
     snprintf(cmd, sizeof(cmd), "rm -rf %s", d->dir);
     if (system(cmd) != 0)
@@ -316,8 +340,10 @@ int mbt_daemon_stop(struct mbt_daemon *d)
 struct json *mbt_ctl_json(const struct mbt_daemon *d, int *rc, const char *const *args)
 {
     static char buf[1 << 20];
-    const char *argv[32] = { MB_CTL_BIN, "--runtime-dir", d->dir };
-    int n = 3;
+    char dev[16];
+    snprintf(dev, sizeof(dev), "%d", d->device);
+    const char *argv[32] = { MB_CTL_BIN, "--runtime-dir", d->dir, "--device", dev };
+    int n = 5;
     for (int i = 0; args[i] && n < 30; i++)
         argv[n++] = args[i];
     argv[n++] = "--json";

@@ -15,6 +15,8 @@
 struct mbt_daemon {
     pid_t pid;
     char dir[128];
+    int device;        /* its --device (mbctl is pointed at it) */
+    bool shares_dir;   /* started beside another daemon: its stop leaves the directory */
 };
 
 /* Start moonbrightd --foreground --backend host in a fresh directory with
@@ -26,6 +28,10 @@ int mbt_daemon_start_env(struct mbt_daemon *d, const char *const *extra, const c
 /* Start it without waiting for it to answer (the notify test waits for
  * READY=1 instead). */
 int mbt_daemon_spawn_env(struct mbt_daemon *d, const char *const *extra, const char *const *env);
+/* Start another daemon, for device index `device`, in first's directory
+ * (a multi-GPU host's layout); stop it before first. */
+int mbt_daemon_start_beside(struct mbt_daemon *d, const struct mbt_daemon *first, int device,
+                            const char *const *extra);
 /* Wait up to timeout_ms for the daemon to exit by itself; then clean up as
  * mbt_daemon_stop does. Returns its exit status, or -1 if still running. */
 int mbt_daemon_wait(struct mbt_daemon *d, int timeout_ms);

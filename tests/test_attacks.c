@@ -364,6 +364,7 @@ static int count_lines_with(const char *path, const char *needle)
 /* The daemon with its stderr in `log` (harness daemons log to the test's). */
 static void start_logged(struct mbt_daemon *d, const char *log, const char *const *extra)
 {
+    *d = (struct mbt_daemon){ .device = 0 };
     snprintf(d->dir, sizeof(d->dir), "/tmp/mbtest.XXXXXX");
     assert_non_null(mkdtemp(d->dir));
     chmod(d->dir, 0755);

@@ -35,7 +35,7 @@ mkdir "$dir/rt1"
 out=$(timeout 60 sh -c "'$daemon' --backend host --runtime-dir '$dir/rt1' 2>&1 | cat") \
     || fail "moonbrightd | cat did not end, or the daemon failed: $out"
 echo "$out"
-echo "$out" | grep -q "serving device 0 (host backend)" || fail "no start-up line: $out"
+echo "$out" | grep -q "serving device 0 (host backend, host device 0)" || fail "no start-up line: $out"
 if [ ! -e /etc/moonbright/moonbrightd.conf ]; then
     echo "$out" | grep -q "config none" || fail "start-up line does not say no config was read: $out"
 fi

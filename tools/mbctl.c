@@ -321,8 +321,8 @@ static void print_sessions(const Mb__StatusReply *s)
 static void print_status_head(const Mb__StatusReply *s)
 {
     char a[32], b[32], f[32];
-    printf("moonbrightd pid %u, device %u, %s backend, up %llu s%s\n", s->pid, s->device,
-           s->backend, (unsigned long long)(s->uptime_ms / 1000), s->draining ? ", DRAINING" : "");
+    printf("moonbrightd pid %u, device %u (%s), %s backend, up %llu s%s\n", s->pid, s->device,
+           s->device_id, s->backend, (unsigned long long)(s->uptime_ms / 1000), s->draining ? ", DRAINING" : "");
     char fr[32];
     printf("frames   %u total (%s units and multiples): %u free (%s), %u granted\n",
            s->frames_total, mb_format_size(s->frame_bytes, f, sizeof(f)), s->frames_free,
@@ -385,6 +385,8 @@ static int cli_status(struct ctl *ctl, int argc, char **argv)
     if (ctl->json) {
         printf("{\"backend\":");
         json_str(s->backend);
+        printf(",\"device_id\":");
+        json_str(s->device_id);
         printf(",\"device\":%u,\"pid\":%u,\"uptime_ms\":%llu,\"frame_bytes\":%llu,"
                "\"budget_bytes\":%llu,\"frames_total\":%u,\"frames_free\":%u,\"frames_granted\":%u,"
                "\"bytes_free\":%llu,\"bytes_granted\":%llu,\"requests\":%llu,\"malformed\":%llu,"

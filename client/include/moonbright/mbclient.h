@@ -29,6 +29,12 @@ typedef struct mb_client mb_client;
  * whose sockets live in $MOONBRIGHT_RUNTIME_DIR (default /run/moonbright).
  * tenant_name NULL or "" means $MOONBRIGHT_TENANT, else "default". */
 MB_API int mb_open(mb_client **out, const char *tenant_name);
+/* Open a session with the daemon that serves this process's device
+ * `device` (its CUDA ordinal here, as cudaSetDevice numbers it, whatever
+ * CUDA_VISIBLE_DEVICES hides or reorders), found among the daemons in
+ * $MOONBRIGHT_RUNTIME_DIR by the GPU's UUID. MB_EUNAVAIL when none serves
+ * it. A process that uses several GPUs opens one client per device. */
+MB_API int mb_open_device(mb_client **out, const char *tenant_name, int device);
 /* Unmap everything, return every frame to the daemon, end the session. */
 MB_API void mb_close(mb_client *c);
 
@@ -174,8 +180,11 @@ typedef struct mb_client_stats {
 } mb_client_stats;
 MB_API int mb_stats(mb_client *c, mb_client_stats *out);
 
-/* Framework hooks (PyTorch CUDAPluggableAllocator, CuPy): connect lazily
- * to the daemon with the tenant $MOONBRIGHT_TENANT (default "torch"). */
+/* Framework hooks (PyTorch CUDAPluggableAllocator, CuPy): connect lazily,
+ * with the tenant $MOONBRIGHT_TENANT (default "torch"), to the daemon that
+ * serves `device` (mb_open_device: one client per device the process
+ * uses). A device no daemon serves gets NULL (out of memory to the
+ * framework), with the reason logged once. */
 MB_API void *mb_torch_malloc(ssize_t size, int device, void *stream);
 MB_API void mb_torch_free(void *ptr, ssize_t size, int device, void *stream);
 

@@ -6,9 +6,11 @@ The two lines a PyTorch user adds, before the first CUDA allocation:
     moonbright_torch.enable()
 
 The process then allocates from moonbrightd (tenant $MOONBRIGHT_TENANT,
-default "torch"; device $MOONBRIGHT_DEVICE, default 0) through
-libmbclient's mb_torch_malloc / mb_torch_free pair, and PyTorch's caching
-allocator is no longer used. CuPy: cupy.cuda.set_allocator(cupy_allocator()).
+default "torch") through libmbclient's mb_torch_malloc / mb_torch_free
+pair, and PyTorch's caching allocator is no longer used. Each device the
+process allocates on gets its own client, with the daemon that serves that
+GPU (matched by the GPU's UUID, so CUDA_VISIBLE_DEVICES needs no setting
+of MoonBright's). CuPy: cupy.cuda.set_allocator(cupy_allocator()).
 
 torch and cupy are imported only by the function that needs each, so this
 module loads without either.
