@@ -104,6 +104,10 @@ void maint_reap_retiring(mb_client *c, bool wait)
  * waiting. */
 static void settle(mb_client *c)
 {
+    /* A device sync while a stream captures would end the capture: the
+     * frees wait for the next settle. */
+    if (__atomic_load_n(&c->captures, __ATOMIC_ACQUIRE))
+        return;
     pthread_mutex_lock(&c->lock);
     uint64_t pt, t = tiers_sync_begin(c, &pt);
     pthread_mutex_unlock(&c->lock);

@@ -4,6 +4,7 @@
  * $MOONBRIGHT_TENANT, from the daemon that serves that GPU. */
 #include <pthread.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include <moonbright/mbclient.h>
 
@@ -66,15 +67,86 @@ static mb_client *hook(int device)
     return c;
 }
 
-/* A request for a device no daemon serves gets NULL: the framework reports
- * out of memory (the reason was logged once, when the hook looked for
- * that device's daemon). */
+/* ---- CUDA graphs ----
+ *
+ * While a stream captures, what the framework allocates or frees on it
+ * belongs to the graph: the graph writes that memory at every replay, so
+ * it must not go to anyone else until the graph is gone. Such blocks are
+ * kept in `graph_blocks` (pointer -> struct gblock) under the pool
+ * PyTorch named at the capture's begin (mb_torch_begin_pool); a free of
+ * one only marks it, and mb_torch_release_pool (the graph reset or
+ * destroyed) frees the marked ones and lets go of the rest. Allocations
+ * on a capturing stream take memory free of every stream's earlier work
+ * (mb_malloc: no event is recorded or queried on the capturing stream)
+ * with the thread's capture mode relaxed, as PyTorch's own allocator does
+ * around cudaMalloc. Without the pool hooks (an older PyTorch, CuPy)
+ * nothing is known to capture, and graph blocks would be pool 0, never
+ * released. Invariant: a pointer is in graph_blocks at most once, and a
+ * block marked freed is not in any tier of its client. */
+struct gblock {
+    int device;
+    uint64_t pool[2];
+    bool freed;
+};
+
+static pthread_mutex_t graph_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct ptrmap graph_blocks;
+static size_t graph_n;                           /* entries (atomic reads: a free's fast path) */
+static bool pool_on[MB_DEVICE_MAX + 1];          /* a capture's pool is open (graph_lock) */
+static uint64_t pool_id[MB_DEVICE_MAX + 1][2];
+
+/* Is work on stream being captured into a graph on device's client? Only
+ * asked while the framework said a capture is under way there. */
+static bool capturing(mb_client *c, int device, void *stream)
+{
+    if (!__atomic_load_n(&c->captures, __ATOMIC_ACQUIRE) || !c->be->ops->stream_capturing)
+        return false;
+    (void)device;
+    return c->be->ops->stream_capturing(c->be, stream) == 1;
+}
+
+/* Keep p for the open pool of device (g: a new record, or NULL to fill
+ * one in); freed: already given back by the framework. graph_lock held. */
+static int graph_keep_held(void *p, int device, bool freed)
+{
+    struct gblock *b = ptrmap_get(&graph_blocks, p);
+    if (!b) {
+        if (!(b = calloc(1, sizeof(*b))))
+            return MB_ENOMEM;
+        if (ptrmap_put(&graph_blocks, p, b) != 0) {
+            free(b);
+            return MB_ENOMEM;
+        }
+        __atomic_store_n(&graph_n, graph_n + 1, __ATOMIC_RELAXED);
+        b->device = device;
+        if (pool_on[device])
+            memcpy(b->pool, pool_id[device], sizeof(b->pool));
+    }
+    b->freed = b->freed || freed;
+    return 0;
+}
+
 void *mb_torch_malloc(ssize_t size, int device, void *stream)
 {
     mb_client *c = size > 0 ? hook(device) : NULL;
     void *p = NULL;
-    if (c && mb_malloc_async(c, (size_t)size, stream, &p) != 0)
+    if (!c)
+        return NULL;   /* (a device no daemon serves: logged once by hook) */
+    if (!capturing(c, device, stream)) {
+        if (mb_malloc_async(c, (size_t)size, stream, &p) != 0)
+            p = NULL;
+        return p;
+    }
+    int mode = c->be->ops->capture_relax(c->be);
+    if (mb_malloc(c, (size_t)size, &p) != 0)
         p = NULL;
+    c->be->ops->capture_restore(c->be, mode);
+    pthread_mutex_lock(&graph_lock);
+    if (p && graph_keep_held(p, device, false) != 0) {
+        mb_free(c, p);   /* untracked, it could be handed out under the graph */
+        p = NULL;
+    }
+    pthread_mutex_unlock(&graph_lock);
     return p;
 }
 
@@ -86,8 +158,87 @@ void mb_torch_free(void *ptr, ssize_t size, int device, void *stream)
                        : NULL;
     if (!ptr)
         return;
+    if (c && (__atomic_load_n(&graph_n, __ATOMIC_RELAXED) || capturing(c, device, stream))) {
+        pthread_mutex_lock(&graph_lock);
+        bool graphs = ptrmap_get(&graph_blocks, ptr) != NULL || capturing(c, device, stream);
+        int rc = graphs ? graph_keep_held(ptr, device, true) : 0;
+        pthread_mutex_unlock(&graph_lock);
+        if (graphs && rc == 0)
+            return;   /* the graph's until its pool is released */
+    }
     int rc = c ? mb_free_async(c, ptr, stream) : MB_ENOENT;
     if (rc)
         mb_log(MB_LOG_ERR, "failed to free %p of device %d from the framework: %s", ptr, device,
                mb_strerror(rc));
+}
+
+/* PyTorch's CUDAPluggableAllocator pool hooks, registered by
+ * moonbright_torch.enable (set_begin_allocate_to_pool and the two after
+ * it). They are called as C++ functions taking (int device, MempoolId_t
+ * id, std::function filter): the id, a pair of two 64-bit integers, comes
+ * in two registers and the filter as a pointer (the x86-64 and AArch64
+ * C++ ABIs), which these C signatures read; the filter is not used (the
+ * stream's own capture status decides). */
+void mb_torch_begin_pool(int device, uint64_t id0, uint64_t id1, void *filter)
+{
+    (void)filter;
+    mb_client *c = hook(device);
+    if (!c)
+        return;
+    pthread_mutex_lock(&graph_lock);
+    if (!pool_on[device])
+        __atomic_fetch_add(&c->captures, 1, __ATOMIC_ACQ_REL);
+    pool_on[device] = true;
+    pool_id[device][0] = id0;
+    pool_id[device][1] = id1;
+    pthread_mutex_unlock(&graph_lock);
+}
+
+void mb_torch_end_pool(int device, uint64_t id0, uint64_t id1)
+{
+    if (device < 0 || device > MB_DEVICE_MAX)
+        return;
+    mb_client *c = __atomic_load_n(&hook_clients[device], __ATOMIC_ACQUIRE);
+    pthread_mutex_lock(&graph_lock);
+    if (c && pool_on[device] && pool_id[device][0] == id0 && pool_id[device][1] == id1) {
+        pool_on[device] = false;
+        __atomic_fetch_sub(&c->captures, 1, __ATOMIC_ACQ_REL);
+    }
+    pthread_mutex_unlock(&graph_lock);
+}
+
+void mb_torch_release_pool(int device, uint64_t id0, uint64_t id1)
+{
+    if (device < 0 || device > MB_DEVICE_MAX)
+        return;
+    mb_client *c = __atomic_load_n(&hook_clients[device], __ATOMIC_ACQUIRE);
+    size_t n = 0;
+    void **gone = NULL;
+    pthread_mutex_lock(&graph_lock);
+    if (graph_blocks.n)
+        gone = malloc(graph_blocks.n * sizeof(*gone));
+    for (size_t i = 0; i < graph_blocks.cap; i++) {
+        struct ptrmap_slot *sl = &graph_blocks.slots[i];
+        struct gblock *b = sl->key > 1 ? sl->val : NULL;
+        if (!b || b->device != device || b->pool[0] != id0 || b->pool[1] != id1)
+            continue;
+        void *p = (void *)sl->key;
+        if (b->freed && gone)
+            gone[n++] = p;
+        else if (b->freed)
+            continue;   /* out of memory for the list: kept, as before */
+        ptrmap_del(&graph_blocks, p);
+        free(b);
+        __atomic_store_n(&graph_n, graph_n - 1, __ATOMIC_RELAXED);
+    }
+    pthread_mutex_unlock(&graph_lock);
+    /* Freed as cudaFree would (not reused before work queued on the
+     * legacy stream has finished): the graph is reset or destroyed. */
+    for (size_t i = 0; c && i < n; i++) {
+        int rc = mb_free(c, gone[i]);
+        if (rc)
+            mb_log(MB_LOG_ERR, "failed to free %p of a released graph pool: %s", gone[i],
+                   mb_strerror(rc));
+    }
+    free(gone);
 }

@@ -88,6 +88,17 @@ struct mb_backend_ops {
     /* Wait for all work on the device, every stream included (only ever
      * called off the request path). NULL: nothing to wait for. */
     int (*device_sync)(mb_backend *b);
+    /* CUDA graphs. 1 while work enqueued on stream is being captured into
+     * a graph, 0 otherwise, <0 on error; NULL where nothing is captured
+     * (host). While a stream captures, an event recorded on it is a node
+     * of the graph, not a point in time: it must not be queried, and
+     * memory the graph uses must not go to anyone else. */
+    int (*stream_capturing)(mb_backend *b, void *stream);
+    /* This thread's capture mode made relaxed (its driver calls may go on
+     * while a stream captures, as PyTorch's allocator does around
+     * cudaMalloc); returns the mode it replaced, for capture_restore. */
+    int (*capture_relax)(mb_backend *b);
+    void (*capture_restore)(mb_backend *b, int mode);
     /* The device memory free now, other processes' use counted (host: the
      * emulated device's, $MOONBRIGHT_HOST_MEMORY); MB_ENOENT where not
      * known. NULL: never known. */

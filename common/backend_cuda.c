@@ -40,7 +40,8 @@
     X(cuEventRecord, 2000) X(cuEventQuery, 2000) X(cuStreamQuery, 2000) X(cuMemHostAlloc, 2020) \
     X(cuMemFreeHost, 2000) X(cuMemHostGetDevicePointer, 3020) X(cuStreamWaitValue32, 11070)     \
     X(cuStreamWriteValue32, 11070) X(cuDeviceTotalMem, 3020) X(cuMemGetInfo, 3020)  \
-    X(cuDeviceGetUuid, 11040)
+    X(cuDeviceGetUuid, 11040) X(cuStreamIsCapturing, 10000)                                    \
+    X(cuThreadExchangeStreamCaptureMode, 10010)
 
 static struct {
 #define X(name, ver) __typeof__(&name) p_##name;
@@ -651,6 +652,34 @@ static int cuda_device_sync(mb_backend *b)
     return r == CUDA_SUCCESS ? 0 : cu_fail(r, "synchronize the device");
 }
 
+static int cuda_stream_capturing(mb_backend *b, void *stream)
+{
+    CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
+    ENTER(b);
+    CUresult r = CU(cuStreamIsCapturing)((CUstream)stream, &st);
+    LEAVE();
+    if (r != CUDA_SUCCESS)
+        return cu_fail(r, "ask whether a stream captures");
+    return st != CU_STREAM_CAPTURE_STATUS_NONE;
+}
+
+static int cuda_capture_relax(mb_backend *b)
+{
+    (void)b;
+    CUstreamCaptureMode m = CU_STREAM_CAPTURE_MODE_RELAXED;
+    if (CU(cuThreadExchangeStreamCaptureMode)(&m) != CUDA_SUCCESS)
+        return -1;
+    return (int)m;
+}
+
+static void cuda_capture_restore(mb_backend *b, int mode)
+{
+    (void)b;
+    CUstreamCaptureMode m = (CUstreamCaptureMode)mode;
+    if (mode >= 0)
+        CU(cuThreadExchangeStreamCaptureMode)(&m);
+}
+
 static int cuda_mem_free(mb_backend *b, uint64_t *bytes)
 {
     size_t free_b = 0, total = 0;
@@ -789,6 +818,9 @@ static const struct mb_backend_ops cuda_ops = {
     .stream_sync = cuda_stream_sync,
     .stream_query = cuda_stream_query,
     .device_sync = cuda_device_sync,
+    .stream_capturing = cuda_stream_capturing,
+    .capture_relax = cuda_capture_relax,
+    .capture_restore = cuda_capture_restore,
     .mem_free = cuda_mem_free,
     .close = cuda_close,
     .keep_exports_warm = cuda_keep_exports_warm,

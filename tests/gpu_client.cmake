@@ -30,5 +30,10 @@ if(MB_HAVE_CUDA)
              ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/gpu/torch_transformer.py
              $<TARGET_FILE:mbclient>)
     set_tests_properties(gpu_torch_transformer PROPERTIES LABELS gpu SKIP_RETURN_CODE 77 TIMEOUT 600)
+    add_test(NAME gpu_torch_graphs COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/gpu/with_daemon.sh
+             $<TARGET_FILE:moonbrightd> $<TARGET_FILE:mbctl>
+             ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/gpu/torch_graphs.py
+             $<TARGET_FILE:mbclient>)
+    set_tests_properties(gpu_torch_graphs PROPERTIES LABELS gpu SKIP_RETURN_CODE 77 TIMEOUT 300)
   endif()
 endif()

@@ -187,6 +187,15 @@ MB_API int mb_stats(mb_client *c, mb_client_stats *out);
  * framework), with the reason logged once. */
 MB_API void *mb_torch_malloc(ssize_t size, int device, void *stream);
 MB_API void mb_torch_free(void *ptr, ssize_t size, int device, void *stream);
+/* CUDA graphs (PyTorch's pool hooks, registered by moonbright_torch.enable
+ * through set_begin_allocate_to_pool, set_end_allocate_to_pool_fn and
+ * set_release_pool): memory allocated or freed on a stream while it
+ * captures stays the graph's, never handed to anyone else, until the
+ * graph's pool is released. The pool id is PyTorch's MempoolId_t (two
+ * 64-bit integers); filter is PyTorch's and not used. */
+MB_API void mb_torch_begin_pool(int device, uint64_t id0, uint64_t id1, void *filter);
+MB_API void mb_torch_end_pool(int device, uint64_t id0, uint64_t id1);
+MB_API void mb_torch_release_pool(int device, uint64_t id0, uint64_t id1);
 
 /* The backend this client uses: "cuda" or "host". */
 MB_API const char *mb_backend_name(const mb_client *c);

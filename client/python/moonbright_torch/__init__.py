@@ -15,6 +15,7 @@ of MoonBright's). CuPy: cupy.cuda.set_allocator(cupy_allocator()).
 torch and cupy are imported only by the function that needs each, so this
 module loads without either.
 """
+import ctypes
 import ctypes.util
 import os
 
@@ -56,8 +57,22 @@ def enable(path=None):
         raise RuntimeError("moonbright_torch.enable() needs PyTorch (import torch failed: %s)"
                            % e) from e
     alloc = torch.cuda.memory.CUDAPluggableAllocator(lib, "mb_torch_malloc", "mb_torch_free")
+    _graph_hooks(alloc, lib)
     torch.cuda.memory.change_current_allocator(alloc)
     return alloc
+
+
+def _graph_hooks(alloc, lib):
+    """CUDA graphs: PyTorch's pool hooks (2.3 and later), so that memory a
+    captured graph uses stays the graph's until the graph is released."""
+    hooks = getattr(alloc, "_allocator", None)
+    if hooks is None or not hasattr(hooks, "set_begin_allocate_to_pool"):
+        return
+    so = ctypes.CDLL(lib)
+    fn = lambda name: ctypes.cast(getattr(so, name), ctypes.c_void_p).value
+    hooks.set_begin_allocate_to_pool(fn("mb_torch_begin_pool"))
+    hooks.set_end_allocate_to_pool_fn(fn("mb_torch_end_pool"))
+    hooks.set_release_pool(fn("mb_torch_release_pool"))
 
 
 def cupy_allocator(path=None):
