@@ -59,7 +59,12 @@ MB_API int mb_free(mb_client *c, void *ptr);
  * synchronised a stream on which it freed memory and destroyed it, the
  * library never uses that handle again and the memory is not stranded (a
  * background device synchronisation settles frees no event covered). Only
- * destroy a stream after the work queued on it has finished. */
+ * destroy a stream after the work queued on it has finished.
+ *
+ * CUDA graphs: these calls take no part in stream capture (they ask no
+ * stream whether it captures, which would cost every call a driver call).
+ * Allocate a graph's memory before the capture and free it after the
+ * graph is gone; PyTorch's graphs are handled by the framework hook. */
 MB_API int mb_malloc_async(mb_client *c, size_t size, void *stream, void **ptr);
 MB_API int mb_free_async(mb_client *c, void *ptr, void *stream);
 
