@@ -89,24 +89,25 @@ struct gblock {
     bool freed;
 };
 
-static pthread_mutex_t graph_lock = PTHREAD_MUTEX_INITIALIZER;
+/* Frees look blocks up under the read lock (every free does while any
+ * graph block exists); the rest takes the write lock. */
+static pthread_rwlock_t graph_lock = PTHREAD_RWLOCK_INITIALIZER;
 static struct ptrmap graph_blocks;
 static size_t graph_n;                           /* entries (atomic reads: a free's fast path) */
 static bool pool_on[MB_DEVICE_MAX + 1];          /* a capture's pool is open (graph_lock) */
 static uint64_t pool_id[MB_DEVICE_MAX + 1][2];
 
-/* Is work on stream being captured into a graph on device's client? Only
- * asked while the framework said a capture is under way there. */
-static bool capturing(mb_client *c, int device, void *stream)
+/* Is work on stream being captured into a graph? Only asked of the driver
+ * while the framework said a capture is under way on c's device. */
+static bool capturing(mb_client *c, void *stream)
 {
     if (!__atomic_load_n(&c->captures, __ATOMIC_ACQUIRE) || !c->be->ops->stream_capturing)
         return false;
-    (void)device;
     return c->be->ops->stream_capturing(c->be, stream) == 1;
 }
 
-/* Keep p for the open pool of device (g: a new record, or NULL to fill
- * one in); freed: already given back by the framework. graph_lock held. */
+/* Keep p for the pool open on device (pool 0 when none is), marked freed
+ * once the framework gave it back. graph_lock held for writing. */
 static int graph_keep_held(void *p, int device, bool freed)
 {
     struct gblock *b = ptrmap_get(&graph_blocks, p);
@@ -122,7 +123,8 @@ static int graph_keep_held(void *p, int device, bool freed)
         if (pool_on[device])
             memcpy(b->pool, pool_id[device], sizeof(b->pool));
     }
-    b->freed = b->freed || freed;
+    if (freed)
+        __atomic_store_n(&b->freed, true, __ATOMIC_RELAXED);
     return 0;
 }
 
@@ -132,7 +134,7 @@ void *mb_torch_malloc(ssize_t size, int device, void *stream)
     void *p = NULL;
     if (!c)
         return NULL;   /* (a device no daemon serves: logged once by hook) */
-    if (!capturing(c, device, stream)) {
+    if (!capturing(c, stream)) {
         if (mb_malloc_async(c, (size_t)size, stream, &p) != 0)
             p = NULL;
         return p;
@@ -141,12 +143,13 @@ void *mb_torch_malloc(ssize_t size, int device, void *stream)
     if (mb_malloc(c, (size_t)size, &p) != 0)
         p = NULL;
     c->be->ops->capture_restore(c->be, mode);
-    pthread_mutex_lock(&graph_lock);
-    if (p && graph_keep_held(p, device, false) != 0) {
+    pthread_rwlock_wrlock(&graph_lock);
+    int rc = p ? graph_keep_held(p, device, false) : 0;
+    pthread_rwlock_unlock(&graph_lock);
+    if (rc != 0) {
         mb_free(c, p);   /* untracked, it could be handed out under the graph */
         p = NULL;
     }
-    pthread_mutex_unlock(&graph_lock);
     return p;
 }
 
@@ -158,13 +161,22 @@ void mb_torch_free(void *ptr, ssize_t size, int device, void *stream)
                        : NULL;
     if (!ptr)
         return;
-    if (c && (__atomic_load_n(&graph_n, __ATOMIC_RELAXED) || capturing(c, device, stream))) {
-        pthread_mutex_lock(&graph_lock);
-        bool graphs = ptrmap_get(&graph_blocks, ptr) != NULL || capturing(c, device, stream);
-        int rc = graphs ? graph_keep_held(ptr, device, true) : 0;
-        pthread_mutex_unlock(&graph_lock);
-        if (graphs && rc == 0)
+    bool cap = c && capturing(c, stream);
+    if (c && __atomic_load_n(&graph_n, __ATOMIC_RELAXED)) {
+        pthread_rwlock_rdlock(&graph_lock);
+        struct gblock *b = ptrmap_get(&graph_blocks, ptr);
+        if (b)
+            __atomic_store_n(&b->freed, true, __ATOMIC_RELAXED);
+        pthread_rwlock_unlock(&graph_lock);
+        if (b)
             return;   /* the graph's until its pool is released */
+    }
+    if (cap) {   /* freed inside a capture: the graph's too */
+        pthread_rwlock_wrlock(&graph_lock);
+        int rc = graph_keep_held(ptr, device, true);
+        pthread_rwlock_unlock(&graph_lock);
+        if (rc == 0)
+            return;
     }
     int rc = c ? mb_free_async(c, ptr, stream) : MB_ENOENT;
     if (rc)
@@ -185,13 +197,13 @@ void mb_torch_begin_pool(int device, uint64_t id0, uint64_t id1, void *filter)
     mb_client *c = hook(device);
     if (!c)
         return;
-    pthread_mutex_lock(&graph_lock);
+    pthread_rwlock_wrlock(&graph_lock);
     if (!pool_on[device])
         __atomic_fetch_add(&c->captures, 1, __ATOMIC_ACQ_REL);
     pool_on[device] = true;
     pool_id[device][0] = id0;
     pool_id[device][1] = id1;
-    pthread_mutex_unlock(&graph_lock);
+    pthread_rwlock_unlock(&graph_lock);
 }
 
 void mb_torch_end_pool(int device, uint64_t id0, uint64_t id1)
@@ -199,12 +211,12 @@ void mb_torch_end_pool(int device, uint64_t id0, uint64_t id1)
     if (device < 0 || device > MB_DEVICE_MAX)
         return;
     mb_client *c = __atomic_load_n(&hook_clients[device], __ATOMIC_ACQUIRE);
-    pthread_mutex_lock(&graph_lock);
+    pthread_rwlock_wrlock(&graph_lock);
     if (c && pool_on[device] && pool_id[device][0] == id0 && pool_id[device][1] == id1) {
         pool_on[device] = false;
         __atomic_fetch_sub(&c->captures, 1, __ATOMIC_ACQ_REL);
     }
-    pthread_mutex_unlock(&graph_lock);
+    pthread_rwlock_unlock(&graph_lock);
 }
 
 void mb_torch_release_pool(int device, uint64_t id0, uint64_t id1)
@@ -214,7 +226,7 @@ void mb_torch_release_pool(int device, uint64_t id0, uint64_t id1)
     mb_client *c = __atomic_load_n(&hook_clients[device], __ATOMIC_ACQUIRE);
     size_t n = 0;
     void **gone = NULL;
-    pthread_mutex_lock(&graph_lock);
+    pthread_rwlock_wrlock(&graph_lock);
     if (graph_blocks.n)
         gone = malloc(graph_blocks.n * sizeof(*gone));
     for (size_t i = 0; i < graph_blocks.cap; i++) {
@@ -223,15 +235,16 @@ void mb_torch_release_pool(int device, uint64_t id0, uint64_t id1)
         if (!b || b->device != device || b->pool[0] != id0 || b->pool[1] != id1)
             continue;
         void *p = (void *)sl->key;
-        if (b->freed && gone)
+        bool freed = __atomic_load_n(&b->freed, __ATOMIC_RELAXED);
+        if (freed && gone)
             gone[n++] = p;
-        else if (b->freed)
+        else if (freed)
             continue;   /* out of memory for the list: kept, as before */
         ptrmap_del(&graph_blocks, p);
         free(b);
         __atomic_store_n(&graph_n, graph_n - 1, __ATOMIC_RELAXED);
     }
-    pthread_mutex_unlock(&graph_lock);
+    pthread_rwlock_unlock(&graph_lock);
     /* Freed as cudaFree would (not reused before work queued on the
      * legacy stream has finished): the graph is reset or destroyed. */
     for (size_t i = 0; c && i < n; i++) {
