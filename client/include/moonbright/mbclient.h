@@ -198,6 +198,10 @@ MB_API void mb_torch_free(void *ptr, ssize_t size, int device, void *stream);
  * captures stays the graph's, never handed to anyone else, until the
  * graph's pool is released. The pool id is PyTorch's MempoolId_t (two
  * 64-bit integers); filter is PyTorch's and not used. */
+/* tensor.record_stream (set_record_stream_fn): ptr is used on stream too;
+ * its free is then deferred, without a wait, until the work queued on
+ * every stream named and on the freeing stream is done. */
+MB_API void mb_torch_record_stream(void *ptr, void *stream);
 MB_API void mb_torch_begin_pool(int device, uint64_t id0, uint64_t id1, void *filter);
 MB_API void mb_torch_end_pool(int device, uint64_t id0, uint64_t id1);
 MB_API void mb_torch_release_pool(int device, uint64_t id0, uint64_t id1);

@@ -63,13 +63,19 @@ def enable(path=None):
 
 
 def _graph_hooks(alloc, lib):
-    """CUDA graphs: PyTorch's pool hooks (2.3 and later), so that memory a
-    captured graph uses stays the graph's until the graph is released."""
+    """tensor.record_stream, and CUDA graphs through PyTorch's pool hooks
+    (2.3 and later): memory used on other streams is not reused before that
+    work is done, and memory a captured graph uses stays the graph's until
+    the graph is released."""
     hooks = getattr(alloc, "_allocator", None)
-    if hooks is None or not hasattr(hooks, "set_begin_allocate_to_pool"):
+    if hooks is None:
         return
     so = ctypes.CDLL(lib)
     fn = lambda name: ctypes.cast(getattr(so, name), ctypes.c_void_p).value
+    if hasattr(hooks, "set_record_stream_fn"):
+        hooks.set_record_stream_fn(fn("mb_torch_record_stream"))
+    if not hasattr(hooks, "set_begin_allocate_to_pool"):
+        return
     hooks.set_begin_allocate_to_pool(fn("mb_torch_begin_pool"))
     hooks.set_end_allocate_to_pool_fn(fn("mb_torch_end_pool"))
     hooks.set_release_pool(fn("mb_torch_release_pool"))
