@@ -332,6 +332,24 @@ void mb_torch_free(void *ptr, ssize_t size, int device, void *stream)
                mb_strerror(rc));
 }
 
+/* torch.cuda.empty_cache (set_reset_fn): every device's idle memory goes
+ * back to its daemon (mb_trim), the deferred frees that are done first;
+ * not while a graph captures there (a trim synchronises the device). */
+void mb_torch_empty_cache(void)
+{
+    if (__atomic_load_n(&deferred_n, __ATOMIC_RELAXED))
+        deferred_poll(true);
+    for (int d = 0; d <= MB_DEVICE_MAX; d++) {
+        mb_client *c = __atomic_load_n(&hook_clients[d], __ATOMIC_ACQUIRE);
+        if (!c || __atomic_load_n(&c->captures, __ATOMIC_ACQUIRE))
+            continue;
+        int rc = mb_trim(c, 0);
+        if (rc)
+            mb_log(MB_LOG_WARN, "empty_cache: failed to give device %d's idle memory back: %s", d,
+                   mb_strerror(rc));
+    }
+}
+
 /* PyTorch's CUDAPluggableAllocator pool hooks, registered by
  * moonbright_torch.enable (set_begin_allocate_to_pool and the two after
  * it). They are called as C++ functions taking (int device, MempoolId_t

@@ -40,5 +40,10 @@ if(MB_HAVE_CUDA)
              ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/gpu/torch_record_stream.py
              $<TARGET_FILE:mbclient>)
     set_tests_properties(gpu_torch_record_stream PROPERTIES LABELS gpu SKIP_RETURN_CODE 77 TIMEOUT 300)
+    add_test(NAME gpu_torch_empty_cache COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/gpu/with_daemon.sh
+             $<TARGET_FILE:moonbrightd> $<TARGET_FILE:mbctl>
+             ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/gpu/torch_empty_cache.py
+             $<TARGET_FILE:mbclient> $<TARGET_FILE:mbctl>)
+    set_tests_properties(gpu_torch_empty_cache PROPERTIES LABELS gpu SKIP_RETURN_CODE 77 TIMEOUT 120)
   endif()
 endif()

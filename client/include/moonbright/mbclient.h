@@ -202,6 +202,9 @@ MB_API void mb_torch_free(void *ptr, ssize_t size, int device, void *stream);
  * its free is then deferred, without a wait, until the work queued on
  * every stream named and on the freeing stream is done. */
 MB_API void mb_torch_record_stream(void *ptr, void *stream);
+/* torch.cuda.empty_cache (set_reset_fn): mb_trim(c, 0) on every device's
+ * client, giving its idle memory back to the daemon. */
+MB_API void mb_torch_empty_cache(void);
 MB_API void mb_torch_begin_pool(int device, uint64_t id0, uint64_t id1, void *filter);
 MB_API void mb_torch_end_pool(int device, uint64_t id0, uint64_t id1);
 MB_API void mb_torch_release_pool(int device, uint64_t id0, uint64_t id1);

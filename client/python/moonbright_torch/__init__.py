@@ -57,16 +57,17 @@ def enable(path=None):
         raise RuntimeError("moonbright_torch.enable() needs PyTorch (import torch failed: %s)"
                            % e) from e
     alloc = torch.cuda.memory.CUDAPluggableAllocator(lib, "mb_torch_malloc", "mb_torch_free")
-    _graph_hooks(alloc, lib)
+    _register_hooks(alloc, lib)
     torch.cuda.memory.change_current_allocator(alloc)
     return alloc
 
 
-def _graph_hooks(alloc, lib):
-    """tensor.record_stream, and CUDA graphs through PyTorch's pool hooks
-    (2.3 and later): memory used on other streams is not reused before that
-    work is done, and memory a captured graph uses stays the graph's until
-    the graph is released."""
+def _register_hooks(alloc, lib):
+    """tensor.record_stream, torch.cuda.empty_cache, and CUDA graphs through
+    PyTorch's pool hooks (2.3 and later): memory used on other streams is not
+    reused before that work is done, empty_cache gives idle memory back to
+    the daemon, and memory a captured graph uses stays the graph's until the
+    graph is released."""
     hooks = getattr(alloc, "_allocator", None)
     if hooks is None:
         return
@@ -74,6 +75,8 @@ def _graph_hooks(alloc, lib):
     fn = lambda name: ctypes.cast(getattr(so, name), ctypes.c_void_p).value
     if hasattr(hooks, "set_record_stream_fn"):
         hooks.set_record_stream_fn(fn("mb_torch_record_stream"))
+    if hasattr(hooks, "set_reset_fn"):   # torch.cuda.empty_cache()
+        hooks.set_reset_fn(fn("mb_torch_empty_cache"))
     if not hasattr(hooks, "set_begin_allocate_to_pool"):
         return
     hooks.set_begin_allocate_to_pool(fn("mb_torch_begin_pool"))
