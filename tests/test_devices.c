@@ -122,7 +122,8 @@ static void no_daemon_for_the_device(void **state)
 }
 
 /* The hook: one client per device, each on its daemon; a device no daemon
- * serves gets NULL. Last: the hook's clients live until the process ends. */
+ * serves gets NULL; empty_cache gives every device's idle memory back.
+ * Last: the hook's clients live until the process ends. */
 static void hook_serves_each_device(void **state)
 {
     (void)state;
@@ -142,7 +143,19 @@ static void hook_serves_each_device(void **state)
     void *again = mb_torch_malloc(1 << 20, 1, NULL);   /* the same client, no new session */
     assert_non_null(again);
     assert_int_equal(sessions(&g_d1, "hooked"), 1);
+    /* A stream recorded for it (host streams are trivially ordered): its
+     * free still gives it back. */
+    mb_torch_record_stream(again, (void *)(uintptr_t)0x5);
     mb_torch_free(again, 1 << 20, 1, NULL);
+    /* torch.cuda.empty_cache: both daemons get their memory back. */
+    assert_true(mbt_tenant_num(&g_d1, "hooked", "bytes") > 0);
+    assert_true(mbt_tenant_num(&g_d0, "hooked", "bytes") > 0);
+    mb_torch_empty_cache();
+    assert_int_equal(mbt_tenant_num(&g_d1, "hooked", "bytes"), 0);
+    assert_int_equal(mbt_tenant_num(&g_d0, "hooked", "bytes"), 0);
+    void *after = mb_torch_malloc(1 << 20, 0, NULL);   /* and still serve */
+    assert_non_null(after);
+    mb_torch_free(after, 1 << 20, 0, NULL);
 }
 
 int main(void)
