@@ -184,8 +184,8 @@ struct mb_client {
     mb_backend *be;
     int device;                  /* the daemon's device index (its sockets' name) */
     int local_device;            /* this process's ordinal of that device (device_uuid) */
-    unsigned captures;           /* CUDA graph captures under way on it (the framework
-                                  * hook's pool hooks; atomic): no device sync meanwhile */
+    unsigned captures;           /* pools the framework hook has open on it (CUDA graph
+                                  * captures among them; atomic): no device sync meanwhile */
     uint8_t device_uuid[MB_UUID_BYTES];   /* the daemon's device, from its hello */
     size_t frame_bytes;
     char backend_name[16];

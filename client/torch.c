@@ -94,8 +94,11 @@ struct gblock {
 static pthread_rwlock_t graph_lock = PTHREAD_RWLOCK_INITIALIZER;
 static struct ptrmap graph_blocks;
 static size_t graph_n;                           /* entries (atomic reads: a free's fast path) */
-static bool pool_on[MB_DEVICE_MAX + 1];          /* a capture's pool is open (graph_lock) */
-static uint64_t pool_id[MB_DEVICE_MAX + 1][2];
+/* The pools open on each device (begun, not yet ended), innermost last:
+ * a capture's, or a torch.cuda.MemPool's around it (graph_lock). */
+#define POOLS_OPEN_MAX 8
+static unsigned pools_open[MB_DEVICE_MAX + 1];
+static uint64_t pool_ids[MB_DEVICE_MAX + 1][POOLS_OPEN_MAX][2];
 
 /* Is work on stream being captured into a graph? Only asked of the driver
  * while the framework said a capture is under way on c's device. */
@@ -120,8 +123,9 @@ static int graph_keep_held(void *p, int device, bool freed)
         }
         __atomic_store_n(&graph_n, graph_n + 1, __ATOMIC_RELAXED);
         b->device = device;
-        if (pool_on[device])
-            memcpy(b->pool, pool_id[device], sizeof(b->pool));
+        unsigned k = pools_open[device];
+        if (k)
+            memcpy(b->pool, pool_ids[device][k - 1], sizeof(b->pool));
     }
     if (freed)
         __atomic_store_n(&b->freed, true, __ATOMIC_RELAXED);
@@ -364,11 +368,16 @@ void mb_torch_begin_pool(int device, uint64_t id0, uint64_t id1, void *filter)
     if (!c)
         return;
     pthread_rwlock_wrlock(&graph_lock);
-    if (!pool_on[device])
+    unsigned k = pools_open[device];
+    if (k < POOLS_OPEN_MAX) {
+        pool_ids[device][k][0] = id0;
+        pool_ids[device][k][1] = id1;
+        pools_open[device] = k + 1;
         __atomic_fetch_add(&c->captures, 1, __ATOMIC_ACQ_REL);
-    pool_on[device] = true;
-    pool_id[device][0] = id0;
-    pool_id[device][1] = id1;
+    } else {
+        mb_log(MB_LOG_ERR, "more than %d pools open at once on device %d: a graph captured now "
+               "may have its memory handed out again", POOLS_OPEN_MAX, device);
+    }
     pthread_rwlock_unlock(&graph_lock);
 }
 
@@ -378,9 +387,14 @@ void mb_torch_end_pool(int device, uint64_t id0, uint64_t id1)
         return;
     mb_client *c = __atomic_load_n(&hook_clients[device], __ATOMIC_ACQUIRE);
     pthread_rwlock_wrlock(&graph_lock);
-    if (c && pool_on[device] && pool_id[device][0] == id0 && pool_id[device][1] == id1) {
-        pool_on[device] = false;
+    for (unsigned k = pools_open[device]; c && k-- > 0;) {   /* the innermost with that id */
+        if (pool_ids[device][k][0] != id0 || pool_ids[device][k][1] != id1)
+            continue;
+        memmove(pool_ids[device][k], pool_ids[device][k + 1],
+                (pools_open[device] - k - 1) * sizeof(pool_ids[device][0]));
+        pools_open[device]--;
         __atomic_fetch_sub(&c->captures, 1, __ATOMIC_ACQ_REL);
+        break;
     }
     pthread_rwlock_unlock(&graph_lock);
 }
