@@ -106,6 +106,29 @@ static void open_takes_the_named_daemon(void **state)
     json_free(j);
 }
 
+/* mbctl devices: a row for each daemon of the directory, with its device's
+ * identity and budget. */
+static void mbctl_lists_every_daemon(void **state)
+{
+    (void)state;
+    const char *args[] = { "devices", NULL };
+    int rc = -1;
+    struct json *j = mbt_ctl_json(&g_d0, &rc, args);
+    assert_int_equal(rc, 0);
+    assert_non_null(j);
+    const struct json *d = json_get(j, "devices");
+    assert_non_null(d);
+    assert_int_equal(d->n, 2);
+    for (size_t i = 0; i < 2; i++) {
+        char want[32];
+        snprintf(want, sizeof(want), "host device %zu", i);
+        assert_int_equal((int)json_num(&d->kids[i], "device"), (int)i);
+        assert_string_equal(json_get(&d->kids[i], "device_id")->str, want);
+        assert_true(json_num(&d->kids[i], "budget_bytes") > 0);
+    }
+    json_free(j);
+}
+
 /* A device no daemon serves, and arguments out of range: an error, and no
  * session left anywhere. */
 static void no_daemon_for_the_device(void **state)
@@ -163,6 +186,7 @@ int main(void)
     const struct CMUnitTest tests[] = { cmocka_unit_test(open_device_finds_its_daemon),
                                         cmocka_unit_test(open_takes_the_named_daemon),
                                         cmocka_unit_test(no_daemon_for_the_device),
+                                        cmocka_unit_test(mbctl_lists_every_daemon),
                                         cmocka_unit_test(hook_serves_each_device) };
     return cmocka_run_group_tests(tests, two_daemons, stop_daemons);
 }

@@ -4,6 +4,7 @@
  * channel token, then hello as tenant "mbctl"), so the daemon knows the
  * caller's uid from the socket. Exit codes: 0 success, 1 the daemon
  * refused, 2 usage error, 3 the daemon is not running or did not answer. */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
@@ -25,6 +26,7 @@
 
 #include <moonbright/mbclient.h>
 
+#include "backend.h"
 #include "commands.h"
 #include "fdpass.h"
 #include "log.h"
@@ -993,6 +995,83 @@ static int cli_top(struct ctl *ctl, int argc, char **argv)
 
 /* ---- the table --------------------------------------------------------- */
 
+/* The device indexes of the daemons whose handle sockets are in the
+ * runtime directory, ascending (at most MB_DEVICE_MAX + 1). */
+static int daemons_in(const char *dir, int *out)
+{
+    bool seen[MB_DEVICE_MAX + 1] = { false };
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    while (d && (e = readdir(d)) != NULL) {
+        int k, len = 0;
+        if (sscanf(e->d_name, "gpu%d.fds%n", &k, &len) == 1 && e->d_name[len] == '\0' && k >= 0 &&
+            k <= MB_DEVICE_MAX)
+            seen[k] = true;
+    }
+    if (d)
+        closedir(d);
+    int n = 0;
+    for (int k = 0; k <= MB_DEVICE_MAX; k++)
+        if (seen[k])
+            out[n++] = k;
+    return n;
+}
+
+/* One row per daemon of this host (its status); a daemon that does not
+ * answer gets a row saying so, and the exit status says one did not. */
+static int cli_devices(struct ctl *ctl, int argc, char **argv)
+{
+    (void)argv;
+    int rc = no_args("devices", argc), worst = 0;
+    if (rc)
+        return rc;
+    int idx[MB_DEVICE_MAX + 1], n = daemons_in(ctl->runtime_dir, idx);
+    if (ctl->json)
+        printf("{\"devices\":[");
+    else if (n)
+        printf("%-6s  %-40s  %-7s  %10s  %10s  %10s  %8s  %s\n", "DEVICE", "GPU", "BACKEND", "BUDGET",
+               "GRANTED", "FREE", "SESSIONS", "PID");
+    for (int i = 0; i < n; i++) {
+        ctl_close(ctl);
+        ctl->device = idx[i];
+        Mb__Reply *rep = NULL;
+        rc = get_status(ctl, &rep);
+        if (rc) {
+            worst = rc;
+            if (ctl->json)
+                printf("%s{\"device\":%d,\"answered\":false}", i ? "," : "", idx[i]);
+            else
+                printf("%-6d  (no answer)\n", idx[i]);
+            continue;
+        }
+        const Mb__StatusReply *s = rep->status;
+        if (ctl->json) {
+            printf("%s{\"device\":%u,\"answered\":true,\"device_id\":", i ? "," : "", s->device);
+            json_str(s->device_id);
+            printf(",\"backend\":");
+            json_str(s->backend);
+            printf(",\"budget_bytes\":%llu,\"bytes_granted\":%llu,\"bytes_free\":%llu,"
+                   "\"sessions\":%zu,\"pid\":%u,\"draining\":%s}",
+                   (unsigned long long)s->budget_bytes, (unsigned long long)s->bytes_granted,
+                   (unsigned long long)s->bytes_free, s->n_sessions, s->pid,
+                   s->draining ? "true" : "false");
+        } else {
+            char b[32], g[32], f[32];
+            printf("%-6u  %-40s  %-7s  %10s  %10s  %10s  %8zu  %u%s\n", s->device, s->device_id,
+                   s->backend, mb_format_size(s->budget_bytes, b, sizeof(b)),
+                   mb_format_size(s->bytes_granted, g, sizeof(g)),
+                   mb_format_size(s->bytes_free, f, sizeof(f)), s->n_sessions, s->pid,
+                   s->draining ? " DRAINING" : "");
+        }
+        mb__reply__free_unpacked(rep, NULL);
+    }
+    if (ctl->json)
+        printf("]}\n");
+    else if (n == 0)
+        printf("(no moonbrightd in %s)\n", ctl->runtime_dir);
+    return n == 0 ? EXIT_NODAEMON : worst;
+}
+
 /* mbctl's runners for the table's MB_CMD_CLI rows and its views. */
 static cli_fn *const cli_fns[MB_CMD_COUNT] = {
     [MB_CMD_status] = cli_status,   [MB_CMD_tenants] = cli_tenants, [MB_CMD_frames] = cli_frames,
@@ -1001,6 +1080,7 @@ static cli_fn *const cli_fns[MB_CMD_COUNT] = {
 };
 static cli_fn *const view_fns[MB_VIEW_COUNT] = {
     [MB_VIEW_top] = cli_top,
+    [MB_VIEW_devices] = cli_devices,
 };
 
 static void usage_row(FILE *f, const struct mb_command *c)
