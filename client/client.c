@@ -1,7 +1,6 @@
 /* client.c: libmbclient's public entry points: opening a session, the
  * synchronous and stream-ordered allocation calls over the tiers, ranges of
  * their own (growable, stream-ordered maps), trimming, statistics. */
-#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -181,18 +180,12 @@ static int candidates(int device, int *out)
         seen[device] = true;
         out[n++] = device;
     }
-    DIR *d = opendir(mb_default_runtime_dir());
-    struct dirent *e;
-    while (d && (e = readdir(d)) != NULL) {
-        int k, len = 0;
-        if (sscanf(e->d_name, "gpu%d.fds%n", &k, &len) == 1 && e->d_name[len] == '\0' && k >= 0 &&
-            k <= MB_DEVICE_MAX && !seen[k]) {
-            seen[k] = true;
-            out[n++] = k;
+    int listed[MB_DEVICE_MAX + 1], m = mb_runtime_devices(mb_default_runtime_dir(), listed);
+    for (int i = 0; i < m; i++)
+        if (!seen[listed[i]]) {
+            seen[listed[i]] = true;
+            out[n++] = listed[i];
         }
-    }
-    if (d)
-        closedir(d);
     return n;
 }
 

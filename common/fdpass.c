@@ -2,6 +2,7 @@
  * peer credentials, and the socket paths of a device. */
 #include "fdpass.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -18,6 +19,7 @@
 
 #include <moonbright/status.h>
 
+#include "backend.h"
 #include "log.h"
 
 #define CHAN_HDR_BYTES (offsetof(struct mb_chan_msg, ids))
@@ -156,6 +158,26 @@ int mb_chan_path(char *buf, size_t len, const char *dir, int device)
     /* sun_path holds 108 bytes with its terminator. */
     int n = snprintf(buf, len, "%s/gpu%d.fds", dir, device);
     return n > 0 && (size_t)n < len && n < 108 ? 0 : MB_EINVAL;
+}
+
+int mb_runtime_devices(const char *dir, int *out)
+{
+    bool seen[MB_DEVICE_MAX + 1] = { false };
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    while (d && (e = readdir(d)) != NULL) {
+        int k, len = 0;
+        if (sscanf(e->d_name, "gpu%d.fds%n", &k, &len) == 1 && e->d_name[len] == '\0' && k >= 0 &&
+            k <= MB_DEVICE_MAX)
+            seen[k] = true;
+    }
+    if (d)
+        closedir(d);
+    int n = 0;
+    for (int k = 0; k <= MB_DEVICE_MAX; k++)
+        if (seen[k])
+            out[n++] = k;
+    return n;
 }
 
 int mb_chan_sockaddr(struct sockaddr_un *sa, const char *path)

@@ -48,6 +48,9 @@ int mb_chan_peer(int sock, pid_t *pid, uid_t *uid, gid_t *gid);
 /* Paths of a device's sockets inside a runtime directory. */
 int mb_ctl_endpoint(char *buf, size_t len, const char *dir, int device);  /* "ipc://DIR/gpuN.ctl" */
 int mb_chan_path(char *buf, size_t len, const char *dir, int device);     /* "DIR/gpuN.fds" */
+/* The device indexes whose handle sockets (gpuN.fds) are in dir, ascending,
+ * into out[0..MB_DEVICE_MAX] (backend.h): one daemon each, running or not. */
+int mb_runtime_devices(const char *dir, int *out);
 /* Fill an AF_UNIX address with path; MB_EINVAL when it does not fit. */
 struct sockaddr_un;
 int mb_chan_sockaddr(struct sockaddr_un *sa, const char *path);

@@ -4,7 +4,6 @@
  * channel token, then hello as tenant "mbctl"), so the daemon knows the
  * caller's uid from the socket. Exit codes: 0 success, 1 the daemon
  * refused, 2 usage error, 3 the daemon is not running or did not answer. */
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
@@ -995,28 +994,6 @@ static int cli_top(struct ctl *ctl, int argc, char **argv)
 
 /* ---- the table --------------------------------------------------------- */
 
-/* The device indexes of the daemons whose handle sockets are in the
- * runtime directory, ascending (at most MB_DEVICE_MAX + 1). */
-static int daemons_in(const char *dir, int *out)
-{
-    bool seen[MB_DEVICE_MAX + 1] = { false };
-    DIR *d = opendir(dir);
-    struct dirent *e;
-    while (d && (e = readdir(d)) != NULL) {
-        int k, len = 0;
-        if (sscanf(e->d_name, "gpu%d.fds%n", &k, &len) == 1 && e->d_name[len] == '\0' && k >= 0 &&
-            k <= MB_DEVICE_MAX)
-            seen[k] = true;
-    }
-    if (d)
-        closedir(d);
-    int n = 0;
-    for (int k = 0; k <= MB_DEVICE_MAX; k++)
-        if (seen[k])
-            out[n++] = k;
-    return n;
-}
-
 /* One row per daemon of this host (its status); a daemon that does not
  * answer gets a row saying so, and the exit status says one did not. */
 static int cli_devices(struct ctl *ctl, int argc, char **argv)
@@ -1025,7 +1002,7 @@ static int cli_devices(struct ctl *ctl, int argc, char **argv)
     int rc = no_args("devices", argc), worst = 0;
     if (rc)
         return rc;
-    int idx[MB_DEVICE_MAX + 1], n = daemons_in(ctl->runtime_dir, idx);
+    int idx[MB_DEVICE_MAX + 1], n = mb_runtime_devices(ctl->runtime_dir, idx);
     if (ctl->json)
         printf("{\"devices\":[");
     else if (n)
