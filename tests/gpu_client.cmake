@@ -25,25 +25,18 @@ if(MB_HAVE_CUDA)
 
   find_package(Python3 COMPONENTS Interpreter)
   if(Python3_FOUND)
-    add_test(NAME gpu_torch_transformer COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/gpu/with_daemon.sh
-             $<TARGET_FILE:moonbrightd> $<TARGET_FILE:mbctl>
-             ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/gpu/torch_transformer.py
-             $<TARGET_FILE:mbclient>)
-    set_tests_properties(gpu_torch_transformer PROPERTIES LABELS gpu SKIP_RETURN_CODE 77 TIMEOUT 600)
-    add_test(NAME gpu_torch_graphs COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/gpu/with_daemon.sh
-             $<TARGET_FILE:moonbrightd> $<TARGET_FILE:mbctl>
-             ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/gpu/torch_graphs.py
-             $<TARGET_FILE:mbclient>)
-    set_tests_properties(gpu_torch_graphs PROPERTIES LABELS gpu SKIP_RETURN_CODE 77 TIMEOUT 300)
-    add_test(NAME gpu_torch_record_stream COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/gpu/with_daemon.sh
-             $<TARGET_FILE:moonbrightd> $<TARGET_FILE:mbctl>
-             ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/gpu/torch_record_stream.py
-             $<TARGET_FILE:mbclient>)
-    set_tests_properties(gpu_torch_record_stream PROPERTIES LABELS gpu SKIP_RETURN_CODE 77 TIMEOUT 300)
-    add_test(NAME gpu_torch_empty_cache COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/gpu/with_daemon.sh
-             $<TARGET_FILE:moonbrightd> $<TARGET_FILE:mbctl>
-             ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/gpu/torch_empty_cache.py
-             $<TARGET_FILE:mbclient> $<TARGET_FILE:mbctl>)
-    set_tests_properties(gpu_torch_empty_cache PROPERTIES LABELS gpu SKIP_RETURN_CODE 77 TIMEOUT 120)
+    # PyTorch through the hook: tests/gpu/NAME.py LIBMBCLIENT [ARGS...] under a
+    # fresh daemon (they skip without torch).
+    function(mb_gpu_torch_test name timeout)
+      add_test(NAME gpu_${name} COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/gpu/with_daemon.sh
+               $<TARGET_FILE:moonbrightd> $<TARGET_FILE:mbctl>
+               ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/gpu/${name}.py
+               $<TARGET_FILE:mbclient> ${ARGN})
+      set_tests_properties(gpu_${name} PROPERTIES LABELS gpu SKIP_RETURN_CODE 77 TIMEOUT ${timeout})
+    endfunction()
+    mb_gpu_torch_test(torch_transformer 600)
+    mb_gpu_torch_test(torch_graphs 300)
+    mb_gpu_torch_test(torch_record_stream 300)
+    mb_gpu_torch_test(torch_empty_cache 120 $<TARGET_FILE:mbctl>)
   endif()
 endif()
