@@ -134,7 +134,9 @@ struct ptrmap {
 
 /* Layers, top to bottom; a layer calls only the ones below it:
  *   client.c, torch.c            public API (a refused grant: maint_release,
- *                                then once more)
+ *     (torch_graph.c,            then once more); torch*.c: the framework
+ *     torch_streams.c)           hook (a client per device, CUDA graphs,
+ *                                record_stream)
  *   maint.c                      the background thread: notices, idle
  *                                policy, device-sync fences, retiring
  *                                ranges; the figures of mb_stats
