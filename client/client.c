@@ -143,12 +143,12 @@ static int client_open(mb_client **out, const char *tenant_name, int device, int
         free(c);
         return rc;
     }
+    c->st.frame_bytes = c->frame_bytes;   /* (before the background thread reads c->st) */
     if ((rc = tiers_init(c)) != 0 || (rc = tc_client_init(c)) != 0 || (rc = maint_start(c)) != 0) {
         mb_log(MB_LOG_ERR, "failed to set up the allocator tiers: %s", mb_strerror(rc));
         mb_close(c);
         return rc;
     }
-    c->st.frame_bytes = c->frame_bytes;
     *out = c;
     return 0;
 }

@@ -5,6 +5,7 @@
  * framework hook opens one client per device it is asked for; mb_open
  * still takes $MOONBRIGHT_DEVICE's daemon. On the host backend a device's
  * identity is its index; tests/gpu/test_devices.sh checks a GPU's UUID. */
+#include <pthread.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -144,6 +145,66 @@ static void no_daemon_for_the_device(void **state)
     assert_int_equal(sessions(&g_d1, "nobody"), 0);
 }
 
+/* Many threads through the hook at once, on both devices: allocations,
+ * streams recorded, frees, and empty_cache from one of them. Every block
+ * keeps its contents until freed, and both daemons' books end empty. Run
+ * under ThreadSanitizer in CI. After hook_serves_each_device, whose
+ * clients (tenant "hooked") it uses. */
+#define HOOK_THREADS 8
+#define HOOK_OPS 400
+
+static void *hook_worker(void *arg)
+{
+    uintptr_t id = (uintptr_t)arg;
+    uint64_t x = id * 0x9e3779b97f4a7c15ull + 1;
+    struct held { unsigned char *p; size_t n; int dev; unsigned char tag; } live[8] = { { 0 } };
+    long bad = 0;
+    for (int op = 0; op < HOOK_OPS; op++) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        int k = (int)(x % 8);
+        if (live[k].p) {
+            for (size_t i = 0; i < live[k].n; i += 4093)
+                bad += live[k].p[i] != live[k].tag;
+            if (x & 0x100)
+                mb_torch_record_stream(live[k].p, (void *)(uintptr_t)(0x100 + (x >> 20) % 4));
+            mb_torch_free(live[k].p, (ssize_t)live[k].n, live[k].dev, NULL);
+            live[k].p = NULL;
+        } else {
+            size_t n = (size_t)1 << (10 + (x >> 12) % 14);   /* 1 KiB .. 8 MiB */
+            int dev = (int)((x >> 30) & 1);
+            unsigned char *p = mb_torch_malloc((ssize_t)n, dev, NULL);
+            if (!p)
+                return (void *)-1;
+            memset(p, (int)(op & 0xff), n);
+            live[k] = (struct held){ p, n, dev, (unsigned char)(op & 0xff) };
+        }
+        if (id == 0 && op % 100 == 99)
+            mb_torch_empty_cache();
+    }
+    for (int k = 0; k < 8; k++)
+        if (live[k].p)
+            mb_torch_free(live[k].p, (ssize_t)live[k].n, live[k].dev, NULL);
+    return (void *)bad;
+}
+
+static void hook_from_many_threads(void **state)
+{
+    (void)state;
+    pthread_t t[HOOK_THREADS];   /* (the hook's clients are hook_serves_each_device's) */
+    for (uintptr_t i = 0; i < HOOK_THREADS; i++)
+        assert_int_equal(pthread_create(&t[i], NULL, hook_worker, (void *)i), 0);
+    for (int i = 0; i < HOOK_THREADS; i++) {
+        void *r;
+        assert_int_equal(pthread_join(t[i], &r), 0);
+        assert_int_equal((intptr_t)r, 0);   /* every block kept its bytes; none refused */
+    }
+    mb_torch_empty_cache();
+    assert_int_equal(mbt_tenant_num(&g_d0, "hooked", "bytes"), 0);
+    assert_int_equal(mbt_tenant_num(&g_d1, "hooked", "bytes"), 0);
+    assert_int_equal(sessions(&g_d0, "hooked"), 1);   /* the same clients all along */
+    assert_int_equal(sessions(&g_d1, "hooked"), 1);
+}
+
 /* The hook: one client per device, each on its daemon; a device no daemon
  * serves gets NULL; empty_cache gives every device's idle memory back.
  * Last: the hook's clients live until the process ends. */
@@ -187,6 +248,7 @@ int main(void)
                                         cmocka_unit_test(open_takes_the_named_daemon),
                                         cmocka_unit_test(no_daemon_for_the_device),
                                         cmocka_unit_test(mbctl_lists_every_daemon),
-                                        cmocka_unit_test(hook_serves_each_device) };
+                                        cmocka_unit_test(hook_serves_each_device),
+                                        cmocka_unit_test(hook_from_many_threads) };
     return cmocka_run_group_tests(tests, two_daemons, stop_daemons);
 }

@@ -34,7 +34,7 @@ fi
 if [ "${MB_TSAN:-1}" != 0 ]; then
   echo "ThreadSanitizer build: the client tests that run threads (every client has background threads)"
   cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=Debug -DMB_TSAN=ON -DMB_WERROR=ON >/dev/null
-  tsan_tests="test_threads test_vspace_host test_client_model test_heap test_late_grant test_integration"
+  tsan_tests="test_threads test_vspace_host test_client_model test_heap test_late_grant test_integration test_devices"
   # shellcheck disable=SC2086
   cmake --build build-tsan -j"$(nproc)" --target $tsan_tests moonbrightd mbctl mbtest_client mbtest_cacher
   (cd build-tsan &&
