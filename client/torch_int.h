@@ -29,8 +29,9 @@ bool graph_free(void *p, int device, bool cap);
  * or all); true while some wait (cheap). */
 void streams_poll(bool all);
 bool streams_deferred(void);
-/* The free of p on stream, deferred when streams were recorded for it:
- * true when deferred (the caller frees nothing then). */
+/* The free of p on stream, deferred when streams were recorded for it
+ * (host backend: its streams are ordered, nothing to defer): true when
+ * deferred (the caller frees nothing then). Never waits. */
 bool streams_free(mb_client *c, void *p, void *stream);
 
 #endif

@@ -8,10 +8,17 @@
  * records an event on each of them and on the freeing stream, and the
  * block goes back (mb_free) only once every event completed: `deferred`,
  * a queue polled by the next hook calls, a few entries at a time. No
- * stream is used after the call that named it, and none is made to wait.
- * Invariant: a pointer is in `recorded` or in `deferred`, not both, and a
- * deferred block is in no tier of its client. */
+ * stream is used after the call that named it, and none is made to wait;
+ * where events cannot be made, a device-sync fence (c->sync_ticket, which
+ * the client's background thread settles) stands in for them.
+ *
+ * Locks, never held across a driver call: `rec_lock` (read: a free's
+ * lookup; write: recording and removing), `queue_lock` (the queue's links;
+ * a poll detaches the entries it looks at and queries their events
+ * without it). Invariant: a pointer is in `recorded` or in `deferred`, not
+ * both, and a deferred block is in no tier of its client. */
 #include <pthread.h>
+#include <stdint.h>
 #include <stdlib.h>
 
 #include <moonbright/mbclient.h>
@@ -26,6 +33,7 @@ struct rec_streams {
 struct deferred_free {
     mb_client *c;
     void *p;
+    uint64_t ticket;   /* a device-sync fence standing in for missing events, or 0 */
     size_t n_ev;
     struct deferred_free *next;
     void *ev[];
@@ -33,20 +41,21 @@ struct deferred_free {
 
 #define DEFERRED_POLL 8   /* deferred frees one hook call looks at, at most */
 
-static pthread_mutex_t rec_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_rwlock_t rec_lock = PTHREAD_RWLOCK_INITIALIZER;
 static struct ptrmap recorded;
-static size_t rec_n, deferred_n;   /* entries (atomic reads: the calls' fast paths) */
+static pthread_mutex_t queue_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct deferred_free *deferred, **deferred_tail = &deferred;
+static size_t rec_n, deferred_n;   /* entries (atomic reads: the calls' fast paths) */
 
 void mb_torch_record_stream(void *ptr, void *stream)
 {
     if (!ptr)
         return;
-    pthread_mutex_lock(&rec_lock);
+    pthread_rwlock_wrlock(&rec_lock);
     struct rec_streams *r = ptrmap_get(&recorded, ptr), *nr;
     for (size_t i = 0; r && i < r->n; i++)
         if (r->streams[i] == stream) {
-            pthread_mutex_unlock(&rec_lock);
+            pthread_rwlock_unlock(&rec_lock);
             return;
         }
     size_t n = r ? r->n : 0;
@@ -63,39 +72,68 @@ void mb_torch_record_stream(void *ptr, void *stream)
         mb_log(MB_LOG_ERR, "out of memory recording stream %p for %p: it may be reused before "
                "that stream's work is done", stream, ptr);
     __atomic_store_n(&rec_n, recorded.n, __ATOMIC_RELAXED);
-    pthread_mutex_unlock(&rec_lock);
+    pthread_rwlock_unlock(&rec_lock);
 }
 
-/* Give back the deferred frees whose events all completed (at most
- * DEFERRED_POLL looked at; all when `all`). No lock held. */
+/* Have d's events, and its device-sync fence, all completed? (An event's
+ * error counts as done: there is nothing left to wait for.) No lock held. */
+static bool deferred_done(struct deferred_free *d)
+{
+    mb_backend *be = d->c->be;
+    for (; d->n_ev; d->n_ev--) {
+        if (be->ops->event_query(be, d->ev[d->n_ev - 1]) == 0)
+            return false;
+        be->ops->event_destroy(be, d->ev[d->n_ev - 1]);
+    }
+    if (!d->ticket)
+        return true;
+    pthread_mutex_lock(&d->c->lock);
+    bool synced = d->ticket <= d->c->synced;
+    if (!synced)
+        d->c->want_sync = true;
+    pthread_mutex_unlock(&d->c->lock);
+    return synced;
+}
+
 void streams_poll(bool all)
 {
-    struct deferred_free *done = NULL;
-    pthread_mutex_lock(&rec_lock);
-    int looked = 0;
-    for (struct deferred_free **pp = &deferred; *pp && (all || looked < DEFERRED_POLL); looked++) {
-        struct deferred_free *d = *pp;
-        mb_backend *be = d->c->be;
-        bool ready = true;
-        for (size_t i = 0; i < d->n_ev && ready; i++)
-            ready = be->ops->event_query(be, d->ev[i]) != 0;   /* (an error: nothing to wait for) */
-        if (!ready) {
-            pp = &d->next;
-            continue;
+    /* Detach up to DEFERRED_POLL entries (all of them with `all`) ... */
+    pthread_mutex_lock(&queue_lock);
+    struct deferred_free *mine = deferred, **end = &deferred;
+    for (int k = 0; *end && (all || k < DEFERRED_POLL); k++)
+        end = &(*end)->next;
+    deferred = *end;
+    *end = NULL;
+    if (!deferred)
+        deferred_tail = &deferred;
+    pthread_mutex_unlock(&queue_lock);
+    /* ... query them with no lock held ... */
+    struct deferred_free *keep = NULL, **keep_end = &keep, *done = NULL;
+    while (mine) {
+        struct deferred_free *d = mine;
+        mine = d->next;
+        d->next = NULL;
+        if (deferred_done(d)) {
+            d->next = done;
+            done = d;
+        } else {
+            *keep_end = d;
+            keep_end = &d->next;
         }
-        *pp = d->next;
-        if (deferred_tail == &d->next)
-            deferred_tail = pp;
-        d->next = done;
-        done = d;
-        __atomic_store_n(&deferred_n, deferred_n - 1, __ATOMIC_RELAXED);
     }
-    pthread_mutex_unlock(&rec_lock);
+    /* ... and put back, at the head, those still waiting. */
+    if (keep) {
+        pthread_mutex_lock(&queue_lock);
+        *keep_end = deferred;
+        if (!deferred)
+            deferred_tail = keep_end;
+        deferred = keep;
+        pthread_mutex_unlock(&queue_lock);
+    }
     while (done) {
         struct deferred_free *d = done;
         done = d->next;
-        for (size_t i = 0; i < d->n_ev; i++)
-            d->c->be->ops->event_destroy(d->c->be, d->ev[i]);
+        __atomic_fetch_sub(&deferred_n, 1, __ATOMIC_RELAXED);
         int rc = mb_free(d->c, d->p);
         if (rc)
             mb_log(MB_LOG_ERR, "failed to free %p after its recorded streams: %s", d->p,
@@ -104,23 +142,32 @@ void streams_poll(bool all)
     }
 }
 
-/* The free of p on stream, if p had streams recorded: deferred until
- * their work and stream's, queued so far, is done. True when deferred (or
- * when p was recorded but its events could not be made: then freed on
- * stream after a wait for those streams, the one host wait this takes). */
 bool streams_free(mb_client *c, void *p, void *stream)
 {
     if (!__atomic_load_n(&rec_n, __ATOMIC_RELAXED))
         return false;
-    pthread_mutex_lock(&rec_lock);
+    pthread_rwlock_rdlock(&rec_lock);   /* most frees are of pointers never recorded */
+    bool listed = ptrmap_get(&recorded, p) != NULL;
+    pthread_rwlock_unlock(&rec_lock);
+    if (!listed)
+        return false;
+    pthread_rwlock_wrlock(&rec_lock);
     struct rec_streams *r = ptrmap_del(&recorded, p);
     __atomic_store_n(&rec_n, recorded.n, __ATOMIC_RELAXED);
-    pthread_mutex_unlock(&rec_lock);
-    if (!r)
-        return false;
+    pthread_rwlock_unlock(&rec_lock);
     mb_backend *be = c->be;
+    if (!r || !be->ops->event_record) {   /* (host streams: trivially ordered) */
+        free(r);
+        return false;
+    }
     struct deferred_free *d = calloc(1, sizeof(*d) + (r->n + 1) * sizeof(d->ev[0]));
-    bool ok = d && be->ops->event_record;
+    if (!d) {
+        mb_log(MB_LOG_ERR, "out of memory deferring the free of %p after its recorded streams: "
+               "freed on its own stream", p);
+        free(r);
+        return false;
+    }
+    bool ok = true;
     for (size_t i = 0; ok && i <= r->n; i++) {
         void *s = i < r->n ? r->streams[i] : stream;
         if ((ok = be->ops->event_create(be, &d->ev[i]) == 0) &&
@@ -128,23 +175,20 @@ bool streams_free(mb_client *c, void *p, void *stream)
             be->ops->event_destroy(be, d->ev[i]);
         d->n_ev += ok;
     }
-    if (!ok) {
-        for (size_t i = 0; d && i < d->n_ev; i++)
-            be->ops->event_destroy(be, d->ev[i]);
-        free(d);
-        for (size_t i = 0; be->ops->stream_sync && i < r->n; i++)
-            be->ops->stream_sync(be, r->streams[i]);
-        free(r);
-        return false;
-    }
     free(r);
+    if (!ok) {   /* the next device sync of the background thread covers them all */
+        pthread_mutex_lock(&c->lock);
+        d->ticket = ++c->sync_ticket;
+        c->want_sync = true;
+        pthread_mutex_unlock(&c->lock);
+    }
     d->c = c;
     d->p = p;
-    pthread_mutex_lock(&rec_lock);
+    __atomic_fetch_add(&deferred_n, 1, __ATOMIC_RELAXED);
+    pthread_mutex_lock(&queue_lock);
     *deferred_tail = d;
     deferred_tail = &d->next;
-    __atomic_store_n(&deferred_n, deferred_n + 1, __ATOMIC_RELAXED);
-    pthread_mutex_unlock(&rec_lock);
+    pthread_mutex_unlock(&queue_lock);
     return true;
 }
 
