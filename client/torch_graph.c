@@ -72,7 +72,6 @@ static int graph_keep_held(void *p, int device, bool freed)
     return 0;
 }
 
-
 void *graph_alloc(mb_client *c, int device, size_t size)
 {
     void *p = NULL;
