@@ -571,3 +571,13 @@ double mbt_status_num(const struct mbt_daemon *d, const char *key)
     json_free(j);
     return v;
 }
+
+double mbt_status_wait(const struct mbt_daemon *d, const char *key, double want, int timeout_ms)
+{
+    double v = mbt_status_num(d, key);
+    for (int waited = 0; v != want && waited < timeout_ms; waited += 20) {
+        mbt_sleep_ms(20);
+        v = mbt_status_num(d, key);
+    }
+    return v;
+}

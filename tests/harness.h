@@ -64,6 +64,9 @@ int mbt_read_line(int fd, char *buf, size_t len, int timeout_ms);
 struct json *mbt_status(const struct mbt_daemon *d);
 /* One number of the status (-1 when the daemon did not answer). */
 double mbt_status_num(const struct mbt_daemon *d, const char *key);
+/* Poll the status until key reads want (up to timeout_ms, every 20 ms);
+ * returns the last value seen. */
+double mbt_status_wait(const struct mbt_daemon *d, const char *key, double want, int timeout_ms);
 /* One number of tenant `name` in mbctl tenants --json (-1 when the daemon
  * did not answer or lists no such tenant). */
 double mbt_tenant_num(const struct mbt_daemon *d, const char *name, const char *key);

@@ -53,13 +53,7 @@ static void assert_granted(const struct mbt_daemon *d, int frames, uint64_t byte
  * last value seen. */
 static int wait_granted(const struct mbt_daemon *d, int want)
 {
-    int granted = -1;
-    for (int i = 0; i < 200 && granted != want; i++) {
-        granted = (int)mbt_status_num(d, "frames_granted");
-        if (granted != want)
-            mbt_sleep_ms(50);
-    }
-    return granted;
+    return (int)mbt_status_wait(d, "frames_granted", want, 10000);
 }
 
 static void three_clients_stitch_and_verify(void **state)

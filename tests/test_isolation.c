@@ -444,9 +444,7 @@ static void share_refuses_duplicates_and_caps_tokens(void **state)
     assert_int_equal(att(&a, NULL, 0, "return 0"), 0);
     assert_int_equal((int)mbt_status_num(&d, "frames_granted"), 2);   /* the importer holds them */
     assert_int_equal(att(&a, NULL, 0, "close 1"), 0);
-    for (int i = 0; i < 100 && mbt_status_num(&d, "frames_granted") != 0; i++)
-        mbt_sleep_ms(20);
-    assert_int_equal((int)mbt_status_num(&d, "frames_granted"), 0);
+    assert_int_equal((int)mbt_status_wait(&d, "frames_granted", 0, 2000), 0);
     attacker_stop(&a);
     assert_true(mbt_daemon_alive(&d));
     assert_int_equal(mbt_daemon_stop(&d), 0);
@@ -812,13 +810,7 @@ static void kill_without_pidfd_keeps_frames_withdrawn(void **state)
     close(in);
     mbt_wait(victim);
     close(out);
-    int granted = -1;
-    for (int i = 0; i < 200 && granted != 0; i++) {
-        granted = (int)mbt_status_num(&d, "frames_granted");
-        if (granted)
-            mbt_sleep_ms(50);
-    }
-    assert_int_equal(granted, 0);
+    assert_int_equal((int)mbt_status_wait(&d, "frames_granted", 0, 10000), 0);
     assert_int_equal(mbt_daemon_stop(&d), 0);
 }
 

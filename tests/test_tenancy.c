@@ -355,13 +355,7 @@ static void kill_withdraws_until_exit(void **state)
     close(in);
     mbt_wait(victim);
     close(out);
-    int granted = -1;
-    for (int i = 0; i < 200 && granted != 0; i++) {
-        granted = (int)mbt_status_num(&d, "frames_granted");
-        if (granted)
-            mbt_sleep_ms(50);
-    }
-    assert_int_equal(granted, 0);
+    assert_int_equal((int)mbt_status_wait(&d, "frames_granted", 0, 10000), 0);
     assert_int_equal(mbt_daemon_stop(&d), 0);
 }
 

@@ -1195,9 +1195,7 @@ static void extent_frames(const char *budget, size_t *taken, size_t *larger, dou
     for (int i = 0; i < 16; i++)
         assert_int_equal(mbt_session_grant_large(&gone, 64 * mib), 0);
     mbt_session_close(&gone);
-    for (int i = 0; i < 200 && mbt_status_num(&d, "frames_granted") != 0; i++)
-        mbt_sleep_ms(10);
-    assert_int_equal(mbt_status_num(&d, "frames_granted"), 0);
+    assert_int_equal(mbt_status_wait(&d, "frames_granted", 0, 2000), 0);
     double creates0 = mbt_status_num(&d, "grant_creates");
     setenv("MOONBRIGHT_RUNTIME_DIR", d.dir, 1);
     mb_client *c = open_patient("pool", "0");
