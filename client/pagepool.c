@@ -212,6 +212,14 @@ static size_t remove_free_extents(struct pagepool *p, int64_t idle_before, size_
 
 /* ---- free pages ---- */
 
+/* Pages held now fell: the window's lowest point may be lower. */
+static void note_held(struct pagepool *p)
+{
+    size_t held = p->n_used + p->n_pending;
+    if (held < p->win_low)
+        p->win_low = held;
+}
+
 static void push_pages(struct pagepool *p, const uint64_t *pages, size_t n, int64_t now)
 {
     /* Last first: pops then return them in the order given. Pages come in
@@ -283,6 +291,7 @@ static void reclaim(struct pagepool *p, bool wait, int64_t now)
             vsnodes_put(q->nodes_to, q->nodes, q->nn);
         free(q);
     }
+    note_held(p);
 }
 
 /* The free-page cap for a pool with used pages in use (see LOW_SHARE). */
@@ -292,19 +301,26 @@ static size_t cap_of(size_t used, size_t page_bytes)
     return share > floor ? share : floor;
 }
 
-/* Demand: pages taken per 100 ms window over the last second; the
- * watermark is twice the busiest window, but never more than the cap
- * (free pages are memory held for nobody: a burst that outruns the thread
- * waits rather than doubling the pool). Pool lock held. */
+/* Demand: per 100 ms window over the last second, the largest rise of the
+ * pages held (used, or unmapped and waiting for their work) above their
+ * lowest point in the window: what takes consumed that returns had not
+ * given back. A load that grows takes that much from the free pages; one
+ * that takes and returns as much (a server at a steady size) needs few,
+ * however many it takes. The watermark is twice the busiest window, but
+ * never more than the cap (free pages are memory held for nobody: a burst
+ * that outruns the thread waits rather than doubling the pool). Pool lock
+ * held. */
 static size_t low_of(const struct pagepool *p, size_t peak)
 {
     size_t cap = cap_of(p->n_used, p->page_bytes);
     return 2 * peak < cap ? 2 * peak : cap;
 }
 
+/* n pages are about to be taken (0: the clock only). */
 static void note_demand(struct pagepool *p, size_t n, int64_t now)
 {
     int64_t w = now / PP_WINDOW_MS;
+    size_t held = p->n_used + p->n_pending;
     if (w > p->win_ms) {   /* (a caller's older clock reading counts in the current window) */
         int64_t steps = w - p->win_ms;
         if (steps > PP_WINDOWS)
@@ -314,8 +330,10 @@ static void note_demand(struct pagepool *p, size_t n, int64_t now)
             p->win[p->win_i] = 0;
         }
         p->win_ms = w;
+        p->win_low = held;
     }
-    p->win[p->win_i] += n;
+    if (n && held + n - p->win_low > p->win[p->win_i])
+        p->win[p->win_i] = held + n - p->win_low;
     size_t peak = 0;
     for (int i = 0; i < PP_WINDOWS; i++)
         peak = p->win[i] > peak ? p->win[i] : peak;
@@ -387,9 +405,9 @@ int pagepool_take(struct pagepool *p, size_t n, uint64_t *out)
         return 0;
     int64_t now = mb_now_ms();
     pthread_mutex_lock(&p->lock);
-    note_demand(p, n, now);
     if (p->pending)   /* pages whose work completed come back first (lowest address first) */
         reclaim(p, false, now);
+    note_demand(p, n, now);
     bool waited = false;
     int rc = 0;
     while (rc == 0 && p->n_free < n) {
@@ -449,6 +467,7 @@ void pagepool_give(struct pagepool *p, const uint64_t *pages, size_t n)
     size_t before = p->n_free;
     push_pages(p, pages, n, now);
     p->n_used -= p->n_free - before;
+    note_held(p);
     PP_CHECK(p);
     pthread_mutex_unlock(&p->lock);
 }
@@ -493,6 +512,7 @@ int pagepool_retire(struct pagepool *p, const uint64_t *pages, size_t n, void *c
     p->n_used -= n;
     if (done) {
         push_pages(p, q->pages, n, mb_now_ms());
+        note_held(p);
     } else {
         q->next = p->pending;
         p->pending = q;
@@ -550,9 +570,9 @@ bool pagepool_work(struct pagepool *p, int64_t now, int idle_ms, unsigned delay_
 {
     bool again = false;
     pthread_mutex_lock(&p->lock);
-    note_demand(p, 0, now);
     if (p->pending)
         reclaim(p, false, now);
+    note_demand(p, 0, now);
     /* Refill: one extent per step, up to half again the watermark; after a
      * failure (memory, quota) not again for a second. */
     uint64_t trims = p->trims;
@@ -585,6 +605,7 @@ void pagepool_trim_held(struct pagepool *p)
     p->low = 0;
     p->trims++;
     memset(p->win, 0, sizeof(p->win));
+    p->win_low = p->n_used + p->n_pending;
     PP_CHECK(p);
     pthread_mutex_unlock(&p->lock);
     fl_unmap_held(p->c, gone, n_gone);

@@ -7,9 +7,10 @@
  *            above 64 MiB), mapped once and carved into pages;
  *            a page is an offset into it: no descriptor, no driver call.
  *   low      the low watermark: free pages the background thread keeps
- *            ready, sized from recent demand (twice the most pages taken in
- *            one 100 ms window of the last second), at most 1/64 of the
- *            pages in use.
+ *            ready, sized from recent demand (twice the largest rise of the
+ *            pages held, used or pending, within one 100 ms window of the
+ *            last second), at most 1/64 of the pages in use (512 MiB of
+ *            pages while the pool is smaller).
  *   pending  pages unmapped on a stream, free once an event recorded after
  *            the invalidation completed.
  *   wait     a take that found fewer free pages than it needed and mapped an
@@ -70,7 +71,9 @@ struct pagepool {
     size_t n_free, n_pending, n_used, n_total;
     struct pp_pending *pending;
     int64_t win_ms;              /* start of the current demand window */
-    size_t win[PP_WINDOWS];      /* pages taken per window, win[win_i] the current */
+    size_t win[PP_WINDOWS];      /* per window, the largest rise of the pages held (used or
+                                  * pending) above win_low; win[win_i] the current */
+    size_t win_low;              /* the fewest pages held in the current window */
     int win_i;
     size_t low;                  /* low watermark, pages */
     int growers;                 /* grows in flight (frame layer calls outside the lock) */

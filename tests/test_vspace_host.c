@@ -393,6 +393,37 @@ static void test_refill_background(void **state)
     assert_int_equal(st.vspace_pool_bytes, 0);
 }
 
+/* A load that takes and returns as many pages as it holds (a server at a
+ * steady size) keeps few free pages, however many it takes: the watermark
+ * follows the rise of the pages held in a window, not the pages taken.
+ * 512 pages (32 MiB) mapped and unmapped 400 times take 12 800 MiB; the
+ * pool stays at most 256 MiB (128 MiB here; 896 MiB when the watermark
+ * followed the pages taken). */
+static void test_refill_steady_churn(void **state)
+{
+    (void)state;
+    assert_int_equal(mb_trim(g_c, 0), 0);
+    const size_t page = 64 << 10, n = 512;
+    mb_vspace *v;
+    assert_int_equal(mb_vspace_create(g_c, n * page, page, &v), 0);
+    size_t most = 0;
+    for (int i = 0; i < 400; i++) {
+        assert_int_equal(mb_vspace_map_async(v, 0, n, NULL), 0);
+        assert_int_equal(mb_vspace_unmap_async(v, 0, n, NULL), 0);
+        if (i % 40 == 0)
+            mbt_sleep_ms(20);   /* let the refill thread act on what it saw */
+        mb_client_stats st = stats_of(g_c);
+        most = st.vspace_pool_bytes > most ? st.vspace_pool_bytes : most;
+    }
+    mbt_sleep_ms(150);
+    mb_client_stats st = stats_of(g_c);
+    most = st.vspace_pool_bytes > most ? st.vspace_pool_bytes : most;
+    assert_true(most >= n * page);
+    assert_true(most <= (size_t)256 << 20);
+    mb_vspace_destroy(v);
+    assert_int_equal(mb_trim(g_c, 0), 0);
+}
+
 /* Refills in flight in c's pool of page_bytes pages (the thread's or a
  * waiting map's). */
 static int growers(mb_client *c, size_t page_bytes)
@@ -1662,6 +1693,7 @@ int main(void)
         cmocka_unit_test(test_random),
         cmocka_unit_test(test_pool_extents_and_trim),
         cmocka_unit_test(test_refill_background),
+        cmocka_unit_test(test_refill_steady_churn),
         cmocka_unit_test(test_map_during_refill),
         cmocka_unit_test(test_grow_tail),
         cmocka_unit_test(test_grow_reuse),

@@ -18,11 +18,12 @@
  * a map of more pages than that maps the frame plan of what it needs),
  * mapped once and carved into pages, so a page costs no descriptor and no
  * driver call. A background thread keeps each pool's free pages above a low
- * watermark sized from recent demand (twice the most pages taken in 100 ms
- * over the last second, at most 1/64 of the pages in use); a map that finds
- * too few free pages maps an extent itself before returning, and mb_stats
- * counts it (vspace_refill_waits). Free pages are shared by all vspaces of the client
- * with the same page size and stay mapped after mb_vspace_destroy; extents
+ * watermark sized from recent demand (twice the largest rise of the pages
+ * held within 100 ms over the last second: a load at a steady size that
+ * takes and returns pages needs few; at most 1/64 of the pages in use); a
+ * map that finds too few free pages maps an extent itself before returning,
+ * and mb_stats counts it (vspace_refill_waits). Free pages are shared by
+ * all vspaces of the client with the same page size and stay mapped after mb_vspace_destroy; extents
  * whose pages are all free (and whose last use completed) go back on
  * mb_trim, on the daemon's reclaim notice, and when unused for
  * $MOONBRIGHT_IDLE_MS (default 2000 ms).
