@@ -99,7 +99,19 @@ struct cuda_priv {
     size_t nbuckets;        /* a power of two */
     size_t nmaps;           /* entries in the table; grows it at 2 * nbuckets */
     struct mb_mem anchor;   /* keep_exports_warm's frame (h 0: none) */
+    pthread_mutex_t ev_lock;   /* guards ev_free */
+    CUevent *ev_free;          /* events given back, for the next event_create */
+    size_t n_ev_free;
+    bool ev_pool;              /* off: MOONBRIGHT_EVENT_POOL=0 */
 };
+
+/* Events given back are kept for reuse, up to EVENT_POOL_MAX a backend: the
+ * fences of stream-ordered frees are made and dropped on request paths, and
+ * cuEventCreate / cuEventDestroy cost more there than a reuse. A kept event
+ * may still be pending; recording it again supersedes that record, which
+ * nobody waits on any more (a stream that waited on it captured the record
+ * it saw when it was told to wait). */
+#define EVENT_POOL_MAX 1024
 
 static struct cuda_priv *P(mb_backend *b) { return b->priv; }
 
@@ -581,6 +593,16 @@ static int cuda_memset(mb_backend *b, void *va, int value, size_t bytes, void *s
 
 static int cuda_event_create(mb_backend *b, void **ev)
 {
+    struct cuda_priv *p = P(b);
+    if (p->ev_pool) {
+        pthread_mutex_lock(&p->ev_lock);
+        CUevent kept = p->n_ev_free ? p->ev_free[--p->n_ev_free] : NULL;
+        pthread_mutex_unlock(&p->ev_lock);
+        if (kept) {
+            *ev = kept;
+            return 0;
+        }
+    }
     CUevent e;
     ENTER(b);
     CUresult r = CU(cuEventCreate)(&e, CU_EVENT_DISABLE_TIMING);
@@ -593,6 +615,16 @@ static int cuda_event_create(mb_backend *b, void **ev)
 
 static void cuda_event_destroy(mb_backend *b, void *ev)
 {
+    struct cuda_priv *p = P(b);
+    if (ev && p->ev_pool) {
+        pthread_mutex_lock(&p->ev_lock);
+        bool kept = p->n_ev_free < EVENT_POOL_MAX;
+        if (kept)
+            p->ev_free[p->n_ev_free++] = ev;
+        pthread_mutex_unlock(&p->ev_lock);
+        if (kept)
+            return;
+    }
     int pushed;
     if (!ev || ctx_enter(b, &pushed) != 0)
         return;
@@ -776,6 +808,8 @@ static void cuda_close(mb_backend *b)
         }
         if (p->scrub_stream)
             CU(cuStreamDestroy)(p->scrub_stream);
+        while (p->n_ev_free)
+            CU(cuEventDestroy)(p->ev_free[--p->n_ev_free]);
         ctx_leave(pushed);
     }
     CUcontext cur = NULL;
@@ -783,6 +817,8 @@ static void cuda_close(mb_backend *b)
         CU(cuCtxSetCurrent)(NULL);
     CU(cuDevicePrimaryCtxRelease)(p->dev);
     free(p->buckets);
+    free(p->ev_free);
+    pthread_mutex_destroy(&p->ev_lock);
     pthread_mutex_destroy(&p->lock);
     free(p);
     free(b);
@@ -919,6 +955,10 @@ int mb_backend_cuda_open(int device, mb_backend **out)
     }
     p->dev = dev;
     pthread_mutex_init(&p->lock, NULL);
+    pthread_mutex_init(&p->ev_lock, NULL);
+    const char *evp = getenv("MOONBRIGHT_EVENT_POOL");
+    p->ev_pool = !(evp && strcmp(evp, "0") == 0) &&
+                 (p->ev_free = malloc(EVENT_POOL_MAX * sizeof(*p->ev_free))) != NULL;
     b->name = "cuda";
     b->device = device;
     _Static_assert(sizeof(id.bytes) == MB_UUID_BYTES, "a CUuuid is 16 bytes");
@@ -930,6 +970,8 @@ int mb_backend_cuda_open(int device, mb_backend **out)
     if (r != CUDA_SUCCESS) {
         mb_log(MB_LOG_WARN, "cuda backend unusable: failed to retain device %d's context: %s",
                device, cu_errstr(r));
+        free(p->ev_free);
+        pthread_mutex_destroy(&p->ev_lock);
         pthread_mutex_destroy(&p->lock);
         free(p);
         free(b);
