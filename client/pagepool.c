@@ -108,7 +108,8 @@ bool pagepool_is_valid(struct pagepool *p)
     for (const struct pp_pending *q = p->pending; q; q = q->next)
         pend += q->n;
     return total == p->n_total && nfree == p->n_free && pend == p->n_pending &&
-           p->n_free + p->n_pending + p->n_used == p->n_total;
+           p->n_free + p->n_pending + p->n_used == p->n_total &&
+           p->win_low <= p->n_used + p->n_pending;
 }
 
 /* The extent holding page, or NULL. */

@@ -60,6 +60,7 @@ struct pp_pending {
 
 /* Guarded by lock. Invariants (pagepool_is_valid):
  *   n_free + n_pending + n_used == n_total == sum of ext[i]->npages
+ *   win_low <= n_used + n_pending (the pages held now)
  *   n_free == sum of ext[i]->n_free; ext[] sorted by base, not overlapping */
 struct pagepool {
     mb_client *c;
