@@ -2,9 +2,10 @@
 small transformer blocks, called with sequence lengths that change between
 calls. Checked: every output matches eager execution of the same blocks,
 and no tensor made after a call is written by a later one. Then the same
-with mode="reduce-overhead" (CUDA graph trees), with the same checks where
-PyTorch's pluggable-allocator interface lets it run; where PyTorch raises
-for a call the interface lacks, that is printed, not failed. Exit 77
+with mode="reduce-overhead", CUDA graph trees on and off, with the same
+checks where PyTorch's pluggable-allocator interface lets it run; where
+PyTorch raises for a call the interface lacks, that is printed, not
+failed. Exit 77
 (skip) without torch, Triton or a GPU.
 
 usage: torch_compile.py LIBMBCLIENT
@@ -79,22 +80,27 @@ def main():
     print("torch.compile: %d calls (%d shapes): largest difference from eager %.3g; elements "
           "of later tensors written: %d" % (2 * len(lengths), len(set(lengths)), worst, overwritten))
     failed |= worst > 1e-3 or overwritten != 0
-    # mode="reduce-overhead": CUDA graph trees of the compiled code. They
-    # ask the allocator for calls PyTorch's pluggable interface does not
-    # pass on (checkPoolLiveAllocations, getCheckpointState), so PyTorch
-    # raises with any pluggable allocator; where it runs, it is checked.
-    torch._dynamo.reset()
-    what = "torch.compile(mode=\"reduce-overhead\")"
-    try:
-        worst, overwritten = run(torch.compile(block, mode="reduce-overhead"), block, lengths, 100)
-    except RuntimeError as e:
-        if "does not yet support" not in str(e):
-            raise
-        print("%s: not run: PyTorch says \"%s\"" % (what, str(e).split(". If")[0]))
-    else:
-        print("%s: %d calls: largest difference from eager %.3g; elements of later tensors "
-              "written by replays: %d" % (what, 2 * len(lengths), worst, overwritten))
-        failed |= worst > 1e-3 or overwritten != 0
+    # mode="reduce-overhead": CUDA graphs of the compiled code, first as
+    # graph trees (the default), then as one graph per shape (graph trees
+    # off). Graph trees ask the allocator for calls PyTorch's pluggable
+    # interface does not pass on (checkPoolLiveAllocations,
+    # getCheckpointState), so PyTorch raises with any pluggable allocator;
+    # whatever runs is checked.
+    for trees in (True, False):
+        torch._dynamo.reset()
+        torch._inductor.config.triton.cudagraph_trees = trees
+        what = "torch.compile(mode=\"reduce-overhead\"), graph trees %s" % ("on" if trees else "off")
+        try:
+            worst, overwritten = run(torch.compile(block, mode="reduce-overhead"), block, lengths,
+                                     100 if trees else 200)
+        except RuntimeError as e:
+            if "does not yet support" not in str(e):
+                raise
+            print("%s: not run: PyTorch says \"%s\"" % (what, str(e).split(". If")[0]))
+        else:
+            print("%s: %d calls: largest difference from eager %.3g; elements of later tensors "
+                  "written by replays: %d" % (what, 2 * len(lengths), worst, overwritten))
+            failed |= worst > 1e-3 or overwritten != 0
     print("FAIL" if failed else "PASS")
     return 1 if failed else 0
 
