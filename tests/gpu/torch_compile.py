@@ -10,14 +10,9 @@ failed. Exit 77
 
 usage: torch_compile.py LIBMBCLIENT
 """
-import os
 import sys
 
-try:
-    import torch
-except ImportError:
-    print("SKIP: torch is not installed")
-    sys.exit(77)
+from torch_env import enable_hook, need_gpu, torch
 
 
 class Block(torch.nn.Module):
@@ -58,17 +53,13 @@ def run(fn, block, lengths, seed):
 
 
 def main():
-    if not torch.cuda.is_available():
-        print("SKIP: no CUDA device")
-        return 77
+    need_gpu()
     try:
         import triton  # noqa: F401  (inductor's GPU code generator)
     except ImportError:
         print("SKIP: triton is not installed (torch.compile cannot generate GPU code)")
         return 77
-    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "client", "python"))
-    import moonbright_torch
-    moonbright_torch.enable(sys.argv[1])
+    enable_hook(sys.argv[1])
     torch.manual_seed(11)
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False

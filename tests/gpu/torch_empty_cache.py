@@ -11,11 +11,7 @@ import os
 import subprocess
 import sys
 
-try:
-    import torch
-except ImportError:
-    print("SKIP: torch is not installed")
-    sys.exit(77)
+from torch_env import enable_hook, need_gpu, torch
 
 
 def tenant_bytes(mbctl, name):
@@ -27,13 +23,9 @@ def tenant_bytes(mbctl, name):
 
 
 def main():
-    if not torch.cuda.is_available():
-        print("SKIP: no CUDA device")
-        return 77
+    need_gpu()
     lib, mbctl = sys.argv[1], sys.argv[2]
-    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "client", "python"))
-    import moonbright_torch
-    moonbright_torch.enable(lib)
+    enable_hook(lib)
     tenant = os.environ.get("MOONBRIGHT_TENANT", "torch")
     big = torch.ones(1 << 28, device="cuda")               # 1 GiB
     small = [torch.ones(1 << k, device="cuda") for k in range(8, 20)]

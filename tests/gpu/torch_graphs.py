@@ -9,14 +9,9 @@ Exit 77 (skip) without torch or a GPU.
 
 usage: torch_graphs.py LIBMBCLIENT
 """
-import os
 import sys
 
-try:
-    import torch
-except ImportError:
-    print("SKIP: torch is not installed")
-    sys.exit(77)
+from torch_env import enable_hook, need_gpu, torch
 
 
 def step(w1, w2, x):
@@ -29,12 +24,8 @@ def step(w1, w2, x):
 
 
 def main():
-    if not torch.cuda.is_available():
-        print("SKIP: no CUDA device")
-        return 77
-    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "client", "python"))
-    import moonbright_torch
-    moonbright_torch.enable(sys.argv[1])
+    need_gpu()
+    enable_hook(sys.argv[1])
     torch.manual_seed(7)
     torch.backends.cuda.matmul.allow_tf32 = False
     w1 = torch.randn(1024, 8192, device="cuda") / 32

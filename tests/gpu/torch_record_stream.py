@@ -9,14 +9,9 @@ or a GPU.
 
 usage: torch_record_stream.py LIBMBCLIENT
 """
-import os
 import sys
 
-try:
-    import torch
-except ImportError:
-    print("SKIP: torch is not installed")
-    sys.exit(77)
+from torch_env import enable_hook, need_gpu, torch
 
 
 def once(n, side, spin):
@@ -35,12 +30,8 @@ def once(n, side, spin):
 
 
 def main():
-    if not torch.cuda.is_available():
-        print("SKIP: no CUDA device")
-        return 77
-    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "client", "python"))
-    import moonbright_torch
-    moonbright_torch.enable(sys.argv[1])
+    need_gpu()
+    enable_hook(sys.argv[1])
     side = torch.cuda.Stream()
     failed = False
     for n in (1 << 10, 1 << 18, 1 << 24):   # 4 KiB, 1 MiB, 64 MiB of floats

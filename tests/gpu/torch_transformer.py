@@ -5,22 +5,15 @@ and gradient norms must agree. Exit 77 (skip) without torch or a GPU.
 usage: torch_transformer.py LIBMBCLIENT   (runs both variants as subprocesses)
        torch_transformer.py LIBMBCLIENT default|moonbright   (one variant)
 """
-import os
 import subprocess
 import sys
 
-try:
-    import torch
-except ImportError:
-    print("SKIP: torch is not installed")
-    sys.exit(77)
+from torch_env import enable_hook, need_gpu, torch
 
 
 def run(lib, which):
-    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "client", "python"))
     if which == "moonbright":
-        import moonbright_torch
-        moonbright_torch.enable(lib)
+        enable_hook(lib)
     torch.manual_seed(1234)
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
@@ -50,9 +43,7 @@ def main():
     if len(sys.argv) > 2:
         run(lib, sys.argv[2])
         return 0
-    if not torch.cuda.is_available():
-        print("SKIP: no usable GPU")
-        return 77
+    need_gpu()
     got = {}
     for which in ("default", "moonbright"):
         p = subprocess.run([sys.executable, __file__, lib, which], capture_output=True, text=True,
