@@ -24,51 +24,48 @@ uint64_t mb_now_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-/* One message: [identity] (ROUTER only) then the packed protobuf. Fault
- * injection (debug builds) may drop, duplicate, delay or truncate it. */
-static int send_packed(void *sock, const void *ident, size_t ident_len, const ProtobufCMessage *m)
+int mb_wire_pack(const ProtobufCMessage *m, uint8_t *stack, size_t stack_bytes, uint8_t **out,
+                 size_t *len, int *copies)
 {
-    size_t len = protobuf_c_message_get_packed_size(m);
-    if (len > MB_WIRE_MAX_BYTES) {
-        mb_log(MB_LOG_ERR, "failed to send message: %zu bytes exceeds the %d-byte limit",
-               len, MB_WIRE_MAX_BYTES);
+    size_t n = protobuf_c_message_get_packed_size(m);
+    if (n > MB_WIRE_MAX_BYTES) {
+        mb_log(MB_LOG_ERR, "failed to send a message: %zu bytes exceeds the %d-byte limit", n,
+               MB_WIRE_MAX_BYTES);
         return MB_EINVAL;
     }
-    uint8_t stackbuf[4096];
-    uint8_t *buf = len <= sizeof(stackbuf) ? stackbuf : malloc(len);
+    uint8_t *buf = n <= stack_bytes ? stack : malloc(n);
     if (!buf)
         return MB_ENOMEM;
     protobuf_c_message_pack(m, buf);
     if (mb_fault(MB_FAULT_DELAY))
         usleep((useconds_t)(rand() % 50000));
     if (mb_fault(MB_FAULT_TRUNC))
-        len /= 2;
-    int copies = mb_fault(MB_FAULT_DROP) ? 0 : mb_fault(MB_FAULT_DUP) ? 2 : 1;
-    int rc = 0;
+        n /= 2;
+    *copies = mb_fault(MB_FAULT_DROP) ? 0 : mb_fault(MB_FAULT_DUP) ? 2 : 1;
+    *out = buf;
+    *len = n;
+    return 0;
+}
+
+int mb_wire_send_request(void *dealer, const Mb__Request *req)
+{
+    uint8_t stack[4096], *buf;
+    size_t len;
+    int copies, rc = mb_wire_pack(&req->base, stack, sizeof(stack), &buf, &len, &copies);
+    if (rc < 0)
+        return rc;
     for (int k = 0; k < copies && rc >= 0; k++) {
-        if (ident && (rc = zmq_send(sock, ident, ident_len, ZMQ_SNDMORE | ZMQ_DONTWAIT)) < 0)
-            break;
         do
-            rc = zmq_send(sock, buf, len, ZMQ_DONTWAIT);
+            rc = zmq_send(dealer, buf, len, ZMQ_DONTWAIT);
         while (rc < 0 && errno == EINTR);
     }
-    if (buf != stackbuf)
+    if (buf != stack)
         free(buf);
     if (rc < 0) {
         mb_log(MB_LOG_DEBUG, "failed to send message: %s", zmq_strerror(errno));
         return MB_EUNAVAIL;
     }
     return 0;
-}
-
-int mb_wire_send_request(void *dealer, const Mb__Request *req)
-{
-    return send_packed(dealer, NULL, 0, &req->base);
-}
-
-int mb_wire_send_reply(void *router, const void *ident, size_t ident_len, const Mb__Reply *rep)
-{
-    return send_packed(router, ident, ident_len, &rep->base);
 }
 
 int mb_wire_recv_reply(void *dealer, uint64_t id, int timeout_ms, Mb__Reply **out,

@@ -15,9 +15,16 @@
 #define MB_WIRE_MAX_BYTES (256 * 1024)
 #define MB_WIRE_MAX_IDENT 255
 
-/* Pack and send; 0 or a negative mb_status. */
+/* Pack a request and send it on a DEALER; 0 or a negative mb_status. */
 int mb_wire_send_request(void *dealer, const Mb__Request *req);
-int mb_wire_send_reply(void *router, const void *ident, size_t ident_len, const Mb__Reply *rep);
+
+/* Pack m for sending (both sides): into stack (stack_bytes long) when it
+ * fits, else into memory from malloc (*out != stack: the caller frees it);
+ * *len bytes, to be sent *copies times. Fault injection (debug builds) may
+ * delay the call, halve *len, or ask for 0 or 2 copies. 0, MB_EINVAL past
+ * MB_WIRE_MAX_BYTES (logged), or MB_ENOMEM. */
+int mb_wire_pack(const ProtobufCMessage *m, uint8_t *stack, size_t stack_bytes, uint8_t **out,
+                 size_t *len, int *copies);
 
 /* Receive one reply on a DEALER, waiting at most timeout_ms. Every other
  * message goes to on_notice when given, then is dropped: unsolicited

@@ -39,27 +39,14 @@
 
 int daemon_send(struct daemon *d, const uint8_t *ident, size_t ident_len, const Mb__Reply *rep)
 {
-    size_t len = mb__reply__get_packed_size(rep);
-    if (len > MB_WIRE_MAX_BYTES) {
-        mb_log(MB_LOG_ERR, "failed to send a reply: %zu bytes exceeds the %d-byte limit", len,
-               MB_WIRE_MAX_BYTES);
-        return MB_EINVAL;
-    }
-    uint8_t stackbuf[4096];
-    uint8_t *buf = len <= sizeof(stackbuf) ? stackbuf : malloc(len);
-    if (!buf)
-        return MB_ENOMEM;
-    mb__reply__pack(rep, buf);
-    /* Fault injection (debug builds): delay, drop, duplicate or truncate. */
-    if (mb_fault(MB_FAULT_DELAY))
-        usleep((useconds_t)(rand() % 50000));
-    if (mb_fault(MB_FAULT_TRUNC))
-        len /= 2;
-    int copies = mb_fault(MB_FAULT_DROP) ? 0 : mb_fault(MB_FAULT_DUP) ? 2 : 1;
-    int rc = 0;
+    uint8_t stack[4096], *buf;
+    size_t len;
+    int copies, rc = mb_wire_pack(&rep->base, stack, sizeof(stack), &buf, &len, &copies);
+    if (rc < 0)
+        return rc;
     for (int k = 0; k < copies && rc == 0; k++)
         rc = d->ctl_listen >= 0 ? ctl_send(d, ident, ident_len, buf, len) : 0;
-    if (buf != stackbuf)
+    if (buf != stack)
         free(buf);
     return rc;
 }
