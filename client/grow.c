@@ -77,6 +77,12 @@ bool growable_is_valid(const mb_client *c, const struct growable *x)
            (!x->idle || x->pending || !x->busy);
 }
 
+/* g->used changed: its demand (g->dm) notes it. g->lock held. */
+static void note_used(struct growset *g)
+{
+    demand_note(&g->dm, g->used, 0, mb_now_ms());
+}
+
 /* ---- the frame layer: every call grow.c makes into it ---- */
 
 /* The bytes the frame plan's frames for `bytes` hold. */
@@ -232,6 +238,7 @@ static int grow_job_run(void *arg, bool fail)
             if (x->used > s->bytes) {
                 g->used -= x->used - s->bytes;
                 x->used = s->bytes;
+                note_used(g);
             }
             g->ahead = g->ahead - ahead_was + (s->bytes - x->used);
         }
@@ -447,6 +454,7 @@ struct growset *growset_new(void)
     if (g) {
         pthread_mutex_init(&g->lock, NULL);
         pthread_cond_init(&g->not_busy, NULL);
+        demand_init(&g->dm, 0, mb_now_ms());
     }
     return g;
 }
@@ -608,8 +616,9 @@ void idle_push_held(struct growset *g, struct gidle *i, struct stitched *s)
 }
 
 /* Freed ranges kept mapped: at most this many bytes (1/64 of the bytes in
- * use, and 128 MiB besides), the rest unmapped by the background thread. */
-size_t idle_cap(const struct growset *g) { return (g->used >> AHEAD_SHIFT) + ((size_t)128 << 20); }
+ * use, and IDLE_FLOOR besides), the rest unmapped by the background
+ * thread. */
+size_t idle_cap(const struct growset *g) { return (g->used >> AHEAD_SHIFT) + IDLE_FLOOR; }
 
 /* Unlink idle ranges whose fence and mappings completed: all (idle_ms <
  * 0), those idle since before now - idle_ms, and more while they hold
@@ -804,6 +813,7 @@ int grow_alloc(mb_client *c, size_t size, size_t max, void *stream, bool async, 
         g->ahead -= size;   /* the mapping was counted ahead */
         x->used = size;
         g->used += size;
+        note_used(g);
         g->waits += waited && !queued;
         g->queued += queued;
         if (!x->pending) {   /* (else its last job does) */
@@ -956,6 +966,7 @@ int grow_extend(mb_client *c, void *ptr, size_t new_size, void *stream, bool asy
             g->ahead -= new_size - x->used;
             g->used += new_size - x->used;
             x->used = new_size;
+            note_used(g);
             x->last_ms = mb_now_ms();
         }
     }
@@ -1027,6 +1038,7 @@ int grow_free(mb_client *c, void *ptr, void *stream)
     ptrmap_del(&g->map, ptr);
     g->n--;
     g->used -= x->used;
+    note_used(g);
     g->ahead -= x->s->bytes - x->used;
     struct stitched *s = x->s;
     /* The work of an owner before it (reused in stream order) is covered

@@ -36,19 +36,32 @@ static size_t spare_size_held(const struct growset *g, size_t unit)
     return round_unit(v[n * 3 / 4 < n ? n * 3 / 4 : n - 1], unit);
 }
 
+/* What the idle ranges may hold for spare ranges to be made: idle_cap's
+ * share of the bytes in use (1/64), and of its floor only twice the
+ * demand of the last second (demand.h: the largest rise of the bytes in
+ * use in a window, what arrivals took that departures had not given
+ * back). A small load turning over fast, whose departures free the ranges
+ * its arrivals reuse, gets no spares however many allocations it makes;
+ * a large or growing one gets idle_cap's. g->lock held. */
+static size_t spare_room_held(struct growset *g)
+{
+    size_t rise2 = 2 * demand_note(&g->dm, g->used, 0, mb_now_ms());
+    return (g->used >> AHEAD_SHIFT) + (rise2 < IDLE_FLOOR ? rise2 : IDLE_FLOOR);
+}
+
 /* Spare ranges: frames mapped ahead into ready idle ranges of a recent
  * allocation's size, so that the next mb_malloc_growable finds its first
  * bytes mapped: the frames the process caches first, the daemon's frame
  * plan for the rest (large frames: few descriptors, few maps). Only while
- * the idle ranges hold less than idle_cap, and not near the budget, where
- * a spare's size would rarely fit closely (idle_close). */
+ * the idle ranges hold less than spare_room_held, and not near the
+ * budget, where a spare's size would rarely fit closely (idle_close). */
 static void spares_work(mb_client *c, struct growset *g)
 {
     size_t unit = c->frame_bytes;
     for (int k = 0; c->grow_spares && k < SPARES_PER_PASS; k++) {
         pthread_mutex_lock(&g->lock);
         size_t want = spare_size_held(g, unit);
-        bool room = want && g->idle_bytes + want <= idle_cap(g) && g->n_idle < IDLE_MAX &&
+        bool room = want && g->idle_bytes + want <= spare_room_held(g) && g->n_idle < IDLE_MAX &&
                     !fcache_near(c);
         pthread_mutex_unlock(&g->lock);
         if (!room)
@@ -224,6 +237,7 @@ void grow_trim_held(mb_client *c, struct growset *g)
 {
     pthread_mutex_lock(&g->lock);
     g->n_recent = 0;   /* no spare ranges until allocations come again */
+    demand_forget(&g->dm, g->used);
     idle_release_held(c, g, 0, -1);
     /* What stays mapped past the sizes in use, and why (debug log). */
     size_t busy = 0, busy_bytes = 0, floored = 0, floor_bytes = 0, left = 0, left_bytes = 0;

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 
 #include "client.h"
+#include "demand.h"
 #include "grow.h"
 
 /* Tail target: used / 2^AHEAD_SHIFT (about 1.6 % of the range), at least
@@ -24,6 +25,7 @@
 #define TAIL_MIN ((size_t)8 << 20)   /* fewer, larger frames: fewer descriptors and grants */
 #define TAIL_STEPS 4
 #define IDLE_MAX 256            /* idle ranges kept mapped at most */
+#define IDLE_FLOOR ((size_t)128 << 20)   /* idle bytes kept past 1/64 of the bytes in use */
 #define RESERVE_MIN ((size_t)1 << 30)   /* address space a range reserves at least */
 #define RECENT 32               /* allocation sizes a spare range is sized from */
 
@@ -112,12 +114,15 @@ struct growable {
 };
 
 /* Guarded by lock (taken after c->lock, never held across a call into the
- * frame layer). Invariants: ahead == sum of s->bytes - used over ranges. */
+ * frame layer). Invariants: ahead == sum of s->bytes - used over ranges;
+ * dm.low <= used (every change of used is noted). */
 struct growset {
     pthread_mutex_t lock;
     pthread_cond_t not_busy;     /* a range stopped being busy */
     struct ptrmap map;           /* va -> struct growable */
     size_t n, used, ahead;
+    struct demand dm;            /* used: its rises over the last second, which spare
+                                  * ranges follow (grow_bg.c) */
     size_t last_step;            /* the latest growth of any range (bytes) */
     struct gidle *idle;          /* freed ranges still mapped, newest first */
     size_t n_idle, idle_bytes;   /* idle_bytes == sum of their s->bytes */

@@ -109,7 +109,7 @@ bool pagepool_is_valid(struct pagepool *p)
         pend += q->n;
     return total == p->n_total && nfree == p->n_free && pend == p->n_pending &&
            p->n_free + p->n_pending + p->n_used == p->n_total &&
-           p->win_low <= p->n_used + p->n_pending;
+           demand_is_valid(&p->dm, p->n_used + p->n_pending);
 }
 
 /* The extent holding page, or NULL. */
@@ -216,9 +216,7 @@ static size_t remove_free_extents(struct pagepool *p, int64_t idle_before, size_
 /* Pages held now fell: the window's lowest point may be lower. */
 static void note_held(struct pagepool *p)
 {
-    size_t held = p->n_used + p->n_pending;
-    if (held < p->win_low)
-        p->win_low = held;
+    demand_note(&p->dm, p->n_used + p->n_pending, 0, mb_now_ms());
 }
 
 static void push_pages(struct pagepool *p, const uint64_t *pages, size_t n, int64_t now)
@@ -302,15 +300,11 @@ static size_t cap_of(size_t used, size_t page_bytes)
     return share > floor ? share : floor;
 }
 
-/* Demand: per 100 ms window over the last second, the largest rise of the
- * pages held (used, or unmapped and waiting for their work) above their
- * lowest point in the window: what takes consumed that returns had not
- * given back. A load that grows takes that much from the free pages; one
- * that takes and returns as much (a server at a steady size) needs few,
- * however many it takes. The watermark is twice the busiest window, but
- * never more than the cap (free pages are memory held for nobody: a burst
- * that outruns the thread waits rather than doubling the pool). Pool lock
- * held. */
+/* The watermark: twice the demand of the last second (demand.h: the
+ * largest rise of the pages held, used or unmapped and waiting for their
+ * work, in a window), but never more than the cap (free pages are memory
+ * held for nobody: a burst that outruns the thread waits rather than
+ * doubling the pool). Pool lock held. */
 static size_t low_of(const struct pagepool *p, size_t peak)
 {
     size_t cap = cap_of(p->n_used, p->page_bytes);
@@ -320,25 +314,7 @@ static size_t low_of(const struct pagepool *p, size_t peak)
 /* n pages are about to be taken (0: the clock only). */
 static void note_demand(struct pagepool *p, size_t n, int64_t now)
 {
-    int64_t w = now / PP_WINDOW_MS;
-    size_t held = p->n_used + p->n_pending;
-    if (w > p->win_ms) {   /* (a caller's older clock reading counts in the current window) */
-        int64_t steps = w - p->win_ms;
-        if (steps > PP_WINDOWS)
-            steps = PP_WINDOWS;
-        for (int64_t k = 0; k < steps; k++) {
-            p->win_i = (p->win_i + 1) % PP_WINDOWS;
-            p->win[p->win_i] = 0;
-        }
-        p->win_ms = w;
-        p->win_low = held;
-    }
-    if (n && held + n - p->win_low > p->win[p->win_i])
-        p->win[p->win_i] = held + n - p->win_low;
-    size_t peak = 0;
-    for (int i = 0; i < PP_WINDOWS; i++)
-        peak = p->win[i] > peak ? p->win[i] : peak;
-    p->low = low_of(p, peak);
+    p->low = low_of(p, demand_note(&p->dm, p->n_used + p->n_pending, n, now));
 }
 
 /* Map an extent holding at least need pages (and, room allowing, the
@@ -549,7 +525,7 @@ int pagepool_get(mb_client *c, size_t page_bytes, struct pagepool **out)
         pthread_cond_init(&p->grown, NULL);
         p->c = c;
         p->page_bytes = page_bytes;
-        p->win_ms = mb_now_ms() / PP_WINDOW_MS;
+        demand_init(&p->dm, 0, mb_now_ms());
         r->pools[k] = p;
     }
     pthread_mutex_unlock(&r->lock);
@@ -605,8 +581,7 @@ void pagepool_trim_held(struct pagepool *p)
     size_t n_gone = gone ? remove_free_extents(p, 0, 0, gone) : 0;
     p->low = 0;
     p->trims++;
-    memset(p->win, 0, sizeof(p->win));
-    p->win_low = p->n_used + p->n_pending;
+    demand_forget(&p->dm, p->n_used + p->n_pending);
     PP_CHECK(p);
     pthread_mutex_unlock(&p->lock);
     fl_unmap_held(p->c, gone, n_gone);

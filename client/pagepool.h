@@ -27,11 +27,10 @@
 #include <stdint.h>
 
 #include "client.h"
+#include "demand.h"
 
 struct vsnodes;
 
-#define PP_WINDOWS 10          /* demand history: 10 windows of PP_WINDOW_MS */
-#define PP_WINDOW_MS 100
 
 /* Invariants (pp_extent_is_valid): n_free <= npages; free[0..n_free) are
  * distinct page indices < npages; idle_since_ms != 0 iff n_free == npages. */
@@ -60,7 +59,7 @@ struct pp_pending {
 
 /* Guarded by lock. Invariants (pagepool_is_valid):
  *   n_free + n_pending + n_used == n_total == sum of ext[i]->npages
- *   win_low <= n_used + n_pending (the pages held now)
+ *   demand: low <= n_used + n_pending (the pages held now)
  *   n_free == sum of ext[i]->n_free; ext[] sorted by base, not overlapping */
 struct pagepool {
     mb_client *c;
@@ -71,11 +70,7 @@ struct pagepool {
     size_t first_free;           /* no extent below this index has a free page */
     size_t n_free, n_pending, n_used, n_total;
     struct pp_pending *pending;
-    int64_t win_ms;              /* start of the current demand window */
-    size_t win[PP_WINDOWS];      /* per window, the largest rise of the pages held (used or
-                                  * pending) above win_low; win[win_i] the current */
-    size_t win_low;              /* the fewest pages held in the current window */
-    int win_i;
+    struct demand dm;            /* the pages held (used or pending): their rises */
     size_t low;                  /* low watermark, pages */
     int growers;                 /* grows in flight (frame layer calls outside the lock) */
     pthread_cond_t grown;        /* a grow ended (growers fell) */

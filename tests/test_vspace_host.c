@@ -1400,6 +1400,42 @@ static void test_grow_excess_and_spares(void **state)
     mb_close(c);
 }
 
+/* Spare ranges follow what the bytes in use rise by, not how many
+ * allocations come: one range at a time, allocated and freed 300 times
+ * (a light load turning over fast), keeps little idle; 24 ranges live at
+ * once (a load that grows) get spares again. Before spares followed the
+ * rise, the churn filled the idle ranges to their 128 MiB floor. */
+static void test_grow_spares_follow_rise(void **state)
+{
+    (void)state;
+    const size_t mib = 1 << 20;
+    mb_client *c = open_patient("grow-churn", "1G");
+    size_t most = 0;
+    for (int i = 0; i < 300; i++) {
+        void *p;
+        assert_int_equal(mb_malloc_growable(c, mib, 4 * mib, &p), 0);
+        memset(p, i, mib);
+        assert_int_equal(mb_free(c, p), 0);
+        if (i % 30 == 0)
+            mbt_sleep_ms(20);   /* let the background thread act on what it saw */
+        mb_client_stats st = stats_of(c);
+        most = st.bytes_idle > most ? st.bytes_idle : most;
+    }
+    mbt_sleep_ms(150);
+    mb_client_stats st = stats_of(c);
+    most = st.bytes_idle > most ? st.bytes_idle : most;
+    assert_true(most <= 16 * mib);
+    /* A rise of 48 MiB: spares come (up to twice the rise). */
+    void *live[24];
+    for (int i = 0; i < 24; i++)
+        assert_int_equal(mb_malloc_growable(c, 2 * mib, 8 * mib, &live[i]), 0);
+    st = wait_stats(c, spare_ready);
+    assert_true(spare_ready(&st));
+    for (int i = 0; i < 24; i++)
+        assert_int_equal(mb_free(c, live[i]), 0);
+    mb_close(c);
+}
+
 /* Freed growable ranges past the idle cap are unmapped into the frame
  * cache; past the cache's size, the frames no allocation takes go back to
  * the daemon soon, not at the idle policy's time (set to ten minutes here,
@@ -1700,6 +1736,7 @@ int main(void)
         cmocka_unit_test(test_near_budget),
         cmocka_unit_test(test_extent_takes_free_frames),
         cmocka_unit_test(test_grow_excess_and_spares),
+        cmocka_unit_test(test_grow_spares_follow_rise),
         cmocka_unit_test(test_grow_cache_drains),
         cmocka_unit_test(test_grow_uses_cached_frames),
         cmocka_unit_test(test_grant_swaps_out_cached_frames),

@@ -1,0 +1,75 @@
+/* demand.h: demand over the last second, as the page pools (pagepool.c)
+ * and the spare growable ranges (grow_bg.c) size what they keep ready:
+ * per window of DEMAND_WINDOW_MS over the last DEMAND_WINDOWS, the largest
+ * rise of what is held above its lowest point in the window. A load that
+ * grows rises by what it takes; a load at a steady size, taking and
+ * returning as much, rises by little however much it takes, and needs
+ * little kept ready. The owner's lock guards a struct demand.
+ *
+ * Invariant (demand_is_valid): low <= what is held now, for callers that
+ * report every fall (demand_note with more == 0). */
+#ifndef MB_CLIENT_DEMAND_H
+#define MB_CLIENT_DEMAND_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#define DEMAND_WINDOWS 10
+#define DEMAND_WINDOW_MS 100
+
+struct demand {
+    int64_t win;                 /* the current window: ms / DEMAND_WINDOW_MS */
+    size_t rise[DEMAND_WINDOWS]; /* per window, the largest rise above low; rise[i] current */
+    size_t low;                  /* the least held in the current window */
+    int i;
+};
+
+/* Starts measuring at now_ms with `held` held. */
+static inline void demand_init(struct demand *d, size_t held, int64_t now_ms)
+{
+    memset(d, 0, sizeof(*d));
+    d->win = now_ms / DEMAND_WINDOW_MS;
+    d->low = held;
+}
+
+/* `held` is held now and `more` is about to be taken (0: a fall, a rise
+ * already counted in held, or the clock only), at now_ms (an older
+ * reading counts in the current window). Returns the largest rise over
+ * the last DEMAND_WINDOWS windows. */
+static inline size_t demand_note(struct demand *d, size_t held, size_t more, int64_t now_ms)
+{
+    int64_t w = now_ms / DEMAND_WINDOW_MS;
+    if (w > d->win) {
+        int64_t steps = w - d->win < DEMAND_WINDOWS ? w - d->win : DEMAND_WINDOWS;
+        for (int64_t k = 0; k < steps; k++) {
+            d->i = (d->i + 1) % DEMAND_WINDOWS;
+            d->rise[d->i] = 0;
+        }
+        d->win = w;
+        d->low = held;
+    }
+    if (held < d->low)
+        d->low = held;
+    if (held + more - d->low > d->rise[d->i])
+        d->rise[d->i] = held + more - d->low;
+    size_t peak = 0;
+    for (int k = 0; k < DEMAND_WINDOWS; k++)
+        peak = d->rise[k] > peak ? d->rise[k] : peak;
+    return peak;
+}
+
+/* A trim: what came before no longer counts. */
+static inline void demand_forget(struct demand *d, size_t held)
+{
+    memset(d->rise, 0, sizeof(d->rise));
+    d->low = held;
+}
+
+static inline bool demand_is_valid(const struct demand *d, size_t held)
+{
+    return d->low <= held && d->i >= 0 && d->i < DEMAND_WINDOWS;
+}
+
+#endif
