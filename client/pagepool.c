@@ -16,9 +16,13 @@
 #include "refill.h"
 #include "wire.h"
 
-/* Extents are the frame plan's frames of order 5..9: 64 MiB .. 1 GiB at the
- * default 2 MiB unit (no more than the free-page cap above 64 MiB), one
- * descriptor each; a request larger than that maps its own plan. */
+/* Extents are the frame plan's frames of order 0..9: 2 MiB .. 1 GiB at the
+ * default 2 MiB unit, one descriptor each; a request larger than that maps
+ * its own plan. An extent is at least a quarter of what the pool holds
+ * already, and at least order EXTENT_MIN_ORDER (64 MiB) once the pool
+ * holds four times that: a small load holds little, and a growing one
+ * reaches 64 MiB extents within about 16 (no more than the free-page cap
+ * above that least size). */
 #define EXTENT_MIN_ORDER 5
 /* The free-page cap: the watermark and the extents are at most the pages in
  * use / LOW_SHARE (about 1.6 %), or LOW_FLOOR_BYTES of pages while the pool
@@ -318,20 +322,23 @@ static void note_demand(struct pagepool *p, size_t n, int64_t now)
 }
 
 /* Map an extent holding at least need pages (and, room allowing, the
- * watermark's worth); no lock held. Sizes: order 5..9 frames of the unit,
- * the smallest that covers need + low but none above the free-page cap (so
+ * watermark's worth); no lock held. Sizes: order 0..9 frames of the unit
+ * from the least above (total: the pages the pool holds), the smallest
+ * that covers need + low but none above the free-page cap (so
  * a pool's free pages stay a few percent of its used ones); exactly need
  * when that fails for memory or quota. A failure is an error for a caller
  * (refill false); the refill thread's tries again later, so it is news
  * only (near the budget it is expected). */
-static int map_extent(struct pagepool *p, size_t need, size_t low, size_t used, bool refill,
-                      struct stitched **out)
+static int map_extent(struct pagepool *p, size_t need, size_t low, size_t used, size_t total,
+                      bool refill, struct stitched **out)
 {
     mb_client *c = p->c;
     size_t unit = c->frame_bytes, pb = p->page_bytes;
     size_t exact = round_unit(need * pb, unit);
     size_t want = (need + low) * pb;
-    size_t lo = unit << EXTENT_MIN_ORDER, hi = unit << MB_MAX_ORDER;
+    size_t lo = unit, hi = unit << MB_MAX_ORDER;
+    while (lo < (unit << EXTENT_MIN_ORDER) && lo < total * pb / 4)
+        lo <<= 1;
     while (hi > lo && hi > cap_of(used, pb) * pb)
         hi >>= 1;
     size_t bytes = lo;
@@ -356,11 +363,11 @@ static int map_extent(struct pagepool *p, size_t need, size_t low, size_t used, 
  * delay_us its test hook. */
 static int grow_locked(struct pagepool *p, size_t need, bool refill, unsigned delay_us)
 {
-    size_t low = p->low, used = p->n_used;
+    size_t low = p->low, used = p->n_used, total = p->n_total;
     p->growers++;
     pthread_mutex_unlock(&p->lock);
     struct stitched *s;
-    int rc = map_extent(p, need, low, used, refill, &s);
+    int rc = map_extent(p, need, low, used, total, refill, &s);
     if (delay_us) {
         struct timespec ts = { delay_us / 1000000u, (long)(delay_us % 1000000u) * 1000L };
         nanosleep(&ts, NULL);

@@ -1400,6 +1400,35 @@ static void test_grow_excess_and_spares(void **state)
     mb_close(c);
 }
 
+/* A small load's pool holds little: one 64 KiB page mapped and unmapped
+ * 200 times in a client of its own maps extents of a few units, not the
+ * 64 MiB a growing pool's extents reach (an extent is at least a quarter
+ * of what the pool holds, and 64 MiB only once it holds 256 MiB). */
+static void test_refill_small_load(void **state)
+{
+    (void)state;
+    mb_client *c = open_patient("vspace-small", "1G");
+    const size_t page = 64 << 10;
+    mb_vspace *v;
+    assert_int_equal(mb_vspace_create(c, 64 * page, page, &v), 0);
+    size_t most = 0;
+    for (int i = 0; i < 200; i++) {
+        assert_int_equal(mb_vspace_map_async(v, 0, 1, NULL), 0);
+        assert_int_equal(mb_vspace_unmap_async(v, 0, 1, NULL), 0);
+        if (i % 40 == 0)
+            mbt_sleep_ms(20);   /* let the refill thread act on what it saw */
+        mb_client_stats st = stats_of(c);
+        most = st.vspace_pool_bytes > most ? st.vspace_pool_bytes : most;
+    }
+    mbt_sleep_ms(150);
+    mb_client_stats st = stats_of(c);
+    most = st.vspace_pool_bytes > most ? st.vspace_pool_bytes : most;
+    assert_true(most >= page);
+    assert_true(most <= (size_t)8 << 20);
+    mb_vspace_destroy(v);
+    mb_close(c);
+}
+
 /* Spare ranges follow what the bytes in use rise by, not how many
  * allocations come: one range at a time, allocated and freed 300 times
  * (a light load turning over fast), keeps little idle; 24 ranges live at
@@ -1730,6 +1759,7 @@ int main(void)
         cmocka_unit_test(test_pool_extents_and_trim),
         cmocka_unit_test(test_refill_background),
         cmocka_unit_test(test_refill_steady_churn),
+        cmocka_unit_test(test_refill_small_load),
         cmocka_unit_test(test_map_during_refill),
         cmocka_unit_test(test_grow_tail),
         cmocka_unit_test(test_grow_reuse),
