@@ -1,5 +1,6 @@
 #!/bin/sh
-# The code at bc3d978 (spare growable ranges by the rise of the bytes in use; the PyTorch
+# The code after bc3d978 (spare growable ranges by the rise of the bytes in use, page-pool
+# extents from one unit; the PyTorch
 # tests' shared start) on the kind asked for (H200): ctest -L gpu with torch_compile trying
 # reduce-overhead with graph trees off; the goal set (conversation replay, pairs,
 # bench_vspace growth, GPT training through the hook, 3 rounds); vspace and grow on the
@@ -25,7 +26,7 @@ echo "conv rc=$? $(vs $O/conv.json)"
 timeout 60 $B/tools/mbbench replay .gpu/tiny.csv --requests 0 --json --quiet --strategies vspace,grow,cudaMallocAsync > $O/tiny.json 2>$O/tiny.err; echo "tiny rc=$? $(vs $O/tiny.json)"
 timeout 60 $B/tools/mbbench latency --json --quiet --pairs 2000 --sizes 64M,1G > $O/latency.json 2>/dev/null; echo "latency rc=$?"
 timeout 40 $B/tools/bench_vspace growth > $O/bench_vspace.txt 2>&1; echo "bench_vspace rc=$?"; grep -E "^\| (64|2048) KiB \| 1024 " $O/bench_vspace.txt
-timeout 170 python3 tools/bench_torch.py --json --mb-lib $B/client/libmbclient.so --child-timeout 40 --configs torch-default,torch-moonbright train --rounds 3 > $O/train.json 2>$O/train.err
+timeout 170 python3 tools/bench_torch.py --json --mb-lib $B/client/libmbclient.so --child-timeout 40 --configs torch-default,torch-moonbright train --rounds 2 > $O/train.json 2>$O/train.err
 echo "train rc=$?"; grep -A4 "^CONFIG" $O/train.err | tail -3
 kill $DP; wait $DP
 echo "== goals"; python3 tools/goals.py $O/conv.json $O/latency.json $O/train.json $O/bench_vspace.txt
