@@ -393,6 +393,27 @@ static void test_refill_background(void **state)
     assert_int_equal(st.vspace_pool_bytes, 0);
 }
 
+/* Pages [0, n) of v mapped and unmapped `rounds` times, the refill
+ * thread let act every 40; the most c's page pools held meanwhile and
+ * 150 ms after. */
+static size_t churn_pool_peak(mb_client *c, mb_vspace *v, size_t n, int rounds)
+{
+    size_t most = 0;
+    for (int i = 0; i <= rounds; i++) {
+        if (i == rounds)
+            mbt_sleep_ms(150);
+        else {
+            assert_int_equal(mb_vspace_map_async(v, 0, n, NULL), 0);
+            assert_int_equal(mb_vspace_unmap_async(v, 0, n, NULL), 0);
+            if (i % 40 == 0)
+                mbt_sleep_ms(20);   /* let the refill thread act on what it saw */
+        }
+        mb_client_stats st = stats_of(c);
+        most = st.vspace_pool_bytes > most ? st.vspace_pool_bytes : most;
+    }
+    return most;
+}
+
 /* A load that takes and returns as many pages as it holds (a server at a
  * steady size) keeps few free pages, however many it takes: the watermark
  * follows the rise of the pages held in a window, not the pages taken.
@@ -406,18 +427,7 @@ static void test_refill_steady_churn(void **state)
     const size_t page = 64 << 10, n = 512;
     mb_vspace *v;
     assert_int_equal(mb_vspace_create(g_c, n * page, page, &v), 0);
-    size_t most = 0;
-    for (int i = 0; i < 400; i++) {
-        assert_int_equal(mb_vspace_map_async(v, 0, n, NULL), 0);
-        assert_int_equal(mb_vspace_unmap_async(v, 0, n, NULL), 0);
-        if (i % 40 == 0)
-            mbt_sleep_ms(20);   /* let the refill thread act on what it saw */
-        mb_client_stats st = stats_of(g_c);
-        most = st.vspace_pool_bytes > most ? st.vspace_pool_bytes : most;
-    }
-    mbt_sleep_ms(150);
-    mb_client_stats st = stats_of(g_c);
-    most = st.vspace_pool_bytes > most ? st.vspace_pool_bytes : most;
+    size_t most = churn_pool_peak(g_c, v, n, 400);
     assert_true(most >= n * page);
     assert_true(most <= (size_t)256 << 20);
     mb_vspace_destroy(v);
@@ -1411,18 +1421,7 @@ static void test_refill_small_load(void **state)
     const size_t page = 64 << 10;
     mb_vspace *v;
     assert_int_equal(mb_vspace_create(c, 64 * page, page, &v), 0);
-    size_t most = 0;
-    for (int i = 0; i < 200; i++) {
-        assert_int_equal(mb_vspace_map_async(v, 0, 1, NULL), 0);
-        assert_int_equal(mb_vspace_unmap_async(v, 0, 1, NULL), 0);
-        if (i % 40 == 0)
-            mbt_sleep_ms(20);   /* let the refill thread act on what it saw */
-        mb_client_stats st = stats_of(c);
-        most = st.vspace_pool_bytes > most ? st.vspace_pool_bytes : most;
-    }
-    mbt_sleep_ms(150);
-    mb_client_stats st = stats_of(c);
-    most = st.vspace_pool_bytes > most ? st.vspace_pool_bytes : most;
+    size_t most = churn_pool_peak(c, v, 1, 200);
     assert_true(most >= page);
     assert_true(most <= (size_t)8 << 20);
     mb_vspace_destroy(v);
