@@ -2,6 +2,7 @@
 # grow on the conversation trace, 47c6996's code (.gpu/old.tgz, git archive) against the
 # latest (spares by the rise of the bytes in use), in turn, three rounds; each run on a
 # fresh daemon of its own build.
+# Not run: too little device time was left to start a machine (16:58 UTC).
 . tools/gpu/use-deps.sh .gpudeps >/dev/null 2>&1
 date -u; nvidia-smi --query-gpu=name --format=csv,noheader
 mkdir -p /tmp/old && tar xzf .gpu/old.tgz -C /tmp/old
