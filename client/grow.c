@@ -77,10 +77,15 @@ bool growable_is_valid(const mb_client *c, const struct growable *x)
            (!x->idle || x->pending || !x->busy);
 }
 
-/* g->used changed: its demand (g->dm) notes it. g->lock held. */
+/* g->used changed: its demand (g->dm) notes it (and checks, in debug
+ * builds, the invariant at struct growset). g->lock held. */
 static void note_used(struct growset *g)
 {
     demand_note(&g->dm, g->used, 0, mb_now_ms());
+#ifdef MB_DEBUG
+    if (!demand_is_valid(&g->dm, g->used))
+        abort();
+#endif
 }
 
 /* ---- the frame layer: every call grow.c makes into it ---- */
