@@ -217,10 +217,10 @@ static size_t remove_free_extents(struct pagepool *p, int64_t idle_before, size_
 
 /* ---- free pages ---- */
 
-/* Pages held now fell: the window's lowest point may be lower. */
-static void note_held(struct pagepool *p)
+/* Pages held now fell (at now): the window's lowest point may be lower. */
+static void note_held(struct pagepool *p, int64_t now)
 {
-    demand_note(&p->dm, p->n_used + p->n_pending, 0, mb_now_ms());
+    demand_note(&p->dm, p->n_used + p->n_pending, 0, now);
 }
 
 static void push_pages(struct pagepool *p, const uint64_t *pages, size_t n, int64_t now)
@@ -294,7 +294,7 @@ static void reclaim(struct pagepool *p, bool wait, int64_t now)
             vsnodes_put(q->nodes_to, q->nodes, q->nn);
         free(q);
     }
-    note_held(p);
+    note_held(p, now);
 }
 
 /* The free-page cap for a pool with used pages in use (see LOW_SHARE). */
@@ -451,7 +451,7 @@ void pagepool_give(struct pagepool *p, const uint64_t *pages, size_t n)
     size_t before = p->n_free;
     push_pages(p, pages, n, now);
     p->n_used -= p->n_free - before;
-    note_held(p);
+    note_held(p, now);
     PP_CHECK(p);
     pthread_mutex_unlock(&p->lock);
 }
@@ -495,8 +495,9 @@ int pagepool_retire(struct pagepool *p, const uint64_t *pages, size_t n, void *c
     pthread_mutex_lock(&p->lock);
     p->n_used -= n;
     if (done) {
-        push_pages(p, q->pages, n, mb_now_ms());
-        note_held(p);
+        int64_t now = mb_now_ms();
+        push_pages(p, q->pages, n, now);
+        note_held(p, now);
     } else {
         q->next = p->pending;
         p->pending = q;

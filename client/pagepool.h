@@ -31,7 +31,6 @@
 
 struct vsnodes;
 
-
 /* Invariants (pp_extent_is_valid): n_free <= npages; free[0..n_free) are
  * distinct page indices < npages; idle_since_ms != 0 iff n_free == npages. */
 struct pp_extent {

@@ -15,6 +15,7 @@
 
 #include <moonbright/status.h>
 
+#include "config.h"
 #include "log.h"
 
 /* Frames of any size (a multiple of the granularity) are created, exported,
@@ -956,8 +957,7 @@ int mb_backend_cuda_open(int device, mb_backend **out)
     p->dev = dev;
     pthread_mutex_init(&p->lock, NULL);
     pthread_mutex_init(&p->ev_lock, NULL);
-    const char *evp = getenv("MOONBRIGHT_EVENT_POOL");
-    p->ev_pool = !(evp && strcmp(evp, "0") == 0) &&
+    p->ev_pool = mb_env_long("MOONBRIGHT_EVENT_POOL", 1, 0, 1) != 0 &&
                  (p->ev_free = malloc(EVENT_POOL_MAX * sizeof(*p->ev_free))) != NULL;
     b->name = "cuda";
     b->device = device;
