@@ -6,12 +6,13 @@
  * background thread that maps can fall behind as it does there.
  *
  * The value is "gpu" (FACTS.md's H200 medians, in microseconds: create 18,
- * export 620, import 46, map 37 per handle with its access grant, unmap 28,
- * release 17) and/or NAME=MICROSECONDS items, comma-separated, for those
- * six names: "gpu,export=100" starts from the H200's figures, "map=40"
- * from none; an empty value is no costs. Mapping and unmapping within one process take turns, as the
- * driver serialises them (FACTS.md: ~15-20 k frames/s whatever the
- * threads); creating and exporting do not.
+ * export 620, import 46, map 37 per handle with its access grant, unmap 28
+ * per handle mapped in the range, release 17) and/or NAME=MICROSECONDS
+ * items, comma-separated, for those six names: "gpu,export=100" starts
+ * from the H200's figures, "map=40" from none; an empty value is no costs.
+ * Mapping and unmapping within one process take turns, as the driver
+ * serialises them (FACTS.md: ~15-20 k frames/s whatever the threads);
+ * creating and exporting do not.
  *
  * What it is not: a model of contention between processes, of the
  * driver's slow first exports, or of any GPU work. Figures measured with
@@ -20,6 +21,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
@@ -91,13 +93,6 @@ static void pay(unsigned us)
         ;
 }
 
-static void pay_in_turn(unsigned us)
-{
-    pthread_mutex_lock(&map_turn);
-    pay(us);
-    pthread_mutex_unlock(&map_turn);
-}
-
 static int c_create(mb_backend *b, size_t bytes, struct mb_mem *out)
 {
     pay(costs_us[C_CREATE]);
@@ -123,16 +118,98 @@ static void c_release(mb_backend *b, struct mb_mem *m)
     inner->release(b, m);
 }
 
+/* ---- the handles mapped, by address ----
+ * cuMemUnmap over a range costs per handle mapped in it (FACTS.md's figure
+ * is one handle's), so an unmap pays for each mapping it ends. Mappings
+ * are recorded here by their first address (open addressing, linear
+ * probing, deletion by backward shift), under map_turn. An unmap that
+ * starts or runs off a recorded mapping pays once for the rest. */
+struct mapping {
+    uintptr_t va;   /* 0: empty slot */
+    size_t bytes;
+};
+static struct mapping *maps;
+static size_t maps_cap, maps_n;   /* maps_cap a power of two, maps_n <= maps_cap / 2 */
+
+static size_t map_slot(uintptr_t va)
+{
+    return (size_t)((va >> 12) * 0x9E3779B97F4A7C15ull) & (maps_cap - 1);
+}
+
+static void maps_put(uintptr_t va, size_t bytes)
+{
+    if (2 * (maps_n + 1) > maps_cap) {
+        size_t cap = maps_cap ? 2 * maps_cap : 1024;
+        struct mapping *old = maps, *m = calloc(cap, sizeof(*m));
+        if (!m)
+            return;   /* not recorded: its unmap pays once */
+        size_t old_cap = maps_cap;
+        maps = m;
+        maps_cap = cap;
+        maps_n = 0;
+        for (size_t i = 0; i < old_cap; i++)
+            if (old[i].va)
+                maps_put(old[i].va, old[i].bytes);
+        free(old);
+    }
+    size_t i = map_slot(va);
+    while (maps[i].va && maps[i].va != va)
+        i = (i + 1) & (maps_cap - 1);
+    if (!maps[i].va)
+        maps_n++;
+    maps[i] = (struct mapping){ va, bytes };
+}
+
+/* The bytes of the mapping at va, removed; 0 when none starts there. */
+static size_t maps_take(uintptr_t va)
+{
+    if (!maps_cap)
+        return 0;
+    size_t i = map_slot(va);
+    while (maps[i].va && maps[i].va != va)
+        i = (i + 1) & (maps_cap - 1);
+    if (!maps[i].va)
+        return 0;
+    size_t bytes = maps[i].bytes;
+    maps_n--;
+    for (size_t j = (i + 1) & (maps_cap - 1); maps[j].va; j = (j + 1) & (maps_cap - 1)) {
+        size_t home = map_slot(maps[j].va);
+        /* maps[j] may move to the hole at i when its home is not in (i, j] */
+        if ((j > i && (home <= i || home > j)) || (j < i && home <= i && home > j)) {
+            maps[i] = maps[j];
+            i = j;
+        }
+    }
+    maps[i].va = 0;
+    return bytes;
+}
+
 static int c_map(mb_backend *b, void *va, const struct mb_mem *m)
 {
-    pay_in_turn(costs_us[C_MAP]);
-    return inner->map(b, va, m);
+    pthread_mutex_lock(&map_turn);
+    pay(costs_us[C_MAP]);
+    int rc = inner->map(b, va, m);
+    if (rc == 0)
+        maps_put((uintptr_t)va, m->bytes);
+    pthread_mutex_unlock(&map_turn);
+    return rc;
 }
 
 static int c_unmap(mb_backend *b, void *va, size_t bytes)
 {
-    pay_in_turn(costs_us[C_UNMAP]);
-    return inner->unmap(b, va, bytes);
+    pthread_mutex_lock(&map_turn);
+    size_t handles = 0, off = 0;
+    while (off < bytes) {
+        size_t got = maps_take((uintptr_t)va + off);
+        handles++;
+        if (!got)
+            break;
+        off += got;
+    }
+    pay(costs_us[C_UNMAP] * (unsigned)(handles < 100000 ? handles : 100000));
+    int rc = inner->unmap(b, va, bytes);
+    pthread_mutex_unlock(&map_turn);
+    return rc;
 }
 
 int mb_host_costs_apply(mb_backend *b, const char *spec)

@@ -111,7 +111,8 @@ static void host_costs_read(void **state)
 }
 
 /* With costs set, each call takes at least its cost (sleeps never end
- * early), and the memory behaves as without them. A value that does not
+ * early), an unmap its cost for each handle it unmaps, and the memory
+ * behaves as without them. A value that does not
  * read, or another value once one was applied, fails the open. */
 static void host_costs_paid(void **state)
 {
@@ -134,6 +135,18 @@ static void host_costs_paid(void **state)
     assert_int_equal(b->ops->unmap(b, va, FB), 0);
     assert_true(mb_now_ns() - t0 >= 30000000u);
     b->ops->free_va(b, va, FB);
+    /* An unmap pays for each handle mapped in its range, as the driver's
+     * does: two side by side, one call over both. */
+    struct mb_mem m2 = MB_MEM_INIT;
+    assert_int_equal(b->ops->create(b, FB, &m2), 0);
+    assert_int_equal(b->ops->reserve(b, 2 * FB, &va), 0);
+    assert_int_equal(b->ops->map(b, va, &m), 0);
+    assert_int_equal(b->ops->map(b, (char *)va + FB, &m2), 0);
+    t0 = mb_now_ns();
+    assert_int_equal(b->ops->unmap(b, va, 2 * FB), 0);
+    assert_true(mb_now_ns() - t0 >= 60000000u);
+    b->ops->free_va(b, va, 2 * FB);
+    b->ops->release(b, &m2);
     b->ops->release(b, &m);
     mb_backend *b2;
     setenv("MOONBRIGHT_HOST_COSTS", "map=1", 1);
