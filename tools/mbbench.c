@@ -364,6 +364,7 @@ int bench_daemon_status(struct bench_daemon *d, struct bench_dstatus *out)
     out->bytes_free = s->bytes_free;
     out->requests = s->requests;
     out->grant_creates = s->grant_creates;
+    out->reexports = s->reexports;
     out->frames_total = s->frames_total;
     out->frames_free = s->frames_free;
     out->frames_granted = s->frames_granted;

@@ -105,6 +105,7 @@ struct bench_dstatus {
     char backend[16];
     uint64_t frame_bytes, budget_bytes, bytes_granted, bytes_free, requests;
     uint64_t grant_creates;      /* frames grants created on their own path, so far */
+    uint64_t reexports;          /* frames exported again to be passed on, so far */
     uint32_t frames_total, frames_free, frames_granted, sessions;
     uint32_t descriptors;   /* exported descriptors the daemon holds (StatusReply) */
 };

@@ -529,6 +529,7 @@ struct strat_result {
     uint64_t daemon_requests;   /* MoonBright: round trips to the daemon */
     bool creates_known;
     uint64_t grant_creates;     /* MoonBright: frames the daemon created on grant paths meanwhile */
+    uint64_t reexports;         /* MoonBright: frames it exported again to pass them on */
     mb_client_stats at_peak;    /* MoonBright: the client's figures when reserved peaked */
     mb_client_stats delta;      /* MoonBright: the heap's counters over the run */
     struct bench_summary alloc, free;
@@ -697,10 +698,12 @@ static int run_strategy(struct replay_ctx *x, const struct replay_cfg *cfg, stru
     struct bench_dstatus ds;
     mb_client_stats st0 = { 0 }, st1 = { 0 };
     bool mb = is_mb(x->kind);
-    uint64_t creates0 = 0;
+    uint64_t creates0 = 0, reexports0 = 0;
     bool creates_known = mb && x->d && bench_daemon_status(x->d, &ds) == 0;
-    if (creates_known)
+    if (creates_known) {
         creates0 = ds.grant_creates;
+        reexports0 = ds.reexports;
+    }
     if (mb)
         mb_stats(x->c, &st0);
     /* Realloc, malloc, cudaMallocAsync: an allocation during which the
@@ -881,6 +884,7 @@ static int run_strategy(struct replay_ctx *x, const struct replay_cfg *cfg, stru
     if (creates_known && bench_daemon_status(x->d, &ds) == 0) {
         r->creates_known = true;
         r->grant_creates = ds.grant_creates - creates0;
+        r->reexports = ds.reexports - reexports0;
     }
     if (mb && mb_stats(x->c, &st1) == 0) {
         r->daemon_requests = st1.daemon_requests - st0.daemon_requests;
@@ -1147,10 +1151,13 @@ static void print_json(const char *trace, const char *format, size_t nreq, uint3
             jw_u64(&w, "daemon_requests", r->daemon_requests);
         else
             jw_null(&w, "daemon_requests");
-        if (r->creates_known)
+        if (r->creates_known) {
             jw_u64(&w, "daemon_grant_creates", r->grant_creates);
-        else
+            jw_u64(&w, "daemon_reexports", r->reexports);
+        } else {
             jw_null(&w, "daemon_grant_creates");
+            jw_null(&w, "daemon_reexports");
+        }
         if (mb) {
             /* Where the reserved bytes were when they peaked. */
             const mb_client_stats *k = &r->at_peak;

@@ -19,7 +19,7 @@ d=json.load(open(sys.argv[1]))
 for r in d['strategies']:
     a=r['alloc_ns']; ap=r['at_peak']
     k = 'vspace_free' if r['strategy'] == 'vspace' else 'idle'
-    print("%s %s r/l %.3f mean %.1f p99 %.1f max %.2fms waits %s frames %s busy %.2f/%.2f s %s %d MiB" % (sys.argv[2], r['strategy'], r['reserved_over_live'], a['mean']/1e3, a['p99']/1e3, a['max']/1e6, r['driver_waits'], r['peak_daemon_frames'], r.get('background_busy_s') or 0, r['total_s'], k, ap[k]>>20))
+    print("%s %s r/l %.3f mean %.1f p99 %.1f max %.2fms waits %s frames %s busy %.2f/%.2f s %s %d MiB; daemon: %s round trips, %s waited, %s creates, %s re-exports on grant paths" % (sys.argv[2], r['strategy'], r['reserved_over_live'], a['mean']/1e3, a['p99']/1e3, a['max']/1e6, r['driver_waits'], r['peak_daemon_frames'], r.get('background_busy_s') or 0, r['total_s'], k, ap[k]>>20, r.get('daemon_requests'), r.get('daemon_wait_s'), r.get('daemon_grant_creates'), r.get('daemon_reexports')))
 PY
 grep -E "growable ranges, " /tmp/vb/$L.err | sed 's/^mbclient: growable ranges, /  /'
 cp $RT/d.log /tmp/vb/$L.dlog; rm -rf $RT
