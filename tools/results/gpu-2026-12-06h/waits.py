@@ -23,7 +23,7 @@ d = json.load(open(sys.argv[2]))
 for r in d["strategies"]:
     a = r["alloc_ns"]
     print("%s %.3f %.1fus p99 %.1f max %.2fms waits %s fr %s desc %s busy %s daemon %s import %s "
-          "creates %s" % (r["strategy"], r["reserved_over_live"], a["mean"] / 1e3, a["p99"] / 1e3,
+          "creates %s re-exports %s" % (r["strategy"], r["reserved_over_live"], a["mean"] / 1e3, a["p99"] / 1e3,
                           a["max"] / 1e6, r.get("driver_waits"), r.get("peak_daemon_frames"),
                           r.get("peak_daemon_descriptors"), r.get("background_busy_s"),
-                          r.get("daemon_wait_s"), r.get("import_s"), r.get("daemon_grant_creates")))
+                          r.get("daemon_wait_s"), r.get("import_s"), r.get("daemon_grant_creates"), r.get("daemon_reexports")))
