@@ -2,6 +2,8 @@
 # vsrun.sh BUILD LABEL TRACE [extra mbbench args]: host daemon with emulated GPU costs, a replay
 # of one strategy, $STRATEGY (default vspace; gsrun.sh runs grow), with the free pages (vspace)
 # or the idle bytes (others) at the peak
+# It sets MOONBRIGHT_HOST_COSTS for the daemon alone: the client's driver calls cost nothing
+# (tools/results/host-2026-12-06h/run.sh sets it for both).
 S=${STRATEGY:-vspace}
 mkdir -p /tmp/vb
 B=$1; L=$2; T=$3; shift 3
