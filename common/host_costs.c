@@ -206,7 +206,8 @@ static int c_unmap(mb_backend *b, void *va, size_t bytes)
             break;
         off += got;
     }
-    pay(costs_us[C_UNMAP] * (unsigned)(handles < 100000 ? handles : 100000));
+    uint64_t us = (uint64_t)costs_us[C_UNMAP] * handles;
+    pay(us < UINT32_MAX ? (unsigned)us : UINT32_MAX);
     int rc = inner->unmap(b, va, bytes);
     pthread_mutex_unlock(&map_turn);
     return rc;
