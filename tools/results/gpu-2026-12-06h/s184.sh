@@ -5,7 +5,7 @@
 # past the cache's size go back after 250 ms unused instead of 50); XP_CAP=5 (freed ranges
 # kept mapped up to 1/32 of the bytes in use plus 128 MiB instead of 1/64, spare ranges
 # made as before: fewer freed ranges unmapped only to map spares); both. XP_PRINT=1: the
-# background thread's grants at exit.
+# background thread's grants at exit. (xp.patch also reads XP_CUT, not used here.)
 . tools/gpu/use-deps.sh .gpudeps >/dev/null 2>&1
 date -u; nvidia-smi --query-gpu=name --format=csv,noheader
 O=$OUT/s184; mkdir -p $O /tmp/xp
