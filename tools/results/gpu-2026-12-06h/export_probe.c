@@ -3,10 +3,14 @@
  * second one after its fd was closed (as the daemon's re-exports are),
  * cuMemImportFromShareableHandle of the fd in the same process, and
  * cuMemMap, cuMemSetAccess and cuMemUnmap of one handle; medians of N
- * handles. A measurement for the host backend's emulated costs
- * (common/host_costs.c); not part of the build.
- *   gcc -O2 export_probe.c -I$CUDA/include -lcuda -o export_probe */
+ * handles. With an argument T, then: T threads each creating and
+ * exporting 32 frames of 2 MiB at once, the wall time per frame over all
+ * of them, for 1..T threads (the daemon's reserve has two workers). A
+ * measurement for the host backend's emulated costs (common/host_costs.c);
+ * not part of the build.
+ *   gcc -O2 export_probe.c -I$CUDA/include -lcuda -lpthread -o export_probe */
 #include <cuda.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,7 +40,46 @@ static double med(double *v)
     return v[N / 2];
 }
 
-int main(void)
+#define PER_THREAD 32
+static CUcontext g_ctx;
+static CUmemAllocationProp g_prop;
+static pthread_barrier_t g_start;
+
+static void *exporter(void *arg)
+{
+    CUmemGenericAllocationHandle *h = arg;
+    CK(cuCtxSetCurrent(g_ctx));
+    pthread_barrier_wait(&g_start);
+    for (int i = 0; i < PER_THREAD; i++) {
+        int fd;
+        CK(cuMemCreate(&h[i], 2u << 20, &g_prop, 0));
+        CK(cuMemExportToShareableHandle(&fd, h[i], CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
+        close(fd);
+    }
+    return NULL;
+}
+
+/* T threads creating and exporting at once: wall time per frame. */
+static double threaded(int t)
+{
+    pthread_t th[16];
+    static CUmemGenericAllocationHandle h[16][PER_THREAD];
+    pthread_barrier_init(&g_start, NULL, (unsigned)t + 1);
+    for (int i = 0; i < t; i++)
+        pthread_create(&th[i], NULL, exporter, h[i]);
+    pthread_barrier_wait(&g_start);
+    double t0 = now_us();
+    for (int i = 0; i < t; i++)
+        pthread_join(th[i], NULL);
+    double us = (now_us() - t0) / (t * PER_THREAD);
+    pthread_barrier_destroy(&g_start);
+    for (int i = 0; i < t; i++)
+        for (int j = 0; j < PER_THREAD; j++)
+            CK(cuMemRelease(h[i][j]));
+    return us;
+}
+
+int main(int argc, char **argv)
 {
     CUdevice dev;
     CUcontext ctx;
@@ -88,5 +131,13 @@ int main(void)
         printf("%zu | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f\n", sizes[s] >> 20, med(cr), med(e1),
                med(e2), med(im), med(mp), med(ac), med(um));
     }
+    int tmax = argc > 1 ? atoi(argv[1]) : 0;
+    if (tmax > 16)
+        tmax = 16;
+    g_ctx = ctx;
+    g_prop = prop;
+    for (int t = 1; t <= tmax; t++)
+        printf("%d threads creating and exporting 2 MiB frames at once: %.1f us a frame (wall)\n", t,
+               threaded(t));
     return 0;
 }
