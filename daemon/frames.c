@@ -339,7 +339,6 @@ static void push_free(struct frame_pool *p, uint32_t id)
         __atomic_add_fetch(&p->n_exported_free, 1, __ATOMIC_RELAXED);
 }
 
-/* Take the first free frame of an order off list l (which has one). */
 /* Take the free frame *link points at (a head or a next_free) off list l. */
 static uint32_t unlink_free(struct frame_pool *p, struct free_list *l, unsigned order,
                             uint32_t *link)
@@ -357,6 +356,7 @@ static uint32_t unlink_free(struct frame_pool *p, struct free_list *l, unsigned 
     return id;
 }
 
+/* Take the first free frame of an order off list l (which has one). */
 static uint32_t pop_free(struct frame_pool *p, struct free_list *l, unsigned order)
 {
     return unlink_free(p, l, order, &l->head[order]);
