@@ -3,6 +3,7 @@
 # step): realloc, grow, vspace and cudaMallocAsync in one run on one daemon; then grow
 # alone on a fresh daemon with MOONBRIGHT_LOG=debug (its waits over 1 and 2 ms, and the
 # daemon's re-exports on grant paths, which on the host make its slowest waits).
+# Not run: from 20:02 to 20:23 UTC no machine could be started (five tries).
 . tools/gpu/use-deps.sh .gpudeps >/dev/null 2>&1
 date -u; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 O=$OUT/s186; mkdir -p $O
