@@ -136,6 +136,15 @@ static size_t map_slot(uintptr_t va)
     return (size_t)((va >> 12) * 0x9E3779B97F4A7C15ull) & (maps_cap - 1);
 }
 
+/* The slot holding va, else the empty slot its probe ends at (maps_cap > 0). */
+static size_t map_find(uintptr_t va)
+{
+    size_t i = map_slot(va);
+    while (maps[i].va && maps[i].va != va)
+        i = (i + 1) & (maps_cap - 1);
+    return i;
+}
+
 static void maps_put(uintptr_t va, size_t bytes)
 {
     if (2 * (maps_n + 1) > maps_cap) {
@@ -152,9 +161,7 @@ static void maps_put(uintptr_t va, size_t bytes)
                 maps_put(old[i].va, old[i].bytes);
         free(old);
     }
-    size_t i = map_slot(va);
-    while (maps[i].va && maps[i].va != va)
-        i = (i + 1) & (maps_cap - 1);
+    size_t i = map_find(va);
     if (!maps[i].va)
         maps_n++;
     maps[i] = (struct mapping){ va, bytes };
@@ -165,9 +172,7 @@ static size_t maps_take(uintptr_t va)
 {
     if (!maps_cap)
         return 0;
-    size_t i = map_slot(va);
-    while (maps[i].va && maps[i].va != va)
-        i = (i + 1) & (maps_cap - 1);
+    size_t i = map_find(va);
     if (!maps[i].va)
         return 0;
     size_t bytes = maps[i].bytes;
