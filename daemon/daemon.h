@@ -58,16 +58,20 @@ struct frame {
     bool tainted;                /* imported by a uid other than last_uid: released
                                   * to the driver once free, never granted again */
     uid_t importer_uid;          /* the last such uid (valid when tainted) */
-    uint32_t next_free;          /* free-list link while FREE, 0 ends it */
+    uint32_t next_free;          /* free-list links while FREE (0: none); */
+    uint32_t prev_free;          /*   prev_free 0 at the head of its chain */
     int64_t freed_ms;            /* when it last became FREE (mb_now_ms) */
 };
 
 /* Free frames by order: the fresh ones (held by nobody yet), or those one
- * uid held last (only that uid may get them again). */
+ * uid held last (only that uid may get them again). Each order has two
+ * chains: frames that hold an exported descriptor (head[1][k]), which
+ * grants take first, and frames whose descriptor went with their last
+ * grant (head[0][k]), which the workers export again ahead of grants. */
 struct free_list {
     uid_t uid;                   /* for a uid's list */
-    uint32_t head[MB_ORDERS];    /* first free frame of each order, 0 when none */
-    uint32_t n[MB_ORDERS];       /* frames on head[k]'s list */
+    uint32_t head[2][MB_ORDERS]; /* first free frame of each chain, 0 when none */
+    uint32_t n[MB_ORDERS];       /* frames of order k on both chains */
 };
 
 /* The frame books. Frames have orders (frame_plan.c: the size policy); counts
@@ -77,10 +81,12 @@ struct free_list {
  *   bytes_total == the sum of the frames' bytes <= budget_bytes
  *   the free lists (fresh, and one per uid) hold exactly the FREE frames,
  *   each once, on the list of its order: fresh iff !held, else the list of
- *   last_uid; n_free_order[k] counts the free frames of order k over all
+ *   last_uid, on chain head[1] iff it holds a descriptor (mem.fd >= 0),
+ *   doubly linked; n_free_order[k] counts the free frames of order k over all
  *   lists, and n_free is their sum
  *   no FREE frame is tainted or adopted (those end when let go)
- *   n_exported_free counts the FREE frames that hold an exported descriptor
+ *   n_exported_held counts the FREE frames a uid held that hold an exported
+ *   descriptor (fresh frames always hold theirs)
  *   bytes_total + bytes of ready[] and of frames being created == committed
  *     <= budget_bytes; n_total + n_ready + creating == n_committed
  * The warm reserve: RESERVE_THREADS workers create and export frames ahead of
@@ -97,6 +103,14 @@ struct free_list {
  * release queue (release_q, released_by_workers) are shared with the
  * workers (under lock). */
 #define RESERVE_THREADS 2
+/* Free frames' descriptors the workers let the daemon hold at most: fresh
+ * frames (made ahead, up to the reserve's target) and returned frames they
+ * export again ahead of grants, of which they keep EXPORTED_HELD_MIN at
+ * least. Past it, returned frames wait for a grant to take one that has a
+ * descriptor: grants take those first, so this bounds how far the exports
+ * run ahead of grants, not how fast they follow them. */
+#define FREE_DESCRIPTORS_MAX 1536
+#define EXPORTED_HELD_MIN 256
 /* Where a grant's time went: frames created on its path (create_ns, of it
  * wait_ns waiting for the reserve's workers and step_ns in the driver's
  * create, export and the daemon's own map; released: free frames ended to
@@ -130,8 +144,11 @@ struct frame_pool {
     bool export_ahead;           /* the workers export returned frames again (default on) */
     bool unexport;               /* frames passed on keep no descriptor here (default on,
                                   * where the backend can; MOONBRIGHTD_UNEXPORT=0) */
-    uint32_t n_exported_free;    /* free frames that hold an exported descriptor (written
-                                  * by the main thread, read by the workers: atomic) */
+    uint32_t n_exported_held;    /* free frames a uid held that hold an exported
+                                  * descriptor (written by the main thread, read by
+                                  * the workers: atomic) */
+    uint32_t free_descriptors_max, exported_held_min; /* FREE_DESCRIPTORS_MAX and
+                                  * EXPORTED_HELD_MIN (tests set smaller ones) */
     struct grant_path last;      /* the last grant's (main thread only) */
     uint64_t adopt_wait_ns;      /* frame_pool_adopt's waits for the lock and the frames */
     uint32_t adopted;            /* it adopted, since grant_now zeroed them (main thread) */

@@ -46,6 +46,8 @@ int frame_pool_init(struct frame_pool *p, mb_backend *be, size_t frame_bytes, ui
     p->journal_fd = -1;
     p->scrub = true;
     p->idle_ms = 5000;
+    p->free_descriptors_max = FREE_DESCRIPTORS_MAX;
+    p->exported_held_min = EXPORTED_HELD_MIN;
     pthread_mutex_init(&p->lock, NULL);
     pthread_cond_init(&p->wake, NULL);
     return p->frames ? 0 : MB_ENOMEM;
@@ -189,16 +191,22 @@ static void uncommit(struct frame_pool *p, uint64_t bytes)
     pthread_mutex_unlock(&p->lock);
 }
 
-/* Frame id (handle h) ends: its re-export entries go, and a worker's
- * export of h in flight is waited for; a descriptor it made is closed.
- * p->lock held. */
-static void forget_exports_held(struct frame_pool *p, uint32_t id, uint64_t h)
+/* Frame id's entries in the export queue go (p->lock held). */
+static void drop_todo_held(struct frame_pool *p, uint32_t id)
 {
     uint32_t k = 0;
     for (uint32_t i = 0; i < p->n_rex_todo; i++)
         if (p->rex[i].id != id)
             p->rex[k++] = p->rex[i];
     p->n_rex_todo = k;
+}
+
+/* Frame id (handle h) ends: its re-export entries go, and a worker's
+ * export of h in flight is waited for; a descriptor it made is closed.
+ * p->lock held. */
+static void forget_exports_held(struct frame_pool *p, uint32_t id, uint64_t h)
+{
+    drop_todo_held(p, id);
     for (;;) {
         bool busy = false;
         for (uint32_t i = 0; i < p->n_rex_busy; i++)
@@ -207,7 +215,7 @@ static void forget_exports_held(struct frame_pool *p, uint32_t id, uint64_t h)
             break;
         pthread_cond_wait(&p->wake, &p->lock);
     }
-    k = 0;
+    uint32_t k = 0;
     for (uint32_t i = 0; i < p->n_rex_done; i++) {
         if (p->rex_done[i].id != id)
             p->rex_done[k++] = p->rex_done[i];
@@ -280,11 +288,6 @@ static struct free_list *uid_list(struct frame_pool *p, uid_t uid, bool make)
     return l;
 }
 
-/* Descriptors of free frames the daemon exports again ahead of grants at
- * most (the frames its workers make come on top, up to the reserve's
- * target): the rest wait for the grant that takes them. */
-#define EXPORTED_FREE_MAX 1024
-
 /* Append r to a queue (lock held); false when out of memory. */
 static bool rex_push(struct rex **q, uint32_t *n, uint32_t *cap, struct rex r)
 {
@@ -313,6 +316,48 @@ static void queue_export(struct frame_pool *p, uint32_t id)
     pthread_mutex_unlock(&p->lock);
 }
 
+/* A grant took free frame id without its descriptor (and exports it on
+ * its path): its entry in the export queue goes. */
+static void unqueue_export(struct frame_pool *p, uint32_t id)
+{
+    if (!p->unexport || !p->export_ahead || !p->n_workers)
+        return;
+    pthread_mutex_lock(&p->lock);
+    drop_todo_held(p, id);
+    pthread_mutex_unlock(&p->lock);
+}
+
+/* Link free frame id at the head of chain c of its order on list l. */
+static void chain_link(struct frame_pool *p, struct free_list *l, uint32_t id, unsigned c)
+{
+    struct frame *f = &p->frames[id];
+    uint32_t *head = &l->head[c][f->order];
+    f->prev_free = 0;
+    f->next_free = *head;
+    if (*head)
+        p->frames[*head].prev_free = id;
+    *head = id;
+}
+
+/* Unlink free frame id from chain c of its order on list l. */
+static void chain_unlink(struct frame_pool *p, struct free_list *l, uint32_t id, unsigned c)
+{
+    struct frame *f = &p->frames[id];
+    if (f->prev_free)
+        p->frames[f->prev_free].next_free = f->next_free;
+    else
+        l->head[c][f->order] = f->next_free;
+    if (f->next_free)
+        p->frames[f->next_free].prev_free = f->prev_free;
+    f->next_free = f->prev_free = 0;
+}
+
+/* The list a free frame is on (NULL: a uid's list that does not exist). */
+static struct free_list *list_of(struct frame_pool *p, const struct frame *f)
+{
+    return f->held ? uid_list(p, f->last_uid, false) : &p->fresh;
+}
+
 static void push_free(struct frame_pool *p, uint32_t id)
 {
     struct frame *f = &p->frames[id];
@@ -328,38 +373,42 @@ static void push_free(struct frame_pool *p, uint32_t id)
     f->state = FRAME_FREE;
     f->owner = 0;
     f->freed_ms = mb_now_ms();
-    f->next_free = l->head[f->order];
-    l->head[f->order] = id;
+    chain_link(p, l, id, f->mem.fd >= 0);
     __atomic_add_fetch(&l->n[f->order], 1, __ATOMIC_RELAXED);
     p->bytes_free += obytes(p, f->order);
     /* read by the reserve workers, as hints */
     __atomic_add_fetch(&p->n_free_order[f->order], 1, __ATOMIC_RELAXED);
     __atomic_add_fetch(&p->n_free, 1, __ATOMIC_RELAXED);
-    if (f->mem.fd >= 0)
-        __atomic_add_fetch(&p->n_exported_free, 1, __ATOMIC_RELAXED);
+    if (f->mem.fd >= 0 && f->held)
+        __atomic_add_fetch(&p->n_exported_held, 1, __ATOMIC_RELAXED);
 }
 
-/* Take the free frame *link points at (a head or a next_free) off list l. */
-static uint32_t unlink_free(struct frame_pool *p, struct free_list *l, unsigned order,
-                            uint32_t *link)
+/* Take free frame id off list l. */
+static uint32_t unlink_free(struct frame_pool *p, struct free_list *l, uint32_t id)
 {
-    uint32_t id = *link;
     struct frame *f = &p->frames[id];
-    *link = f->next_free;
+    unsigned order = f->order;
+    chain_unlink(p, l, id, f->mem.fd >= 0);
     __atomic_sub_fetch(&l->n[order], 1, __ATOMIC_RELAXED);
-    f->next_free = 0;
     p->bytes_free -= obytes(p, order);
     __atomic_sub_fetch(&p->n_free_order[order], 1, __ATOMIC_RELAXED);
     __atomic_sub_fetch(&p->n_free, 1, __ATOMIC_RELAXED);
-    if (f->mem.fd >= 0)
-        __atomic_sub_fetch(&p->n_exported_free, 1, __ATOMIC_RELAXED);
+    if (f->mem.fd >= 0 && f->held)
+        __atomic_sub_fetch(&p->n_exported_held, 1, __ATOMIC_RELAXED);
     return id;
 }
 
-/* Take the first free frame of an order off list l (which has one). */
+/* The free frame of order k a grant from list l (which has one) takes: one
+ * that holds a descriptor if there is one, the latest returned first. */
+static uint32_t next_free(const struct free_list *l, unsigned k)
+{
+    return l->head[1][k] ? l->head[1][k] : l->head[0][k];
+}
+
+/* Take that frame off list l. */
 static uint32_t pop_free(struct frame_pool *p, struct free_list *l, unsigned order)
 {
-    return unlink_free(p, l, order, &l->head[order]);
+    return unlink_free(p, l, next_free(l, order));
 }
 
 /* Create, export and map one frame; ns (may be NULL) adds each step's
@@ -485,15 +534,14 @@ static void count_demand(struct frame_pool *p, uint64_t bytes)
 static void trim_list(struct frame_pool *p, struct free_list *l, unsigned k, int64_t cutoff,
                       uint64_t target)
 {
-    uint32_t *link = &l->head[k];
-    while (*link && p->bytes_free > target) {
-        if (p->frames[*link].freed_ms > cutoff) {
-            link = &p->frames[*link].next_free;   /* used lately: kept */
-            continue;
+    for (unsigned c = 0; c < 2; c++)   /* frames without a descriptor first */
+        for (uint32_t id = l->head[c][k], next; id && p->bytes_free > target; id = next) {
+            next = p->frames[id].next_free;
+            if (p->frames[id].freed_ms > cutoff)
+                continue;   /* used lately: kept */
+            end_frame(p, unlink_free(p, l, id));
+            p->released_idle++;
         }
-        end_frame(p, unlink_free(p, l, k, link));
-        p->released_idle++;
-    }
 }
 
 /* Release frames free since `cutoff` or before until free bytes are at most
@@ -531,26 +579,25 @@ static int release_order(const struct frame_pool *p, const uint32_t *n, uint64_t
 static uint64_t release_returned(struct frame_pool *p, unsigned skip, int64_t cutoff,
                                  uint64_t deficit)
 {
-    uint32_t found[MB_ORDERS] = { 0 };   /* an order has such a frame: at *at[k] in from[k] */
-    uint32_t *at[MB_ORDERS];
+    uint32_t found[MB_ORDERS] = { 0 };   /* an order has such a frame: at[k] in from[k] */
+    uint32_t at[MB_ORDERS];
     struct free_list *from[MB_ORDERS];
     for (uint32_t i = 0; i < p->n_by_uid; i++)
-        for (unsigned k = 0; k < MB_ORDERS; k++) {
-            if (k == skip || found[k])
-                continue;
-            uint32_t *link = &p->by_uid[i]->head[k];
-            while (*link && p->frames[*link].freed_ms > cutoff)
-                link = &p->frames[*link].next_free;   /* used lately: kept */
-            if (*link) {
-                found[k] = 1;
-                at[k] = link;
-                from[k] = p->by_uid[i];
+        for (unsigned k = 0; k < MB_ORDERS; k++)
+            for (unsigned c = 0; c < 2 && k != skip && !found[k]; c++) {
+                uint32_t id = p->by_uid[i]->head[c][k];
+                while (id && p->frames[id].freed_ms > cutoff)
+                    id = p->frames[id].next_free;   /* used lately: kept */
+                if (id) {
+                    found[k] = 1;
+                    at[k] = id;
+                    from[k] = p->by_uid[i];
+                }
             }
-        }
     int k = release_order(p, found, deficit);
     if (k < 0)
         return 0;
-    end_frame(p, unlink_free(p, from[k], (unsigned)k, at[k]));
+    end_frame(p, unlink_free(p, from[k], at[k]));
     p->released_device_full++;
     return obytes(p, (unsigned)k);
 }
@@ -609,6 +656,13 @@ static uint64_t demand_target(const struct frame_pool *p)
     for (int64_t i = 0; i < window; i++)
         if (p->demand[(uint64_t)(p->demand_sec - i) % 16] > peak)
             peak = p->demand[(uint64_t)(p->demand_sec - i) % 16];
+    /* Fresh frames hold descriptors: demand raises the target as far as
+     * FREE_DESCRIPTORS_MAX leaves room for returned frames exported again. */
+    uint64_t most = p->free_descriptors_max > p->exported_held_min
+                        ? (uint64_t)(p->free_descriptors_max - p->exported_held_min) * p->frame_bytes
+                        : 0;
+    if (peak > most)
+        peak = most;
     if (p->n_workers && peak > target)
         target = peak;
     return target < p->budget_bytes ? target : p->budget_bytes;
@@ -847,6 +901,18 @@ static void timed_wait(struct frame_pool *p, long ms)
     pthread_cond_timedwait(&p->wake, &p->lock, &ts);
 }
 
+/* How many returned free frames the workers may keep exported: what the
+ * fresh frames leave of free_descriptors_max, and exported_held_min at
+ * least (p->lock held; the fresh counts are hints). */
+static uint32_t reexport_room(const struct frame_pool *p)
+{
+    uint32_t fresh = 0;
+    for (unsigned k = 0; k < MB_ORDERS; k++)
+        fresh += __atomic_load_n(&p->fresh.n[k], __ATOMIC_RELAXED);
+    uint32_t room = fresh < p->free_descriptors_max ? p->free_descriptors_max - fresh : 0;
+    return room > p->exported_held_min ? room : p->exported_held_min;
+}
+
 /* A reserve worker: sleep while nothing is due (the free counts are read
  * without the poll loop's cooperation: hints). */
 static void *reserve_worker(void *arg)
@@ -874,17 +940,16 @@ static void *reserve_worker(void *arg)
             pthread_cond_wait(&p->wake, &p->lock);
             continue;
         }
-        if (p->n_rex_todo) {
+        if (p->n_rex_todo && __atomic_load_n(&p->n_exported_held, __ATOMIC_RELAXED) +
+                                     p->n_rex_done + p->n_rex_busy < reexport_room(p)) {
             /* A free frame's descriptor, again: the handle's export is the
              * frame's memory for as long as the handle lives (the main
              * thread attaches it only to the same frame, still free). The
-             * latest returned first, as grants take them; past
-             * EXPORTED_FREE_MAX descriptors of free frames, the rest are
-             * left to the grants that take them. */
+             * latest returned first, as grants take them. Past
+             * reexport_room's descriptors of free frames the rest wait:
+             * grants take frames with descriptors first, and each one they
+             * take makes room for the next export. */
             struct rex r = p->rex[--p->n_rex_todo];
-            if (__atomic_load_n(&p->n_exported_free, __ATOMIC_RELAXED) + p->n_rex_done >=
-                EXPORTED_FREE_MAX)
-                continue;
             p->rex_busy[p->n_rex_busy++] = r.h;   /* (one per worker) */
             pthread_mutex_unlock(&p->lock);
             struct mb_mem m = MB_MEM_INIT;
@@ -1009,10 +1074,14 @@ void frame_pool_adopt(struct frame_pool *p)
     for (uint32_t k = 0; k < p->n_rex_done; k++) {
         struct rex r = p->rex_done[k];
         struct frame *f = r.id < p->cap ? &p->frames[r.id] : NULL;
-        if (r.fd >= 0 && f && f->state == FRAME_FREE && f->mem.h == r.h && f->mem.fd < 0) {
+        struct free_list *l = f && f->state == FRAME_FREE ? list_of(p, f) : NULL;
+        if (r.fd >= 0 && l && f->mem.h == r.h && f->mem.fd < 0) {
+            chain_unlink(p, l, r.id, 0);   /* to the chain grants take first */
             f->mem.fd = r.fd;
+            chain_link(p, l, r.id, 1);
             p->exported_ahead++;
-            __atomic_add_fetch(&p->n_exported_free, 1, __ATOMIC_RELAXED);
+            /* (a frame without a descriptor was held: fresh ones keep theirs) */
+            __atomic_add_fetch(&p->n_exported_held, 1, __ATOMIC_RELAXED);
         } else if (r.fd >= 0) {
             close(r.fd);   /* granted (and exported on its path) or released meanwhile */
         }
@@ -1132,16 +1201,17 @@ int frame_pool_grant_orders(struct frame_pool *p, const uint8_t *orders, uint32_
     }
     struct free_list *own = uid_list(p, uid, false);
     uint64_t fresh0 = 0;
+    bool took_exported = false;
     for (uint32_t i = 0; i < n; i++) {
         unsigned k = orders[i];
         /* The uid's own frames first: fresh ones serve anyone. */
         struct free_list *l = own && own->n[k] ? own : &p->fresh;
-        struct frame *f = &p->frames[l->head[k]];
+        struct frame *f = &p->frames[next_free(l, k)];
         /* Never another uid's frame (the lists guarantee it); scrub when the
          * tenant changes within the uid. */
         if (f->held && f->last_uid != uid) {
             mb_log(MB_LOG_ERR, "failed to grant: frame %u of uid %u on the list of uid %u",
-                   l->head[k], (unsigned)f->last_uid, (unsigned)uid);
+                   next_free(l, k), (unsigned)f->last_uid, (unsigned)uid);
             frame_pool_return(p, ids, i, session);
             return MB_ESYS;
         }
@@ -1158,6 +1228,10 @@ int frame_pool_grant_orders(struct frame_pool *p, const uint8_t *orders, uint32_
             p->scrubs++;
         }
         uint32_t id = pop_free(p, l, k);
+        if (f->mem.fd < 0)
+            unqueue_export(p, id);   /* exported on this grant's path */
+        else
+            took_exported = true;
         if (!f->held) {
             f->held = true;
             f->last_uid = uid;
@@ -1171,6 +1245,14 @@ int frame_pool_grant_orders(struct frame_pool *p, const uint8_t *orders, uint32_
         p->n_granted++;
         p->bytes_granted += obytes(p, k);
         ids[i] = id;
+    }
+    if (took_exported && p->export_ahead && p->n_workers) {
+        /* Room under reexport_room: the workers export the next free
+         * frames grants would take. */
+        pthread_mutex_lock(&p->lock);
+        if (p->n_rex_todo)
+            pthread_cond_broadcast(&p->wake);
+        pthread_mutex_unlock(&p->lock);
     }
     if (fresh0) {
         /* The target follows at once (the tick may lower it later): a
@@ -1359,7 +1441,7 @@ uint32_t frame_pool_reclaim(struct frame_pool *p, uint64_t session, uint64_t *by
 
 bool frame_pool_is_valid(const struct frame_pool *p)
 {
-    uint32_t total = 0, granted = 0, free_count = 0, exported_free = 0;
+    uint32_t total = 0, granted = 0, free_count = 0, exported_held = 0;
     uint64_t bytes = 0, bytes_granted = 0, bytes_free = 0;
     for (uint32_t id = 1; id < p->next_unused; id++) {
         const struct frame *f = &p->frames[id];
@@ -1384,15 +1466,18 @@ bool frame_pool_is_valid(const struct frame_pool *p)
         bool fresh = l == &p->fresh;
         for (unsigned k = 0; k < MB_ORDERS; k++) {
             uint32_t in_list = 0;
-            for (uint32_t id = l->head[k]; id; id = p->frames[id].next_free) {
-                const struct frame *f = &p->frames[id];
-                if (id >= p->next_unused || f->state != FRAME_FREE || f->order != k ||
-                    f->held == fresh || (!fresh && f->last_uid != l->uid) || f->tainted ||
-                    f->adopted || ++in_list > total)
-                    return false;
-                bytes_free += obytes(p, k);
-                exported_free += f->mem.fd >= 0;
-            }
+            for (unsigned c = 0; c < 2; c++)
+                for (uint32_t id = l->head[c][k], prev = 0; id;
+                     prev = id, id = p->frames[id].next_free) {
+                    const struct frame *f = &p->frames[id];
+                    if (id >= p->next_unused || f->state != FRAME_FREE || f->order != k ||
+                        f->held == fresh || (!fresh && f->last_uid != l->uid) || f->tainted ||
+                        f->adopted || f->prev_free != prev || (f->mem.fd >= 0) != c ||
+                        ++in_list > total)
+                        return false;
+                    bytes_free += obytes(p, k);
+                    exported_held += c && !fresh;
+                }
             if (in_list != l->n[k])
                 return false;
             in_order[k] += in_list;
@@ -1403,7 +1488,7 @@ bool frame_pool_is_valid(const struct frame_pool *p)
             return false;
         free_count += in_order[k];
     }
-    if (exported_free != __atomic_load_n(&p->n_exported_free, __ATOMIC_RELAXED))
+    if (exported_held != __atomic_load_n(&p->n_exported_held, __ATOMIC_RELAXED))
         return false;
     return total == p->n_total && granted == p->n_granted && free_count == p->n_free &&
            p->n_free + p->n_granted == p->n_total && bytes == p->bytes_total &&

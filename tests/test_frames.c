@@ -4,8 +4,9 @@
  * frames as the order a grant needs, refuse what is not the caller's, and
  * scrub between tenants, make room on a device full below the budget, keep
  * their slots when the table is made ahead, keep the journal's id limit
- * ahead of them; and
- * the frame plan keeps its promises. */
+ * ahead of them, grant frames that hold descriptors first and export
+ * returned ones again ahead of grants; and the frame plan keeps its
+ * promises. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -742,6 +743,83 @@ static void ended_frame_drops_its_exports(void **state)
     mb_backend_close(b);
 }
 
+/* A grant takes a free frame that still holds its descriptor before one
+ * whose descriptor went with its last grant (which the grant would export
+ * again on its path), however recently that one came back. */
+static void grants_take_exported_frames_first(void **state)
+{
+    (void)state;
+    mb_backend *b;
+    assert_int_equal(mb_backend_host_open(0, &b), 0);
+    struct frame_pool p;
+    assert_int_equal(frame_pool_init(&p, b, FB, 64 * FB), 0);
+    p.unexport = true;
+    uint32_t ids[2], id;
+    assert_int_equal(frame_pool_grant(&p, 2, 1, 0, 1, ids), 0);
+    b->ops->unexport(b, &frame_pool_get(&p, ids[0])->mem);   /* it went with the grant */
+    assert_int_equal(frame_pool_return(&p, &ids[1], 1, 1), 0);
+    assert_int_equal(frame_pool_return(&p, &ids[0], 1, 1), 0);   /* the latest returned */
+    assert_int_equal(p.n_exported_held, 1);
+    assert_true(frame_pool_is_valid(&p));
+    assert_int_equal(frame_pool_grant(&p, 1, 1, 0, 1, &id), 0);
+    assert_int_equal(id, ids[1]);
+    assert_true(frame_pool_get(&p, id)->mem.fd >= 0);
+    assert_int_equal(frame_pool_grant(&p, 1, 1, 0, 1, &id), 0);
+    assert_int_equal(id, ids[0]);   /* then the other */
+    assert_true(frame_pool_is_valid(&p));
+    frame_pool_destroy(&p);
+    mb_backend_close(b);
+}
+
+/* Poll (adopting what the workers did) until `exported` free frames hold
+ * descriptors and `todo` wait to be exported; false after 10 s. */
+static bool wait_exports(struct frame_pool *p, uint32_t exported, uint32_t todo)
+{
+    for (int i = 0; i < 10000; i++) {
+        frame_pool_adopt(p);
+        pthread_mutex_lock(&p->lock);
+        bool done = p->n_exported_held == exported && p->n_rex_todo == todo &&
+                    p->n_rex_done == 0 && p->n_rex_busy == 0;
+        pthread_mutex_unlock(&p->lock);
+        if (done)
+            return true;
+        usleep(1000);
+    }
+    fprintf(stderr, "wait_exports: %u exported, %u to export, %u done, %u busy\n",
+            p->n_exported_held, p->n_rex_todo, p->n_rex_done, p->n_rex_busy);
+    return false;
+}
+
+/* Past the cap on free frames' descriptors, returned frames wait for their
+ * export rather than being left to the grants that take them: each grant
+ * of a frame that has a descriptor lets the workers export the next. The
+ * budget holds exactly the granted frames, so the reserve makes none. */
+static void exports_wait_at_the_cap(void **state)
+{
+    (void)state;
+    mb_backend *b;
+    assert_int_equal(mb_backend_host_open(0, &b), 0);
+    struct frame_pool p;
+    assert_int_equal(frame_pool_init(&p, b, FB, 4 * FB), 0);
+    p.unexport = p.export_ahead = true;
+    p.free_descriptors_max = p.exported_held_min = 2;
+    assert_int_equal(frame_pool_prefill(&p, 0), 0);
+    uint32_t ids[4], id;
+    assert_int_equal(frame_pool_grant(&p, 4, 1, 0, 1, ids), 0);
+    for (int i = 0; i < 4; i++)
+        b->ops->unexport(b, &frame_pool_get(&p, ids[i])->mem);
+    assert_int_equal(frame_pool_return(&p, ids, 4, 1), 0);   /* four to export again */
+    assert_true(wait_exports(&p, 2, 2));
+    uint64_t ahead = p.exported_ahead;
+    assert_int_equal(frame_pool_grant(&p, 1, 1, 0, 1, &id), 0);
+    assert_true(frame_pool_get(&p, id)->mem.fd >= 0);   /* exported ahead */
+    assert_true(wait_exports(&p, 2, 1));   /* the next one, exported in its place */
+    assert_int_equal(p.exported_ahead, ahead + 1);
+    assert_true(frame_pool_is_valid(&p));
+    frame_pool_destroy(&p);
+    mb_backend_close(b);
+}
+
 /* A grant the full device cannot take fails whole and leaves nothing
  * behind (and the pool says a new frame would release free ones first);
  * once frames are free, a grant of another order releases as many bytes
@@ -937,6 +1015,8 @@ int main(void)
         cmocka_unit_test(device_filled_by_others),
         cmocka_unit_test(workers_hold_off_during_a_grants_calls),
         cmocka_unit_test(ended_frame_drops_its_exports),
+        cmocka_unit_test(grants_take_exported_frames_first),
+        cmocka_unit_test(exports_wait_at_the_cap),
         cmocka_unit_test(reserve_makes_room_on_a_full_device),
         cmocka_unit_test(reserve_room_takes_the_smallest_cover),
         cmocka_unit_test(warm_plan_takes_free_frames_only),
