@@ -12,7 +12,7 @@ B=$PWD/build-gpu
 cmake -S . -B $B -DCMAKE_BUILD_TYPE=Release -DCMAKE_C_FLAGS= >/dev/null && cmake --build $B -j16 2>&1 | grep -E "error|warning: "
 mkdir -p /tmp/old && tar xzf .gpu/old.tgz -C /tmp/old
 cmake -S /tmp/old -B /tmp/old/b -DCMAKE_BUILD_TYPE=Release -DCMAKE_C_FLAGS= >/dev/null && cmake --build /tmp/old/b -j16 --target moonbrightd mbbench 2>&1 | grep -E "error|warning: "
-W=tools/results/gpu-2026-12-06i/waits.py
+W=tools/results/gpu-2026-12-06h/waits.py
 C=.gpu/azure_llm_conv_2023.csv
 start() { RT=$(mktemp -d); MOONBRIGHT_LOG=$3 $1/daemon/moonbrightd --foreground --backend cuda --runtime-dir $RT --budget 100G >$2 2>&1 & DP=$!; j=0; while [ ! -S $RT/gpu0.fds ] && [ $j -lt 300 ]; do sleep 0.1; j=$((j+1)); done; export MOONBRIGHT_RUNTIME_DIR=$RT; }
 ab() {   # ab LABEL ROUNDS [mbbench args]: grow alone, old then new, fresh daemons
