@@ -2,9 +2,9 @@
 # Free frames that hold descriptors granted first, returned frames exported again ahead of
 # grants within 1 536 free descriptors (this commit), against the code before it (a3c4087,
 # .gpu/old.tgz): grow alone on a fresh daemon, old and new in turn, on the conversation
-# trace (3 rounds) and with 1-token blocks (2 rounds); then, new code: 1-token blocks for
-# every strategy and cudaMallocAsync on one daemon, and the goal set but training
-# (conversation replay, the pairs, bench_vspace growth, goals.py).
+# trace and with 1-token blocks (2 rounds each); then, new code: the goal set but training
+# (conversation replay, the pairs, bench_vspace growth, goals.py) and 1-token blocks for
+# every strategy and cudaMallocAsync on one daemon.
 . tools/gpu/use-deps.sh .gpudeps >/dev/null 2>&1
 date -u; nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 O=$OUT/s187; mkdir -p $O
@@ -25,12 +25,8 @@ ab() {   # ab LABEL ROUNDS [mbbench args]: grow alone, old then new, fresh daemo
     python3 $W - $O/$L-$v$r.json | sed "s/^/$L-$v$r /"
   done; done
 }
-ab conv 3
+ab conv 2
 ab blk1 2 --block-tokens 1
-start $B $O/blk1all.dlog info
-timeout 120 $B/tools/mbbench replay $C --block-tokens 1 --json --quiet --strategies realloc,grow,vspace,cudaMallocAsync > $O/blk1all.json 2>$O/blk1all.err; echo "blk1all rc=$?"
-kill $DP; wait $DP
-python3 $W - $O/blk1all.json
 start $B $O/conv.dlog info
 timeout 120 $B/tools/mbbench replay $C --json --quiet --strategies realloc,grow,vspace,cudaMallocAsync > $O/conv.json 2>$O/conv.err; echo "conv rc=$?"
 timeout 60 $B/tools/mbbench latency --json --quiet --pairs 2000 --sizes 64M,1G > $O/latency.json 2>/dev/null; echo "latency rc=$?"
@@ -38,5 +34,9 @@ timeout 40 $B/tools/bench_vspace growth > $O/bench_vspace.txt 2>&1; echo "bench_
 kill $DP; wait $DP
 python3 $W - $O/conv.json
 python3 tools/goals.py $O/conv.json $O/latency.json $O/bench_vspace.txt
+start $B $O/blk1all.dlog info
+timeout 120 $B/tools/mbbench replay $C --block-tokens 1 --json --quiet --strategies realloc,grow,vspace,cudaMallocAsync > $O/blk1all.json 2>$O/blk1all.err; echo "blk1all rc=$?"
+kill $DP; wait $DP
+python3 $W - $O/blk1all.json
 cd $OUT && tar czf s187.tgz s187 && rm -rf s187
 date -u
