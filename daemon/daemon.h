@@ -109,7 +109,7 @@ struct free_list {
  * least. Past it, returned frames wait for a grant to take one that has a
  * descriptor: grants take those first, so this bounds how far the exports
  * run ahead of grants, not how fast they follow them. */
-#define FREE_DESCRIPTORS_MAX 1536
+#define FREE_DESCRIPTORS_MAX 1792
 #define EXPORTED_HELD_MIN 256
 /* Where a grant's time went: frames created on its path (create_ns, of it
  * wait_ns waiting for the reserve's workers and step_ns in the driver's

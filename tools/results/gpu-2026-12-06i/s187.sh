@@ -1,6 +1,6 @@
 #!/bin/sh
 # Free frames that hold descriptors granted first, returned frames exported again ahead of
-# grants within 1 536 free descriptors (this commit), against the code before it (a3c4087,
+# grants within 1 792 free descriptors, against the code before it (a3c4087,
 # .gpu/old.tgz): grow alone on a fresh daemon, old and new in turn, on the conversation
 # trace and with 1-token blocks (2 rounds each); then, new code: the goal set but training
 # (conversation replay, the pairs, bench_vspace growth, goals.py) and 1-token blocks for

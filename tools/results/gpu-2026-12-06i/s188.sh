@@ -1,6 +1,6 @@
 #!/bin/sh
 # s187.sh cut to the device time left: free frames that hold descriptors granted first,
-# returned frames exported again ahead of grants within 1 536 free descriptors (26e6ce4),
+# returned frames exported again ahead of grants within 1 792 free descriptors,
 # against a3c4087 (.gpu/old.tgz): grow alone on a fresh daemon, old and new in turn, on
 # the conversation trace (2 rounds) and with 1-token blocks (1 round); then the new code's
 # conversation replay of every strategy and cudaMallocAsync, and goals.py on it.
