@@ -1,4 +1,6 @@
 #!/bin/sh
+# Not run: from 21:29 to 22:45 UTC no machine could be started (ten tries), and the
+# session's device time went to the tries.
 # s187.sh cut to the device time left: free frames that hold descriptors granted first,
 # returned frames exported again ahead of grants within 1 792 free descriptors,
 # against a3c4087 (.gpu/old.tgz): grow alone on a fresh daemon, old and new in turn, on

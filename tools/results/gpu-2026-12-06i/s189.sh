@@ -1,4 +1,6 @@
 #!/bin/sh
+# Not run: from 21:29 to 22:45 UTC no machine could be started (ten tries), and the
+# session's device time went to the tries.
 # s188.sh cut again to the device time left: the committed code only, grow alone on a
 # fresh daemon, the conversation trace and 1-token blocks: re-exports on grant paths and
 # the daemon's descriptors at the peak on a GPU.
