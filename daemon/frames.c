@@ -411,6 +411,13 @@ static uint32_t pop_free(struct frame_pool *p, struct free_list *l, unsigned ord
     return unlink_free(p, l, next_free(l, order));
 }
 
+/* Take a free frame of order k off list l (which has one) to release it:
+ * one without a descriptor first (a grant would have to export it). */
+static uint32_t pop_to_release(struct frame_pool *p, struct free_list *l, unsigned k)
+{
+    return unlink_free(p, l, l->head[0][k] ? l->head[0][k] : l->head[1][k]);
+}
+
 /* Create, export and map one frame; ns (may be NULL) adds each step's
  * time: create, export, the daemon's own map. */
 static int make_mem(struct frame_pool *p, unsigned order, struct mb_mem *m, uint64_t ns[3])
@@ -782,7 +789,7 @@ static bool release_surplus(struct frame_pool *p, const uint32_t *need, uid_t ui
         struct free_list *l = p->by_uid[i];
         int k = l->uid == uid ? -1 : release_order(p, l->n, deficit);
         if (k >= 0) {
-            end_frame(p, pop_free(p, l, (unsigned)k));
+            end_frame(p, pop_to_release(p, l, (unsigned)k));
             p->released_isolation++;
             return true;
         }
@@ -796,7 +803,7 @@ static bool release_surplus(struct frame_pool *p, const uint32_t *need, uid_t ui
     int k = release_order(p, spare, deficit);
     if (k < 0)
         return false;
-    end_frame(p, pop_free(p, own && own->n[k] ? own : &p->fresh, (unsigned)k));
+    end_frame(p, pop_to_release(p, own && own->n[k] ? own : &p->fresh, (unsigned)k));
     p->recreated++;
     return true;
 }

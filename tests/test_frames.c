@@ -771,6 +771,30 @@ static void grants_take_exported_frames_first(void **state)
     mb_backend_close(b);
 }
 
+/* Room for a grant is made by releasing a free frame without a descriptor
+ * before one that holds its own (which a grant could take as it is). */
+static void room_made_from_frames_without_descriptors(void **state)
+{
+    (void)state;
+    mb_backend *b;
+    assert_int_equal(mb_backend_host_open(0, &b), 0);
+    struct frame_pool p;
+    assert_int_equal(frame_pool_init(&p, b, FB, 3 * FB), 0);
+    p.unexport = true;
+    uint32_t ids[2], big;
+    assert_int_equal(frame_pool_grant(&p, 2, 1, 0, 1, ids), 0);
+    b->ops->unexport(b, &frame_pool_get(&p, ids[1])->mem);   /* it went with the grant */
+    assert_int_equal(frame_pool_return(&p, ids, 2, 1), 0);
+    uint8_t order[1] = { 1 };   /* 2 units: one free unit must go */
+    assert_int_equal(frame_pool_grant_orders(&p, order, 1, 1, 0, 1, &big), 0);
+    assert_null(frame_pool_get(&p, ids[1]));
+    assert_non_null(frame_pool_get(&p, ids[0]));
+    assert_true(frame_pool_get(&p, ids[0])->mem.fd >= 0);
+    assert_true(frame_pool_is_valid(&p));
+    frame_pool_destroy(&p);
+    mb_backend_close(b);
+}
+
 /* Poll (adopting what the workers did) until `exported` free frames hold
  * descriptors and `todo` wait to be exported; false after 10 s. */
 static bool wait_exports(struct frame_pool *p, uint32_t exported, uint32_t todo)
@@ -1017,6 +1041,7 @@ int main(void)
         cmocka_unit_test(ended_frame_drops_its_exports),
         cmocka_unit_test(grants_take_exported_frames_first),
         cmocka_unit_test(exports_wait_at_the_cap),
+        cmocka_unit_test(room_made_from_frames_without_descriptors),
         cmocka_unit_test(reserve_makes_room_on_a_full_device),
         cmocka_unit_test(reserve_room_takes_the_smallest_cover),
         cmocka_unit_test(warm_plan_takes_free_frames_only),
