@@ -1,7 +1,7 @@
 #!/bin/sh
 # Not run: from 21:29 to 22:45 UTC no machine could be started (ten tries, the later ones
-# with shorter cuts of this script: the new code alone, grow alone), and the session's
-# device time went to the tries.
+# with shorter cuts of this script: the new code alone, grow alone); the device time
+# available went to the tries.
 # Free frames that hold descriptors granted first, returned frames exported again ahead of
 # grants within 1 792 free descriptors, against the code before it (a3c4087,
 # .gpu/old.tgz): grow alone on a fresh daemon, old and new in turn, on the conversation
