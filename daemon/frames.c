@@ -303,12 +303,19 @@ static bool rex_push(struct rex **q, uint32_t *n, uint32_t *cap, struct rex r)
     return true;
 }
 
+/* Workers export returned free frames again ahead of grants (frames
+ * passed on lose their descriptor, and the queue is on). */
+static bool exports_ahead(const struct frame_pool *p)
+{
+    return p->unexport && p->export_ahead && p->n_workers;
+}
+
 /* A free frame without a descriptor goes to the workers to be exported
  * again (without workers, the grant that takes it exports it). */
 static void queue_export(struct frame_pool *p, uint32_t id)
 {
     const struct frame *f = &p->frames[id];
-    if (f->mem.fd >= 0 || !p->unexport || !p->export_ahead || !p->n_workers)
+    if (f->mem.fd >= 0 || !exports_ahead(p))
         return;
     pthread_mutex_lock(&p->lock);
     if (rex_push(&p->rex, &p->n_rex_todo, &p->rex_cap, (struct rex){ id, f->mem.h, -1 }))
@@ -320,7 +327,7 @@ static void queue_export(struct frame_pool *p, uint32_t id)
  * its path): its entry in the export queue goes. */
 static void unqueue_export(struct frame_pool *p, uint32_t id)
 {
-    if (!p->unexport || !p->export_ahead || !p->n_workers)
+    if (!exports_ahead(p))
         return;
     pthread_mutex_lock(&p->lock);
     drop_todo_held(p, id);
@@ -352,16 +359,17 @@ static void chain_unlink(struct frame_pool *p, struct free_list *l, uint32_t id,
     f->next_free = f->prev_free = 0;
 }
 
-/* The list a free frame is on (NULL: a uid's list that does not exist). */
-static struct free_list *list_of(struct frame_pool *p, const struct frame *f)
+/* The free list of frame f: the fresh one, or its uid's (created when
+ * `make`; NULL when out of memory or absent). */
+static struct free_list *list_of(struct frame_pool *p, const struct frame *f, bool make)
 {
-    return f->held ? uid_list(p, f->last_uid, false) : &p->fresh;
+    return f->held ? uid_list(p, f->last_uid, make) : &p->fresh;
 }
 
 static void push_free(struct frame_pool *p, uint32_t id)
 {
     struct frame *f = &p->frames[id];
-    struct free_list *l = f->held ? uid_list(p, f->last_uid, true) : &p->fresh;
+    struct free_list *l = list_of(p, f, true);
     if (f->adopted || f->tainted || !l) {
         /* Adopted: no handle. Tainted, or no list to keep it on: another
          * uid may keep its descriptor, so it must not be granted again. */
@@ -398,11 +406,17 @@ static uint32_t unlink_free(struct frame_pool *p, struct free_list *l, uint32_t 
     return id;
 }
 
-/* The free frame of order k a grant from list l (which has one) takes: one
- * that holds a descriptor if there is one, the latest returned first. */
+/* The latest returned free frame of order k on list l (which has one),
+ * from chain c if it has one, else from the other. */
+static uint32_t first_free(const struct free_list *l, unsigned k, unsigned c)
+{
+    return l->head[c][k] ? l->head[c][k] : l->head[!c][k];
+}
+
+/* The one a grant takes: a frame that holds a descriptor first. */
 static uint32_t next_free(const struct free_list *l, unsigned k)
 {
-    return l->head[1][k] ? l->head[1][k] : l->head[0][k];
+    return first_free(l, k, 1);
 }
 
 /* Take that frame off list l. */
@@ -415,7 +429,7 @@ static uint32_t pop_free(struct frame_pool *p, struct free_list *l, unsigned ord
  * one without a descriptor first (a grant would have to export it). */
 static uint32_t pop_to_release(struct frame_pool *p, struct free_list *l, unsigned k)
 {
-    return unlink_free(p, l, l->head[0][k] ? l->head[0][k] : l->head[1][k]);
+    return unlink_free(p, l, first_free(l, k, 0));
 }
 
 /* Create, export and map one frame; ns (may be NULL) adds each step's
@@ -1081,7 +1095,7 @@ void frame_pool_adopt(struct frame_pool *p)
     for (uint32_t k = 0; k < p->n_rex_done; k++) {
         struct rex r = p->rex_done[k];
         struct frame *f = r.id < p->cap ? &p->frames[r.id] : NULL;
-        struct free_list *l = f && f->state == FRAME_FREE ? list_of(p, f) : NULL;
+        struct free_list *l = f && f->state == FRAME_FREE ? list_of(p, f, false) : NULL;
         if (r.fd >= 0 && l && f->mem.h == r.h && f->mem.fd < 0) {
             chain_unlink(p, l, r.id, 0);   /* to the chain grants take first */
             f->mem.fd = r.fd;
@@ -1253,7 +1267,7 @@ int frame_pool_grant_orders(struct frame_pool *p, const uint8_t *orders, uint32_
         p->bytes_granted += obytes(p, k);
         ids[i] = id;
     }
-    if (took_exported && p->export_ahead && p->n_workers) {
+    if (took_exported && exports_ahead(p)) {
         /* Room under reexport_room: the workers export the next free
          * frames grants would take. */
         pthread_mutex_lock(&p->lock);
