@@ -86,7 +86,8 @@ struct free_list {
  *   lists, and n_free is their sum
  *   no FREE frame is tainted or adopted (those end when let go)
  *   n_exported_held counts the FREE frames a uid held that hold an exported
- *   descriptor (fresh frames always hold theirs)
+ *   descriptor (fresh frames always hold theirs), n_exported_held_order[k]
+ *   those of order k
  *   bytes_total + bytes of ready[] and of frames being created == committed
  *     <= budget_bytes; n_total + n_ready + creating == n_committed
  * The warm reserve: RESERVE_THREADS workers create and export frames ahead of
@@ -111,6 +112,12 @@ struct free_list {
  * run ahead of grants, not how fast they follow them. */
 #define FREE_DESCRIPTORS_MAX 1792
 #define EXPORTED_HELD_MIN 256
+/* Of that room, each order's returned free frames get EXPORTED_ORDER_MIN
+ * descriptors before the latest returned frames take the rest (those are
+ * mostly of one order, and a grant of another would export on its path).
+ * Fresh frames adopted later can pass the cap: returned frames then give
+ * descriptors up, the order holding most first. */
+#define EXPORTED_ORDER_MIN 8
 /* Where a grant's time went: frames created on its path (create_ns, of it
  * wait_ns waiting for the reserve's workers and step_ns in the driver's
  * create, export and the daemon's own map; released: free frames ended to
@@ -140,6 +147,8 @@ struct frame_pool {
     uint64_t reexports;          /* frames exported again on a grant's or an import's
                                   * path (their descriptor went when last passed on) */
     uint64_t exported_ahead;     /* ... and by the workers, ahead of the grant */
+    uint64_t exports_dropped;    /* descriptors returned free frames gave up when
+                                  * fresh ones took the room (drop_excess_exports) */
     uint64_t warm_full_grants;   /* grants that took free frames past warm_max (main thread) */
     bool export_ahead;           /* the workers export returned frames again (default on) */
     bool unexport;               /* frames passed on keep no descriptor here (default on,
@@ -147,8 +156,10 @@ struct frame_pool {
     uint32_t n_exported_held;    /* free frames a uid held that hold an exported
                                   * descriptor (written by the main thread, read by
                                   * the workers: atomic) */
-    uint32_t free_descriptors_max, exported_held_min; /* FREE_DESCRIPTORS_MAX and
-                                  * EXPORTED_HELD_MIN (tests set smaller ones) */
+    uint32_t n_exported_held_order[MB_ORDERS]; /* ... of order k (the same) */
+    uint32_t free_descriptors_max, exported_held_min, exported_order_min;
+                                 /* FREE_DESCRIPTORS_MAX, EXPORTED_HELD_MIN and
+                                  * EXPORTED_ORDER_MIN (tests set smaller ones) */
     struct grant_path last;      /* the last grant's (main thread only) */
     uint64_t adopt_wait_ns;      /* frame_pool_adopt's waits for the lock and the frames */
     uint32_t adopted;            /* it adopted, since grant_now zeroed them (main thread) */
@@ -202,15 +213,17 @@ struct frame_pool {
     /* Free frames whose descriptor went with a grant, exported again by the
      * workers: rex[0..n_rex_todo) to do (fd -1), then rex_done[0..n_rex_done)
      * done, which frame_pool_adopt attaches where the frame is still free
-     * and has none (else it closes the fd). */
-    struct rex { uint32_t id; uint64_t h; int fd; } *rex, *rex_done;
+     * and has none (else it closes the fd); n_rex_todo_order[k] counts the
+     * entries to do of order k. */
+    struct rex { uint32_t id; uint64_t h; int fd; uint8_t order; } *rex, *rex_done;
     uint32_t n_rex_todo, rex_cap, n_rex_done, rex_done_cap;
+    uint32_t n_rex_todo_order[MB_ORDERS];
     /* The handles the workers export now (outside the lock): a frame that
      * ends first drops its entries and waits for these (end_frame), so that
      * no worker exports a handle being released, and no descriptor of a
      * released frame reaches a frame made later (a handle's value may come
      * back). */
-    uint64_t rex_busy[RESERVE_THREADS];
+    struct rex rex_busy[RESERVE_THREADS];
     uint32_t n_rex_busy;
     uint64_t room_wanted[MB_ORDERS]; /* bytes of order-k frames the reserve lacks, which
                                   * a worker could not make on a device full below

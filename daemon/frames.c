@@ -48,6 +48,7 @@ int frame_pool_init(struct frame_pool *p, mb_backend *be, size_t frame_bytes, ui
     p->idle_ms = 5000;
     p->free_descriptors_max = FREE_DESCRIPTORS_MAX;
     p->exported_held_min = EXPORTED_HELD_MIN;
+    p->exported_order_min = EXPORTED_ORDER_MIN;
     pthread_mutex_init(&p->lock, NULL);
     pthread_cond_init(&p->wake, NULL);
     return p->frames ? 0 : MB_ENOMEM;
@@ -195,9 +196,12 @@ static void uncommit(struct frame_pool *p, uint64_t bytes)
 static void drop_todo_held(struct frame_pool *p, uint32_t id)
 {
     uint32_t k = 0;
-    for (uint32_t i = 0; i < p->n_rex_todo; i++)
+    for (uint32_t i = 0; i < p->n_rex_todo; i++) {
         if (p->rex[i].id != id)
             p->rex[k++] = p->rex[i];
+        else
+            p->n_rex_todo_order[p->rex[i].order]--;
+    }
     p->n_rex_todo = k;
 }
 
@@ -210,7 +214,7 @@ static void forget_exports_held(struct frame_pool *p, uint32_t id, uint64_t h)
     for (;;) {
         bool busy = false;
         for (uint32_t i = 0; i < p->n_rex_busy; i++)
-            busy = busy || p->rex_busy[i] == h;
+            busy = busy || p->rex_busy[i].h == h;
         if (!busy)
             break;
         pthread_cond_wait(&p->wake, &p->lock);
@@ -318,8 +322,10 @@ static void queue_export(struct frame_pool *p, uint32_t id)
     if (f->mem.fd >= 0 || !exports_ahead(p))
         return;
     pthread_mutex_lock(&p->lock);
-    if (rex_push(&p->rex, &p->n_rex_todo, &p->rex_cap, (struct rex){ id, f->mem.h, -1 }))
+    if (rex_push(&p->rex, &p->n_rex_todo, &p->rex_cap, (struct rex){ id, f->mem.h, -1, f->order })) {
+        p->n_rex_todo_order[f->order]++;
         pthread_cond_broadcast(&p->wake);
+    }
     pthread_mutex_unlock(&p->lock);
 }
 
@@ -332,6 +338,14 @@ static void unqueue_export(struct frame_pool *p, uint32_t id)
     pthread_mutex_lock(&p->lock);
     drop_todo_held(p, id);
     pthread_mutex_unlock(&p->lock);
+}
+
+/* A free frame a uid held gains (+1) or loses (-1) its descriptor's
+ * count (main thread; the workers read the counts as hints). */
+static void count_exported_held(struct frame_pool *p, unsigned order, int d)
+{
+    __atomic_add_fetch(&p->n_exported_held, (uint32_t)d, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&p->n_exported_held_order[order], (uint32_t)d, __ATOMIC_RELAXED);
 }
 
 /* Link free frame id at the head of chain c of its order on list l. */
@@ -388,7 +402,7 @@ static void push_free(struct frame_pool *p, uint32_t id)
     __atomic_add_fetch(&p->n_free_order[f->order], 1, __ATOMIC_RELAXED);
     __atomic_add_fetch(&p->n_free, 1, __ATOMIC_RELAXED);
     if (f->mem.fd >= 0 && f->held)
-        __atomic_add_fetch(&p->n_exported_held, 1, __ATOMIC_RELAXED);
+        count_exported_held(p, f->order, 1);
 }
 
 /* Take free frame id off list l. */
@@ -402,7 +416,7 @@ static uint32_t unlink_free(struct frame_pool *p, struct free_list *l, uint32_t 
     __atomic_sub_fetch(&p->n_free_order[order], 1, __ATOMIC_RELAXED);
     __atomic_sub_fetch(&p->n_free, 1, __ATOMIC_RELAXED);
     if (f->mem.fd >= 0 && f->held)
-        __atomic_sub_fetch(&p->n_exported_held, 1, __ATOMIC_RELAXED);
+        count_exported_held(p, f->order, -1);
     return id;
 }
 
@@ -934,6 +948,42 @@ static uint32_t reexport_room(const struct frame_pool *p)
     return room > p->exported_held_min ? room : p->exported_held_min;
 }
 
+/* The export queue's entry a worker takes next, -1 when none may go now
+ * (p->lock held; the held counts are hints). Within reexport_room: the
+ * latest returned frame, as grants take them, but for the share of the
+ * room that orders short of exported_order_min descriptors (held, or
+ * being given) still need, which goes to the latest of those orders (the
+ * latest returned frames are mostly of one order, and a grant of another
+ * would export on its path). Past the room the rest wait: grants take
+ * frames with descriptors first, and each one they take makes room for
+ * the next export. */
+static int64_t next_export(const struct frame_pool *p)
+{
+    if (!p->n_rex_todo)
+        return -1;
+    uint32_t have[MB_ORDERS];
+    for (unsigned k = 0; k < MB_ORDERS; k++)
+        have[k] = __atomic_load_n(&p->n_exported_held_order[k], __ATOMIC_RELAXED);
+    for (uint32_t i = 0; i < p->n_rex_done; i++)
+        have[p->rex_done[i].order]++;
+    for (uint32_t i = 0; i < p->n_rex_busy; i++)
+        have[p->rex_busy[i].order]++;
+    bool scarce[MB_ORDERS];
+    uint32_t held = 0, short_by = 0;
+    for (unsigned k = 0; k < MB_ORDERS; k++) {
+        held += have[k];
+        scarce[k] = p->n_rex_todo_order[k] && have[k] < p->exported_order_min;
+        short_by += scarce[k] ? p->exported_order_min - have[k] : 0;
+    }
+    uint32_t room = reexport_room(p);
+    if (held + short_by < room)
+        return (int64_t)p->n_rex_todo - 1;
+    for (int64_t i = (int64_t)p->n_rex_todo - 1; held < room && short_by && i >= 0; i--)
+        if (scarce[p->rex[i].order])
+            return i;
+    return -1;
+}
+
 /* A reserve worker: sleep while nothing is due (the free counts are read
  * without the poll loop's cooperation: hints). */
 static void *reserve_worker(void *arg)
@@ -961,24 +1011,24 @@ static void *reserve_worker(void *arg)
             pthread_cond_wait(&p->wake, &p->lock);
             continue;
         }
-        if (p->n_rex_todo && __atomic_load_n(&p->n_exported_held, __ATOMIC_RELAXED) +
-                                     p->n_rex_done + p->n_rex_busy < reexport_room(p)) {
+        int64_t next = next_export(p);
+        if (next >= 0) {
             /* A free frame's descriptor, again: the handle's export is the
              * frame's memory for as long as the handle lives (the main
-             * thread attaches it only to the same frame, still free). The
-             * latest returned first, as grants take them. Past
-             * reexport_room's descriptors of free frames the rest wait:
-             * grants take frames with descriptors first, and each one they
-             * take makes room for the next export. */
-            struct rex r = p->rex[--p->n_rex_todo];
-            p->rex_busy[p->n_rex_busy++] = r.h;   /* (one per worker) */
+             * thread attaches it only to the same frame, still free). */
+            struct rex r = p->rex[next];
+            memmove(&p->rex[next], &p->rex[next + 1],
+                    (p->n_rex_todo - (uint32_t)next - 1) * sizeof(*p->rex));
+            p->n_rex_todo--;
+            p->n_rex_todo_order[r.order]--;
+            p->rex_busy[p->n_rex_busy++] = r;   /* (one per worker) */
             pthread_mutex_unlock(&p->lock);
             struct mb_mem m = MB_MEM_INIT;
             m.h = r.h;
             r.fd = p->be->ops->export_fd(p->be, &m) == 0 ? m.fd : -1;
             pthread_mutex_lock(&p->lock);
             for (uint32_t i = 0; i < p->n_rex_busy; i++)
-                if (p->rex_busy[i] == r.h) {
+                if (p->rex_busy[i].h == r.h) {
                     p->rex_busy[i] = p->rex_busy[--p->n_rex_busy];
                     break;
                 }
@@ -1074,6 +1124,42 @@ int frame_pool_prefill(struct frame_pool *p, uint64_t bytes)
     return 0;
 }
 
+/* Fresh frames adopted after returned ones were exported again can take
+ * the free frames' descriptors past free_descriptors_max: returned frames
+ * give theirs up (a close; the handle stays), from the order that holds
+ * the most, down to exported_held_min, and wait in the export queue for
+ * room again. */
+static void drop_excess_exports(struct frame_pool *p)
+{
+    if (!exports_ahead(p))
+        return;
+    uint32_t fresh = 0;
+    for (unsigned k = 0; k < MB_ORDERS; k++)
+        fresh += p->fresh.n[k];
+    while (p->n_exported_held > p->exported_held_min &&
+           fresh + p->n_exported_held > p->free_descriptors_max) {
+        unsigned most = 0;
+        for (unsigned k = 1; k < MB_ORDERS; k++)
+            if (p->n_exported_held_order[k] > p->n_exported_held_order[most])
+                most = k;
+        struct free_list *l = NULL;
+        uint32_t id = 0;
+        for (uint32_t i = 0; i < p->n_by_uid && !id; i++) {
+            l = p->by_uid[i];
+            id = l->head[1][most];
+        }
+        if (!id)
+            return;   /* (n_exported_held_order[most] counts one: not reached) */
+        struct frame *f = &p->frames[id];
+        chain_unlink(p, l, id, 1);
+        p->be->ops->unexport(p->be, &f->mem);
+        chain_link(p, l, id, 0);
+        count_exported_held(p, most, -1);
+        p->exports_dropped++;
+        queue_export(p, id);
+    }
+}
+
 void frame_pool_adopt(struct frame_pool *p)
 {
     uint64_t t = mb_now_ns();
@@ -1102,13 +1188,14 @@ void frame_pool_adopt(struct frame_pool *p)
             chain_link(p, l, r.id, 1);
             p->exported_ahead++;
             /* (a frame without a descriptor was held: fresh ones keep theirs) */
-            __atomic_add_fetch(&p->n_exported_held, 1, __ATOMIC_RELAXED);
+            count_exported_held(p, f->order, 1);
         } else if (r.fd >= 0) {
             close(r.fd);   /* granted (and exported on its path) or released meanwhile */
         }
     }
     p->n_rex_done = 0;
     pthread_mutex_unlock(&p->lock);
+    drop_excess_exports(p);
     POOL_CHECK(p);
 }
 
@@ -1463,6 +1550,7 @@ uint32_t frame_pool_reclaim(struct frame_pool *p, uint64_t session, uint64_t *by
 bool frame_pool_is_valid(const struct frame_pool *p)
 {
     uint32_t total = 0, granted = 0, free_count = 0, exported_held = 0;
+    uint32_t exported_order[MB_ORDERS] = { 0 };
     uint64_t bytes = 0, bytes_granted = 0, bytes_free = 0;
     for (uint32_t id = 1; id < p->next_unused; id++) {
         const struct frame *f = &p->frames[id];
@@ -1498,6 +1586,7 @@ bool frame_pool_is_valid(const struct frame_pool *p)
                         return false;
                     bytes_free += obytes(p, k);
                     exported_held += c && !fresh;
+                    exported_order[k] += c && !fresh;
                 }
             if (in_list != l->n[k])
                 return false;
@@ -1505,7 +1594,8 @@ bool frame_pool_is_valid(const struct frame_pool *p)
         }
     }
     for (unsigned k = 0; k < MB_ORDERS; k++) {
-        if (in_order[k] != p->n_free_order[k])
+        if (in_order[k] != p->n_free_order[k] ||
+            exported_order[k] != __atomic_load_n(&p->n_exported_held_order[k], __ATOMIC_RELAXED))
             return false;
         free_count += in_order[k];
     }

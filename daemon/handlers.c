@@ -586,6 +586,7 @@ static int fill_status(struct daemon *d, Mb__StatusReply *sr)
     sr->descriptors = frame_pool_exported(&d->pool);
     sr->reexports = d->pool.reexports;
     sr->exported_ahead = d->pool.exported_ahead;
+    sr->exports_dropped = d->pool.exports_dropped;
     sr->warm_full_grants = d->pool.warm_full_grants;
     pthread_mutex_lock(&d->pool.lock);
     sr->reserve_target = d->pool.reserve_bytes;

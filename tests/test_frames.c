@@ -827,6 +827,7 @@ static void exports_wait_at_the_cap(void **state)
     assert_int_equal(frame_pool_init(&p, b, FB, 4 * FB), 0);
     p.unexport = p.export_ahead = true;
     p.free_descriptors_max = p.exported_held_min = 2;
+    p.exported_order_min = 0;   /* (each order's floor: the next test) */
     assert_int_equal(frame_pool_prefill(&p, 0), 0);
     uint32_t ids[4], id;
     assert_int_equal(frame_pool_grant(&p, 4, 1, 0, 1, ids), 0);
@@ -839,6 +840,72 @@ static void exports_wait_at_the_cap(void **state)
     assert_true(frame_pool_get(&p, id)->mem.fd >= 0);   /* exported ahead */
     assert_true(wait_exports(&p, 2, 1));   /* the next one, exported in its place */
     assert_int_equal(p.exported_ahead, ahead + 1);
+    assert_true(frame_pool_is_valid(&p));
+    frame_pool_destroy(&p);
+    mb_backend_close(b);
+}
+
+/* Each order's floor comes first within the room: the workers export a
+ * returned frame of an order that holds fewer descriptors than its floor,
+ * though frames of another order came back later, and a grant of that
+ * order then finds one with its descriptor. */
+static void exports_share_room_among_orders(void **state)
+{
+    (void)state;
+    mb_backend *b;
+    assert_int_equal(mb_backend_host_open(0, &b), 0);
+    struct frame_pool p;
+    assert_int_equal(frame_pool_init(&p, b, FB, 6 * FB), 0);
+    p.unexport = p.export_ahead = true;
+    p.free_descriptors_max = p.exported_held_min = 2;
+    p.exported_order_min = 1;
+    assert_int_equal(frame_pool_prefill(&p, 0), 0);
+    uint32_t ids[4], two, id;
+    uint8_t order = 1;
+    assert_int_equal(frame_pool_grant_orders(&p, &order, 1, 1, 0, 1, &two), 0);
+    assert_int_equal(frame_pool_grant(&p, 4, 1, 0, 1, ids), 0);
+    b->ops->unexport(b, &frame_pool_get(&p, two)->mem);
+    for (int i = 0; i < 4; i++)
+        b->ops->unexport(b, &frame_pool_get(&p, ids[i])->mem);
+    assert_int_equal(frame_pool_return(&p, &two, 1, 1), 0);
+    assert_int_equal(frame_pool_return(&p, ids, 4, 1), 0);   /* later, order 0 */
+    assert_true(wait_exports(&p, 2, 3));
+    assert_int_equal(p.n_exported_held_order[0], 1);
+    assert_int_equal(p.n_exported_held_order[1], 1);
+    assert_int_equal(frame_pool_grant_orders(&p, &order, 1, 1, 0, 1, &id), 0);
+    assert_int_equal(id, two);
+    assert_true(frame_pool_get(&p, id)->mem.fd >= 0);   /* exported ahead */
+    assert_true(frame_pool_is_valid(&p));
+    frame_pool_destroy(&p);
+    mb_backend_close(b);
+}
+
+/* Returned frames that hold descriptors past the cap (here: they came back
+ * with them; in a daemon: fresh frames adopted after they were exported)
+ * give the excess up, from the order that holds the most, and wait to be
+ * exported again. */
+static void excess_descriptors_given_up(void **state)
+{
+    (void)state;
+    mb_backend *b;
+    assert_int_equal(mb_backend_host_open(0, &b), 0);
+    struct frame_pool p;
+    assert_int_equal(frame_pool_init(&p, b, FB, 8 * FB), 0);
+    p.unexport = p.export_ahead = true;
+    p.free_descriptors_max = 3;
+    p.exported_held_min = p.exported_order_min = 0;
+    assert_int_equal(frame_pool_prefill(&p, 0), 0);
+    uint32_t ids[4], two;
+    uint8_t order = 1;
+    assert_int_equal(frame_pool_grant(&p, 4, 1, 0, 1, ids), 0);
+    assert_int_equal(frame_pool_grant_orders(&p, &order, 1, 1, 0, 1, &two), 0);
+    assert_int_equal(frame_pool_return(&p, ids, 4, 1), 0);   /* with their descriptors */
+    assert_int_equal(frame_pool_return(&p, &two, 1, 1), 0);
+    assert_int_equal(p.n_exported_held, 5);
+    assert_true(wait_exports(&p, 3, 2));   /* two gave theirs up, both of order 0 */
+    assert_int_equal(p.n_exported_held_order[0], 2);
+    assert_int_equal(p.n_exported_held_order[1], 1);
+    assert_int_equal(p.exports_dropped, 2);
     assert_true(frame_pool_is_valid(&p));
     frame_pool_destroy(&p);
     mb_backend_close(b);
@@ -1041,6 +1108,8 @@ int main(void)
         cmocka_unit_test(ended_frame_drops_its_exports),
         cmocka_unit_test(grants_take_exported_frames_first),
         cmocka_unit_test(exports_wait_at_the_cap),
+        cmocka_unit_test(exports_share_room_among_orders),
+        cmocka_unit_test(excess_descriptors_given_up),
         cmocka_unit_test(room_made_from_frames_without_descriptors),
         cmocka_unit_test(reserve_makes_room_on_a_full_device),
         cmocka_unit_test(reserve_room_takes_the_smallest_cover),

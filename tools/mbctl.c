@@ -329,8 +329,9 @@ static void print_status_head(const Mb__StatusReply *s)
            s->frames_total, mb_format_size(s->frame_bytes, f, sizeof(f)), s->frames_free,
            mb_format_size(s->bytes_free, fr, sizeof(fr)), s->frames_granted);
     printf("handles  %u exported descriptors held; frames exported again: %llu ahead, %llu on a "
-           "grant's path\n", s->descriptors, (unsigned long long)s->exported_ahead,
-           (unsigned long long)s->reexports);
+           "grant's path; %llu given up for room\n", s->descriptors,
+           (unsigned long long)s->exported_ahead, (unsigned long long)s->reexports,
+           (unsigned long long)s->exports_dropped);
     printf("budget   %s, %s granted\n", mb_format_size(s->budget_bytes, a, sizeof(a)),
            mb_format_size(s->bytes_granted, b, sizeof(b)));
     printf("requests %llu served, %llu malformed, %llu refused (%llu over quota), %llu errors\n",
@@ -395,7 +396,8 @@ static int cli_status(struct ctl *ctl, int argc, char **argv)
                "\"scrubs\":%llu,\"reclaim_notices\":%llu,\"grants_waiting\":%u,"
                "\"released_isolation\":%llu,\"released_idle\":%llu,\"reserve_target\":%llu,"
                "\"grant_creates\":%llu,\"released_device_full\":%llu,\"descriptors\":%u,"
-               "\"reexports\":%llu,\"exported_ahead\":%llu,\"warm_full_grants\":%llu,\"tenants\":[",
+               "\"reexports\":%llu,\"exported_ahead\":%llu,\"exports_dropped\":%llu,"
+               "\"warm_full_grants\":%llu,\"tenants\":[",
                s->device, s->pid, (unsigned long long)s->uptime_ms,
                (unsigned long long)s->frame_bytes, (unsigned long long)s->budget_bytes,
                s->frames_total, s->frames_free, s->frames_granted,
@@ -408,7 +410,8 @@ static int cli_status(struct ctl *ctl, int argc, char **argv)
                (unsigned long long)s->released_idle, (unsigned long long)s->reserve_target,
                (unsigned long long)s->grant_creates, (unsigned long long)s->released_device_full,
                s->descriptors, (unsigned long long)s->reexports,
-               (unsigned long long)s->exported_ahead, (unsigned long long)s->warm_full_grants);
+               (unsigned long long)s->exported_ahead, (unsigned long long)s->exports_dropped,
+               (unsigned long long)s->warm_full_grants);
         /* "tenants" lists sessions (each with its tenant's name), as before. */
         for (size_t i = 0; i < s->n_sessions; i++) {
             const Mb__SessionInfo *si = s->sessions[i];

@@ -21,5 +21,5 @@ for r in d['strategies']:
     a=r['alloc_ns']
     print("%s %s r/l %.3f mean %.1f p99 %.1f max %.2fms waits %s frames %s; daemon: %s descriptors, %s round trips, %s waited, %s creates, %s re-exports on grant paths" % (sys.argv[2], r['strategy'], r['reserved_over_live'], a['mean']/1e3, a['p99']/1e3, a['max']/1e6, r.get('driver_waits'), r.get('peak_daemon_frames'), r.get('peak_daemon_descriptors'), r.get('daemon_requests'), r.get('daemon_wait_s'), r.get('daemon_grant_creates'), r.get('daemon_reexports')))
 PY
-grep -o "\"reexports\":[0-9]*,\"exported_ahead\":[0-9]*" /tmp/vb/$L.status
+grep -o "\"reexports\":[0-9]*,\"exported_ahead\":[0-9]*\(,\"exports_dropped\":[0-9]*\)\?" /tmp/vb/$L.status
 cp $RT/d.log /tmp/vb/$L.dlog; rm -rf $RT
