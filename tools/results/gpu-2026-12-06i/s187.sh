@@ -1,10 +1,9 @@
 #!/bin/sh
 # Not run: no machine could be started from 00:13 to 00:43 UTC on 2026-12-07, nor from 21:29 to
 # 22:45 UTC the day before (an earlier form of this script).
-# Free frames that hold descriptors granted first (0f60d61, .gpu/mid.tgz) and each
-# order's share of the descriptors, given up where fresh frames take their room (the
-# working tree: the commit after 0f60d61), against the code
-# before both (a3c4087, .gpu/old.tgz): grow alone on a fresh daemon, each build in turn,
+# Each order's share of the descriptors, given up where fresh frames take their room
+# (ed2f66c), against the code before it (0f60d61, .gpu/mid.tgz; it grants free frames
+# that hold descriptors first): grow alone on a fresh daemon, each build in turn,
 # on the conversation trace and with 1-token blocks; then, the working tree: the goal set
 # but training (conversation replay, the pairs, bench_vspace growth, goals.py).
 . tools/gpu/use-deps.sh .gpudeps >/dev/null 2>&1
@@ -12,7 +11,7 @@ date -u; nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,no
 O=$OUT/s187; mkdir -p $O
 B=$PWD/build-gpu
 cmake -S . -B $B -DCMAKE_BUILD_TYPE=Release -DCMAKE_C_FLAGS= >/dev/null && cmake --build $B -j16 2>&1 | grep -E "error|warning: "
-for v in old mid; do
+for v in mid; do
   mkdir -p /tmp/$v && tar xzf .gpu/$v.tgz -C /tmp/$v
   cmake -S /tmp/$v -B /tmp/$v/b -DCMAKE_BUILD_TYPE=Release -DCMAKE_C_FLAGS= >/dev/null && cmake --build /tmp/$v/b -j16 --target moonbrightd mbbench 2>&1 | grep -E "error|warning: "
 done
@@ -21,7 +20,7 @@ C=.gpu/azure_llm_conv_2023.csv
 start() { RT=$(mktemp -d); MOONBRIGHT_LOG=$3 $1/daemon/moonbrightd --foreground --backend cuda --runtime-dir $RT --budget 100G >$2 2>&1 & DP=$!; j=0; while [ ! -S $RT/gpu0.fds ] && [ $j -lt 300 ]; do sleep 0.1; j=$((j+1)); done; export MOONBRIGHT_RUNTIME_DIR=$RT; }
 ab() {   # ab LABEL ROUNDS [mbbench args]: grow alone, each build in turn, fresh daemons
   L=$1; N=$2; shift 2
-  for r in $(seq $N); do for v in old mid new; do
+  for r in $(seq $N); do for v in mid new; do
     BB=$B; [ $v != new ] && BB=/tmp/$v/b
     start $BB $O/$L-$v$r.dlog info
     timeout 60 $BB/tools/mbbench replay $C --json --quiet --strategies grow "$@" > $O/$L-$v$r.json 2>$O/$L-$v$r.err
