@@ -6,6 +6,10 @@
  * returning as much, rises by little however much it takes, and needs
  * little kept ready. The owner's lock guards a struct demand.
  *
+ * A window starts at what was held after the latest note (held since, as
+ * every change is noted), so a rise noted once, in a window of its own,
+ * still counts.
+ *
  * Invariant (demand_is_valid): low <= what is held now, for callers that
  * report every fall (demand_note with more == 0). */
 #ifndef MB_CLIENT_DEMAND_H
@@ -23,6 +27,7 @@ struct demand {
     int64_t win;                 /* the current window: ms / DEMAND_WINDOW_MS */
     size_t rise[DEMAND_WINDOWS]; /* per window, the largest rise above low; rise[i] current */
     size_t low;                  /* the least held in the current window */
+    size_t last;                 /* held after the latest note (its held + more) */
     int i;
 };
 
@@ -31,7 +36,7 @@ static inline void demand_init(struct demand *d, size_t held, int64_t now_ms)
 {
     memset(d, 0, sizeof(*d));
     d->win = now_ms / DEMAND_WINDOW_MS;
-    d->low = held;
+    d->low = d->last = held;
 }
 
 /* `held` is held now and `more` is about to be taken (0: a fall, a rise
@@ -48,8 +53,9 @@ static inline size_t demand_note(struct demand *d, size_t held, size_t more, int
             d->rise[d->i] = 0;
         }
         d->win = w;
-        d->low = held;
+        d->low = d->last;   /* held from the window's start until now */
     }
+    d->last = held + more;
     if (held < d->low)
         d->low = held;
     if (held + more - d->low > d->rise[d->i])
@@ -64,7 +70,7 @@ static inline size_t demand_note(struct demand *d, size_t held, size_t more, int
 static inline void demand_forget(struct demand *d, size_t held)
 {
     memset(d->rise, 0, sizeof(d->rise));
-    d->low = held;
+    d->low = d->last = held;
 }
 
 static inline bool demand_is_valid(const struct demand *d, size_t held)
