@@ -24,6 +24,33 @@
 
 #define FB ((size_t)64 << 10)
 
+/* The pool whose reserve workers run, from start_workers to end_pool. A
+ * failed assertion leaves its test before end_pool: stop_workers, every
+ * test's teardown, ends the pool then, so that no worker outlives its test
+ * (the next test's pool would wait on it). Pools with workers are static,
+ * so that they outlive a failed test's stack frame. */
+static struct frame_pool *live;
+
+static void start_workers(struct frame_pool *p, uint64_t reserve)
+{
+    live = p;
+    assert_int_equal(frame_pool_prefill(p, reserve), 0);
+}
+
+static void end_pool(struct frame_pool *p)
+{
+    live = NULL;
+    frame_pool_destroy(p);
+}
+
+static int stop_workers(void **state)
+{
+    (void)state;
+    if (live)
+        end_pool(live);
+    return 0;
+}
+
 static void random_books_balance(void **state)
 {
     mb_backend *b;
@@ -290,9 +317,9 @@ static void warm_reserve_fills_in_background(void **state)
 {
     mb_backend *b;
     assert_int_equal(mb_backend_host_open(0, &b), 0);
-    struct frame_pool p;
+    static struct frame_pool p;   /* (static: stop_workers may end it) */
     assert_int_equal(frame_pool_init(&p, b, FB, 12 * FB), 0);
-    assert_int_equal(frame_pool_prefill(&p, 8 * FB), 0);
+    start_workers(&p, 8 * FB);
     /* The workers create 8 frames without any grant asking. */
     assert_int_equal(wait_ready(&p, 8), 8);
     assert_int_equal(p.n_total, 0);   /* not in the books until adopted */
@@ -307,7 +334,7 @@ static void warm_reserve_fills_in_background(void **state)
     assert_true(p.committed <= p.budget_bytes);
     assert_true(p.bytes_total + (uint64_t)(p.n_ready + p.creating) * FB == p.committed);
     pthread_mutex_unlock(&p.lock);
-    frame_pool_destroy(&p);
+    end_pool(&p);
     mb_backend_close(b);
 }
 
@@ -317,10 +344,10 @@ static void workers_hold_off_during_a_grants_calls(void **state)
 {
     mb_backend *b;
     assert_int_equal(mb_backend_host_open(0, &b), 0);
-    struct frame_pool p;
+    static struct frame_pool p;   /* (static: stop_workers may end it) */
     assert_int_equal(frame_pool_init(&p, b, FB, 12 * FB), 0);
     frame_pool_path_busy(&p, 1);
-    assert_int_equal(frame_pool_prefill(&p, 4 * FB), 0);
+    start_workers(&p, 4 * FB);
     usleep(100000);
     pthread_mutex_lock(&p.lock);
     uint32_t ready = p.n_ready, creating = p.creating;
@@ -329,7 +356,7 @@ static void workers_hold_off_during_a_grants_calls(void **state)
     assert_int_equal(ready, 0);
     assert_int_equal(creating, 0);
     assert_int_equal(wait_ready(&p, 4), 4);
-    frame_pool_destroy(&p);
+    end_pool(&p);
     mb_backend_close(b);
 }
 
@@ -340,9 +367,9 @@ static void reserve_follows_grants_at_once(void **state)
 {
     mb_backend *b;
     assert_int_equal(mb_backend_host_open(0, &b), 0);
-    struct frame_pool p;
+    static struct frame_pool p;   /* (static: stop_workers may end it) */
     assert_int_equal(frame_pool_init(&p, b, FB, 64 * FB), 0);
-    assert_int_equal(frame_pool_prefill(&p, 0), 0);   /* workers, no configured reserve */
+    start_workers(&p, 0);   /* workers, no configured reserve */
     uint32_t ids[6];
     assert_int_equal(frame_pool_grant(&p, 6, 1, 0, 1, ids), 0);
     assert_int_equal(p.path_created, 6);   /* nothing was ready */
@@ -353,7 +380,7 @@ static void reserve_follows_grants_at_once(void **state)
     assert_int_equal(frame_pool_grant(&p, 6, 1, 0, 1, ids), 0);
     assert_int_equal(p.path_created, 6);   /* all six from the reserve */
     assert_true(frame_pool_is_valid(&p));
-    frame_pool_destroy(&p);
+    end_pool(&p);
     mb_backend_close(b);
 }
 
@@ -390,9 +417,9 @@ static void room_made_once_with_reserve_full(void **state)
     mb_backend *b;
     assert_int_equal(mb_backend_host_open(0, &b), 0);
     for (int round = 0; round < 20; round++) {
-        struct frame_pool p;
+        static struct frame_pool p;   /* (static: stop_workers may end it) */
         assert_int_equal(frame_pool_init(&p, b, FB, 16 * FB), 0);
-        assert_int_equal(frame_pool_prefill(&p, 16 * FB), 0);
+        start_workers(&p, 16 * FB);
         assert_int_equal(wait_ready(&p, 16), 16);
         uint8_t orders[1] = { 2 };   /* 4 units: 4 order-0 frames must go */
         uint32_t id;
@@ -404,24 +431,24 @@ static void room_made_once_with_reserve_full(void **state)
         assert_true(p.committed <= p.budget_bytes);
         pthread_mutex_unlock(&p.lock);
         assert_true(frame_pool_is_valid(&p));
-        frame_pool_destroy(&p);
+        end_pool(&p);
     }
     /* Room is made with as few releases as can be: one free frame that
      * covers the deficit goes, not four of the reserve's. */
-    struct frame_pool p;
+    static struct frame_pool p;
     assert_int_equal(frame_pool_init(&p, b, FB, 32 * FB), 0);
     uint8_t big[1] = { 3 }, mid[1] = { 2 };
     uint32_t id;
     assert_int_equal(frame_pool_grant_orders(&p, big, 1, 1, 0, 1, &id), 0);
     assert_int_equal(frame_pool_return(&p, &id, 1, 1), 0);
-    assert_int_equal(frame_pool_prefill(&p, 24 * FB), 0);
+    start_workers(&p, 24 * FB);
     assert_int_equal(wait_ready(&p, 24), 24);
     uint64_t before = p.recreated;
     assert_int_equal(frame_pool_grant_orders(&p, mid, 1, 1, 0, 1, &id), 0);
     assert_int_equal(frame_pool_bytes(&p, id), 4 * FB);
     assert_int_equal(p.recreated - before, 1);
     assert_true(frame_pool_is_valid(&p));
-    frame_pool_destroy(&p);
+    end_pool(&p);
     mb_backend_close(b);
 }
 
@@ -715,10 +742,10 @@ static void ended_frame_drops_its_exports(void **state)
 {
     (void)state;
     mb_backend *b = host_device(FB);   /* room for one frame */
-    struct frame_pool p;
+    static struct frame_pool p;   /* (static: stop_workers may end it) */
     assert_int_equal(frame_pool_init(&p, b, FB, 64 * FB), 0);
     p.unexport = p.export_ahead = true;
-    assert_int_equal(frame_pool_prefill(&p, 0), 0);
+    start_workers(&p, 0);
     uint32_t id, other;
     assert_int_equal(frame_pool_grant(&p, 1, 1, 0, 1, &id), 0);
     b->ops->unexport(b, &frame_pool_get(&p, id)->mem);   /* its descriptor went with the grant */
@@ -739,7 +766,7 @@ static void ended_frame_drops_its_exports(void **state)
     assert_int_equal(left, 0);
     frame_pool_adopt(&p);
     assert_true(frame_pool_is_valid(&p));
-    frame_pool_destroy(&p);
+    end_pool(&p);
     mb_backend_close(b);
 }
 
@@ -823,12 +850,12 @@ static void exports_wait_at_the_cap(void **state)
     (void)state;
     mb_backend *b;
     assert_int_equal(mb_backend_host_open(0, &b), 0);
-    struct frame_pool p;
+    static struct frame_pool p;   /* (static: stop_workers may end it) */
     assert_int_equal(frame_pool_init(&p, b, FB, 4 * FB), 0);
     p.unexport = p.export_ahead = true;
     p.free_descriptors_max = p.exported_held_min = 2;
     p.exported_order_min = 0;   /* (each order's floor: the next test) */
-    assert_int_equal(frame_pool_prefill(&p, 0), 0);
+    start_workers(&p, 0);
     uint32_t ids[4], id;
     assert_int_equal(frame_pool_grant(&p, 4, 1, 0, 1, ids), 0);
     for (int i = 0; i < 4; i++)
@@ -841,7 +868,7 @@ static void exports_wait_at_the_cap(void **state)
     assert_true(wait_exports(&p, 2, 1));   /* the next one, exported in its place */
     assert_int_equal(p.exported_ahead, ahead + 1);
     assert_true(frame_pool_is_valid(&p));
-    frame_pool_destroy(&p);
+    end_pool(&p);
     mb_backend_close(b);
 }
 
@@ -854,12 +881,12 @@ static void exports_share_room_among_orders(void **state)
     (void)state;
     mb_backend *b;
     assert_int_equal(mb_backend_host_open(0, &b), 0);
-    struct frame_pool p;
+    static struct frame_pool p;   /* (static: stop_workers may end it) */
     assert_int_equal(frame_pool_init(&p, b, FB, 6 * FB), 0);   /* the granted frames' */
     p.unexport = p.export_ahead = true;
     p.free_descriptors_max = p.exported_held_min = 2;
     p.exported_order_min = 1;
-    assert_int_equal(frame_pool_prefill(&p, 0), 0);
+    start_workers(&p, 0);
     uint32_t ids[4], two, id;
     uint8_t order = 1;
     assert_int_equal(frame_pool_grant_orders(&p, &order, 1, 1, 0, 1, &two), 0);
@@ -876,7 +903,7 @@ static void exports_share_room_among_orders(void **state)
     assert_int_equal(id, two);
     assert_true(frame_pool_get(&p, id)->mem.fd >= 0);   /* exported ahead */
     assert_true(frame_pool_is_valid(&p));
-    frame_pool_destroy(&p);
+    end_pool(&p);
     mb_backend_close(b);
 }
 
@@ -889,14 +916,14 @@ static void excess_descriptors_given_up(void **state)
     (void)state;
     mb_backend *b;
     assert_int_equal(mb_backend_host_open(0, &b), 0);
-    struct frame_pool p;
+    static struct frame_pool p;   /* (static: stop_workers may end it) */
     /* The budget holds exactly the granted frames: the reserve makes none
      * (fresh frames would take the room, and descriptors would go). */
     assert_int_equal(frame_pool_init(&p, b, FB, 6 * FB), 0);
     p.unexport = p.export_ahead = true;
     p.free_descriptors_max = 3;
     p.exported_held_min = p.exported_order_min = 0;
-    assert_int_equal(frame_pool_prefill(&p, 0), 0);
+    start_workers(&p, 0);
     uint32_t ids[4], two;
     uint8_t order = 1;
     assert_int_equal(frame_pool_grant(&p, 4, 1, 0, 1, ids), 0);
@@ -909,7 +936,7 @@ static void excess_descriptors_given_up(void **state)
     assert_int_equal(p.n_exported_held_order[1], 1);
     assert_int_equal(p.exports_dropped, 2);
     assert_true(frame_pool_is_valid(&p));
-    frame_pool_destroy(&p);
+    end_pool(&p);
     mb_backend_close(b);
 }
 
@@ -990,13 +1017,13 @@ static uint64_t spares_refused(struct frame_pool *p, unsigned k, uint8_t n, uint
 static void reserve_makes_room_on_a_full_device(void **state)
 {
     mb_backend *b = host_device(16 * FB);
-    struct frame_pool p;
+    static struct frame_pool p;   /* (static: stop_workers may end it) */
     assert_int_equal(frame_pool_init(&p, b, FB, 64 * FB), 0);
     uint8_t big[2] = { 3, 3 }, mid = 2;
     uint32_t ids[2], id;
     assert_int_equal(frame_pool_grant_orders(&p, big, 2, 1, 0, 1, ids), 0);
     assert_int_equal(frame_pool_return(&p, ids, 2, 1), 0);   /* the device full of free frames */
-    assert_int_equal(frame_pool_prefill(&p, 0), 0);
+    start_workers(&p, 0);
     assert_int_equal(spares_refused(&p, 2, 2, 8 * FB), 8 * FB);   /* the workers could not make them */
     assert_int_equal(p.n_free, 2);
     frame_pool_tick(&p, mb_now_ms() + 1000);   /* both returned frames idle past a tick */
@@ -1017,7 +1044,7 @@ static void reserve_makes_room_on_a_full_device(void **state)
     assert_int_equal(p.path_created, made);   /* the spares, not frames made on their path */
     assert_true(p.bytes_total <= 16 * FB);
     assert_true(frame_pool_is_valid(&p));
-    frame_pool_destroy(&p);
+    end_pool(&p);
     mb_backend_close(b);
 }
 
@@ -1026,13 +1053,13 @@ static void reserve_makes_room_on_a_full_device(void **state)
 static void reserve_room_takes_the_smallest_cover(void **state)
 {
     mb_backend *b = host_device(16 * FB);
-    struct frame_pool p;
+    static struct frame_pool p;   /* (static: stop_workers may end it) */
     assert_int_equal(frame_pool_init(&p, b, FB, 64 * FB), 0);
     uint8_t orders[3] = { 3, 2, 2 }, small = 1;
     uint32_t ids[3], id;
     assert_int_equal(frame_pool_grant_orders(&p, orders, 3, 1, 0, 1, ids), 0);
     assert_int_equal(frame_pool_return(&p, ids, 3, 1), 0);   /* 8 + 4 + 4 units: the device full */
-    assert_int_equal(frame_pool_prefill(&p, 0), 0);
+    start_workers(&p, 0);
     assert_int_equal(spares_refused(&p, 1, 2, 4 * FB), 4 * FB);   /* two 2-unit spares */
     frame_pool_tick(&p, mb_now_ms() + 1000);
     assert_int_equal(p.released_device_full, 1);
@@ -1044,7 +1071,7 @@ static void reserve_room_takes_the_smallest_cover(void **state)
     assert_int_equal(frame_pool_grant_orders(&p, &small, 1, 2, 0, 1, &id), 0);
     assert_int_equal(p.path_created, made);
     assert_true(frame_pool_is_valid(&p));
-    frame_pool_destroy(&p);
+    end_pool(&p);
     mb_backend_close(b);
 }
 
@@ -1089,34 +1116,34 @@ static void adopted_large_frame_keeps_its_size(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(random_books_balance),
-        cmocka_unit_test(other_uid_gets_fresh_frames),
-        cmocka_unit_test(idle_frames_released),
-        cmocka_unit_test(duplicate_return_changes_nothing),
-        cmocka_unit_test(scrubbed_between_tenants),
-        cmocka_unit_test(descriptor_cap_is_an_error_not_a_crash),
-        cmocka_unit_test(slots_made_ahead),
-        cmocka_unit_test(journal_limit_moves_ahead),
-        cmocka_unit_test(warm_reserve_fills_in_background),
-        cmocka_unit_test(reserve_follows_grants_at_once),
-        cmocka_unit_test(spares_grow_when_they_run_out),
-        cmocka_unit_test(room_made_once_with_reserve_full),
-        cmocka_unit_test(frame_plan_policy),
-        cmocka_unit_test(mixed_orders_recreate_within_budget),
-        cmocka_unit_test(mixed_orders_recreate_on_a_full_device),
-        cmocka_unit_test(device_full_below_budget),
-        cmocka_unit_test(device_filled_by_others),
-        cmocka_unit_test(workers_hold_off_during_a_grants_calls),
-        cmocka_unit_test(ended_frame_drops_its_exports),
-        cmocka_unit_test(grants_take_exported_frames_first),
-        cmocka_unit_test(exports_wait_at_the_cap),
-        cmocka_unit_test(exports_share_room_among_orders),
-        cmocka_unit_test(excess_descriptors_given_up),
-        cmocka_unit_test(room_made_from_frames_without_descriptors),
-        cmocka_unit_test(reserve_makes_room_on_a_full_device),
-        cmocka_unit_test(reserve_room_takes_the_smallest_cover),
-        cmocka_unit_test(warm_plan_takes_free_frames_only),
-        cmocka_unit_test(adopted_large_frame_keeps_its_size),
+        cmocka_unit_test_teardown(random_books_balance, stop_workers),
+        cmocka_unit_test_teardown(other_uid_gets_fresh_frames, stop_workers),
+        cmocka_unit_test_teardown(idle_frames_released, stop_workers),
+        cmocka_unit_test_teardown(duplicate_return_changes_nothing, stop_workers),
+        cmocka_unit_test_teardown(scrubbed_between_tenants, stop_workers),
+        cmocka_unit_test_teardown(descriptor_cap_is_an_error_not_a_crash, stop_workers),
+        cmocka_unit_test_teardown(slots_made_ahead, stop_workers),
+        cmocka_unit_test_teardown(journal_limit_moves_ahead, stop_workers),
+        cmocka_unit_test_teardown(warm_reserve_fills_in_background, stop_workers),
+        cmocka_unit_test_teardown(reserve_follows_grants_at_once, stop_workers),
+        cmocka_unit_test_teardown(spares_grow_when_they_run_out, stop_workers),
+        cmocka_unit_test_teardown(room_made_once_with_reserve_full, stop_workers),
+        cmocka_unit_test_teardown(frame_plan_policy, stop_workers),
+        cmocka_unit_test_teardown(mixed_orders_recreate_within_budget, stop_workers),
+        cmocka_unit_test_teardown(mixed_orders_recreate_on_a_full_device, stop_workers),
+        cmocka_unit_test_teardown(device_full_below_budget, stop_workers),
+        cmocka_unit_test_teardown(device_filled_by_others, stop_workers),
+        cmocka_unit_test_teardown(workers_hold_off_during_a_grants_calls, stop_workers),
+        cmocka_unit_test_teardown(ended_frame_drops_its_exports, stop_workers),
+        cmocka_unit_test_teardown(grants_take_exported_frames_first, stop_workers),
+        cmocka_unit_test_teardown(exports_wait_at_the_cap, stop_workers),
+        cmocka_unit_test_teardown(exports_share_room_among_orders, stop_workers),
+        cmocka_unit_test_teardown(excess_descriptors_given_up, stop_workers),
+        cmocka_unit_test_teardown(room_made_from_frames_without_descriptors, stop_workers),
+        cmocka_unit_test_teardown(reserve_makes_room_on_a_full_device, stop_workers),
+        cmocka_unit_test_teardown(reserve_room_takes_the_smallest_cover, stop_workers),
+        cmocka_unit_test_teardown(warm_plan_takes_free_frames_only, stop_workers),
+        cmocka_unit_test_teardown(adopted_large_frame_keeps_its_size, stop_workers),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
