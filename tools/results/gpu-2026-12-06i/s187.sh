@@ -1,6 +1,8 @@
 #!/bin/sh
-# Not run: no machine could be started from 00:13 to 00:43 UTC on 2026-12-07, nor from 21:29 to
-# 22:45 UTC the day before (an earlier form of this script).
+# Ran on an H100 80GB HBM3 at 01:49 UTC on 2026-12-07 (s187.tgz) and again at 01:53 on the
+# same machine (s187-again.tgz); outputs.txt has what each printed. No machine could be
+# started from 00:13 to 01:48 UTC, nor from 21:29 to 22:45 UTC the day before (an earlier
+# form of this script).
 # Each order's share of the descriptors, given up where fresh frames take their room
 # (ed2f66c), against the code before it (0f60d61, .gpu/mid.tgz; it grants free frames
 # that hold descriptors first): grow alone on a fresh daemon, each build in turn,
