@@ -1,4 +1,5 @@
 #!/bin/sh
+# Ran on an H100 80GB HBM3 at 01:50-01:53 UTC on 2026-12-07 (s188.tgz; outputs.txt).
 # After s187.sh, on the same machine: ed2f66c's daemon (each order's share of the
 # descriptors) with ba93577's client (the demand measure) against 0f60d61 (.gpu/mid.tgz),
 # grow alone on a fresh daemon, in turn: 1-token blocks once more, the conversation trace
