@@ -85,9 +85,8 @@ struct free_list {
  *   doubly linked; n_free_order[k] counts the free frames of order k over all
  *   lists, and n_free is their sum
  *   no FREE frame is tainted or adopted (those end when let go)
- *   n_exported_held counts the FREE frames a uid held that hold an exported
- *   descriptor (fresh frames always hold theirs), n_exported_held_order[k]
- *   those of order k
+ *   n_exported_held_order[k] counts the FREE frames of order k a uid held
+ *   that hold an exported descriptor (fresh frames always hold theirs)
  *   bytes_total + bytes of ready[] and of frames being created == committed
  *     <= budget_bytes; n_total + n_ready + creating == n_committed
  * The warm reserve: RESERVE_THREADS workers create and export frames ahead of
@@ -153,10 +152,9 @@ struct frame_pool {
     bool export_ahead;           /* the workers export returned frames again (default on) */
     bool unexport;               /* frames passed on keep no descriptor here (default on,
                                   * where the backend can; MOONBRIGHTD_UNEXPORT=0) */
-    uint32_t n_exported_held;    /* free frames a uid held that hold an exported
-                                  * descriptor (written by the main thread, read by
-                                  * the workers: atomic) */
-    uint32_t n_exported_held_order[MB_ORDERS]; /* ... of order k (the same) */
+    uint32_t n_exported_held_order[MB_ORDERS]; /* free frames of order k a uid held
+                                  * that hold an exported descriptor (written by the
+                                  * main thread, read by the workers: atomic) */
     uint32_t free_descriptors_max, exported_held_min, exported_order_min;
                                  /* FREE_DESCRIPTORS_MAX, EXPORTED_HELD_MIN and
                                   * EXPORTED_ORDER_MIN (tests set smaller ones) */
@@ -330,6 +328,8 @@ void frame_pool_drop_hold(struct frame_pool *p, uint32_t id);
 struct frame *frame_pool_get(struct frame_pool *p, uint32_t id);
 /* Frames whose exported descriptor the daemon holds now. */
 uint32_t frame_pool_exported(const struct frame_pool *p);
+/* ... of them, free frames a uid held (n_exported_held_order's sum). */
+uint32_t frame_pool_exported_held(const struct frame_pool *p);
 bool frame_pool_is_valid(const struct frame_pool *p);
 
 struct tenant {

@@ -142,6 +142,14 @@ void frame_pool_destroy(struct frame_pool *p)
     memset(p, 0, sizeof(*p));
 }
 
+uint32_t frame_pool_exported_held(const struct frame_pool *p)
+{
+    uint32_t n = 0;
+    for (unsigned k = 0; k < MB_ORDERS; k++)
+        n += __atomic_load_n(&p->n_exported_held_order[k], __ATOMIC_RELAXED);
+    return n;
+}
+
 uint32_t frame_pool_exported(const struct frame_pool *p)
 {
     uint32_t n = 0;
@@ -344,7 +352,6 @@ static void unqueue_export(struct frame_pool *p, uint32_t id)
  * count (main thread; the workers read the counts as hints). */
 static void count_exported_held(struct frame_pool *p, unsigned order, int d)
 {
-    __atomic_add_fetch(&p->n_exported_held, (uint32_t)d, __ATOMIC_RELAXED);
     __atomic_add_fetch(&p->n_exported_held_order[order], (uint32_t)d, __ATOMIC_RELAXED);
 }
 
@@ -936,9 +943,9 @@ static void timed_wait(struct frame_pool *p, long ms)
     pthread_cond_timedwait(&p->wake, &p->lock, &ts);
 }
 
-/* How many returned free frames the workers may keep exported: what the
+/* How many returned free frames may keep exported descriptors: what the
  * fresh frames leave of free_descriptors_max, and exported_held_min at
- * least (p->lock held; the fresh counts are hints). */
+ * least (the fresh counts are the main thread's: hints to the workers). */
 static uint32_t reexport_room(const struct frame_pool *p)
 {
     uint32_t fresh = 0;
@@ -1127,17 +1134,14 @@ int frame_pool_prefill(struct frame_pool *p, uint64_t bytes)
 /* Fresh frames adopted after returned ones were exported again can take
  * the free frames' descriptors past free_descriptors_max: returned frames
  * give theirs up (a close; the handle stays), from the order that holds
- * the most, down to exported_held_min, and wait in the export queue for
- * room again. */
+ * the most, down to reexport_room, and wait in the export queue for room
+ * again. */
 static void drop_excess_exports(struct frame_pool *p)
 {
     if (!exports_ahead(p))
         return;
-    uint32_t fresh = 0;
-    for (unsigned k = 0; k < MB_ORDERS; k++)
-        fresh += p->fresh.n[k];
-    while (p->n_exported_held > p->exported_held_min &&
-           fresh + p->n_exported_held > p->free_descriptors_max) {
+    uint32_t room = reexport_room(p);
+    for (uint32_t held = frame_pool_exported_held(p); held > room; held--) {
         unsigned most = 0;
         for (unsigned k = 1; k < MB_ORDERS; k++)
             if (p->n_exported_held_order[k] > p->n_exported_held_order[most])
@@ -1549,7 +1553,7 @@ uint32_t frame_pool_reclaim(struct frame_pool *p, uint64_t session, uint64_t *by
 
 bool frame_pool_is_valid(const struct frame_pool *p)
 {
-    uint32_t total = 0, granted = 0, free_count = 0, exported_held = 0;
+    uint32_t total = 0, granted = 0, free_count = 0;
     uint32_t exported_order[MB_ORDERS] = { 0 };
     uint64_t bytes = 0, bytes_granted = 0, bytes_free = 0;
     for (uint32_t id = 1; id < p->next_unused; id++) {
@@ -1585,7 +1589,6 @@ bool frame_pool_is_valid(const struct frame_pool *p)
                         ++in_list > total)
                         return false;
                     bytes_free += obytes(p, k);
-                    exported_held += c && !fresh;
                     exported_order[k] += c && !fresh;
                 }
             if (in_list != l->n[k])
@@ -1599,8 +1602,6 @@ bool frame_pool_is_valid(const struct frame_pool *p)
             return false;
         free_count += in_order[k];
     }
-    if (exported_held != __atomic_load_n(&p->n_exported_held, __ATOMIC_RELAXED))
-        return false;
     return total == p->n_total && granted == p->n_granted && free_count == p->n_free &&
            p->n_free + p->n_granted == p->n_total && bytes == p->bytes_total &&
            bytes_granted == p->bytes_granted && bytes_free == p->bytes_free &&

@@ -786,7 +786,7 @@ static void grants_take_exported_frames_first(void **state)
     b->ops->unexport(b, &frame_pool_get(&p, ids[0])->mem);   /* it went with the grant */
     assert_int_equal(frame_pool_return(&p, &ids[1], 1, 1), 0);
     assert_int_equal(frame_pool_return(&p, &ids[0], 1, 1), 0);   /* the latest returned */
-    assert_int_equal(p.n_exported_held, 1);
+    assert_int_equal(frame_pool_exported_held(&p), 1);
     assert_true(frame_pool_is_valid(&p));
     assert_int_equal(frame_pool_grant(&p, 1, 1, 0, 1, &id), 0);
     assert_int_equal(id, ids[1]);
@@ -829,7 +829,7 @@ static bool wait_exports(struct frame_pool *p, uint32_t exported, uint32_t todo)
     for (int i = 0; i < 10000; i++) {
         frame_pool_adopt(p);
         pthread_mutex_lock(&p->lock);
-        bool done = p->n_exported_held == exported && p->n_rex_todo == todo &&
+        bool done = frame_pool_exported_held(p) == exported && p->n_rex_todo == todo &&
                     p->n_rex_done == 0 && p->n_rex_busy == 0;
         pthread_mutex_unlock(&p->lock);
         if (done)
@@ -837,7 +837,7 @@ static bool wait_exports(struct frame_pool *p, uint32_t exported, uint32_t todo)
         usleep(1000);
     }
     fprintf(stderr, "wait_exports: %u exported, %u to export, %u done, %u busy\n",
-            p->n_exported_held, p->n_rex_todo, p->n_rex_done, p->n_rex_busy);
+            frame_pool_exported_held(p), p->n_rex_todo, p->n_rex_done, p->n_rex_busy);
     return false;
 }
 
@@ -930,7 +930,7 @@ static void excess_descriptors_given_up(void **state)
     assert_int_equal(frame_pool_grant_orders(&p, &order, 1, 1, 0, 1, &two), 0);
     assert_int_equal(frame_pool_return(&p, ids, 4, 1), 0);   /* with their descriptors */
     assert_int_equal(frame_pool_return(&p, &two, 1, 1), 0);
-    assert_int_equal(p.n_exported_held, 5);
+    assert_int_equal(frame_pool_exported_held(&p), 5);
     assert_true(wait_exports(&p, 3, 2));   /* two gave theirs up, both of order 0 */
     assert_int_equal(p.n_exported_held_order[0], 2);
     assert_int_equal(p.n_exported_held_order[1], 1);
