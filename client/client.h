@@ -39,14 +39,15 @@ struct cframe {
 };
 
 /* Frames this process holds. Invariants (fcache_is_valid):
- *   n_cached + n_in_use == n_held
+ *   n_cached + n_in_use == n_held <= cap / 2; by_id holds each held frame
+ *   once, found by its id
  *   the two cached lists hold exactly the held frames with !in_use:
  *   `cached` the order-0 frames, `cached_large` the larger ones
  *   bytes_cached and bytes_held are the bytes of those frames
  *   near == (near_pct && ceiling && bytes_held > ceiling / (1 + near_pct / 100)) */
 struct frame_cache {
-    struct cframe **by_id;       /* indexed by frame id; NULL when not held */
-    uint32_t cap;
+    struct cframe **by_id;       /* the held frames, open addressing by id (frames.c) */
+    uint32_t cap;                /* entries of by_id: 0 or a power of two */
     uint32_t n_held, n_cached, n_in_use;
     size_t bytes_held, bytes_cached;
     struct cframe *cached;       /* order 0, LIFO: the most recently used first */

@@ -60,22 +60,80 @@ static void near_update(struct frame_cache *fc)
     __atomic_store_n(&fc->near, near, __ATOMIC_RELAXED);
 }
 
+/* ---- by_id: the held frames, open addressing keyed by frame id ----
+ * (ids name a slot of the daemon's table and its generation: sparse, so
+ * not an index). Linear probing from id_home; at most half full. */
+static uint32_t id_home(const struct frame_cache *fc, uint32_t id)
+{
+    id ^= id >> 16;
+    id *= 0x45d9f3bu;
+    id ^= id >> 16;
+    return id & (fc->cap - 1);
+}
+
+/* The entry that holds frame id, or the empty one where it would go. */
+static uint32_t id_probe(const struct frame_cache *fc, uint32_t id)
+{
+    uint32_t i = id_home(fc, id);
+    while (fc->by_id[i] && fc->by_id[i]->id != id)
+        i = (i + 1) & (fc->cap - 1);
+    return i;
+}
+
+static struct cframe *id_find(const struct frame_cache *fc, uint32_t id)
+{
+    return fc->cap ? fc->by_id[id_probe(fc, id)] : NULL;
+}
+
+/* Frame id leaves the table: the entries after it that probed past its
+ * place move back into it. */
+static void id_remove(struct frame_cache *fc, uint32_t id)
+{
+    uint32_t mask = fc->cap - 1, i = id_probe(fc, id), j = i;
+    if (!fc->by_id[i])
+        return;
+    fc->by_id[i] = NULL;
+    for (;;) {
+        j = (j + 1) & mask;
+        if (!fc->by_id[j])
+            return;
+        uint32_t k = id_home(fc, fc->by_id[j]->id);
+        if (i <= j ? i < k && k <= j : i < k || k <= j)
+            continue;   /* its home lies after the hole: it stays */
+        fc->by_id[i] = fc->by_id[j];
+        fc->by_id[j] = NULL;
+        i = j;
+    }
+}
+
+/* Room for one more held frame: the table doubles past half full. */
+static int id_room(struct frame_cache *fc)
+{
+    if (2 * (fc->n_held + 1) <= fc->cap)
+        return 0;
+    uint32_t cap = fc->cap ? 2 * fc->cap : 256;
+    struct cframe **old = fc->by_id, **nb = calloc(cap, sizeof(*nb));
+    if (!nb)
+        return MB_ENOMEM;
+    uint32_t old_cap = fc->cap;
+    fc->by_id = nb;
+    fc->cap = cap;
+    for (uint32_t i = 0; i < old_cap; i++)
+        if (old[i])
+            fc->by_id[id_probe(fc, old[i]->id)] = old[i];
+    free(old);
+    return 0;
+}
+
 static int hold(struct frame_cache *fc, struct cframe *f)
 {
-    if (f->id >= fc->cap) {
-        uint32_t cap = fc->cap ? fc->cap : 256;
-        while (cap <= f->id)
-            cap *= 2;
-        struct cframe **nb = realloc(fc->by_id, cap * sizeof(*nb));
-        if (!nb)
-            return MB_ENOMEM;
-        memset(nb + fc->cap, 0, (cap - fc->cap) * sizeof(*nb));
-        fc->by_id = nb;
-        fc->cap = cap;
-    }
-    if (fc->by_id[f->id])
+    int rc = id_room(fc);
+    if (rc != 0)
+        return rc;
+    uint32_t i = id_probe(fc, f->id);
+    if (fc->by_id[i])
         return MB_EPROTO;   /* the daemon granted a frame we already hold */
-    fc->by_id[f->id] = f;
+    fc->by_id[i] = f;
     fc->n_held++;
     fc->bytes_held += f->mem.bytes;
     near_update(fc);
@@ -355,7 +413,7 @@ bool fcache_grant_unlocks(bool on)
 
 void fcache_forget(mb_client *c, struct cframe *f)
 {
-    c->fc.by_id[f->id] = NULL;
+    id_remove(&c->fc, f->id);
     c->fc.n_held--;
     c->fc.n_in_use--;
     c->fc.bytes_held -= f->mem.bytes;
@@ -911,7 +969,7 @@ static uint32_t drop_cached(mb_client *c, struct cframe **pp)
     struct cframe *f = *pp;
     uint32_t id = f->id;
     *pp = f->next_cached;
-    fc->by_id[id] = NULL;
+    id_remove(fc, id);
     fc->n_cached--;
     fc->n_held--;
     fc->bytes_cached -= f->mem.bytes;
@@ -999,28 +1057,28 @@ bool fcache_is_valid(const struct frame_cache *fc)
 {
     uint32_t held = 0, cached = 0, in_use = 0;
     size_t held_bytes = 0, cached_bytes = 0;
-    for (uint32_t id = 0; id < fc->cap; id++) {
-        const struct cframe *f = fc->by_id[id];
+    for (uint32_t i = 0; i < fc->cap; i++) {
+        const struct cframe *f = fc->by_id[i];
         if (!f)
             continue;
-        if (f->id != id)
+        if (id_find(fc, f->id) != f)
             return false;
         held++;
         held_bytes += f->mem.bytes;
         in_use += f->in_use;
     }
     for (const struct cframe *f = fc->cached; f; f = f->next_cached) {
-        if (f->in_use || fc->by_id[f->id] != f || ++cached > held)
+        if (f->in_use || id_find(fc, f->id) != f || ++cached > held)
             return false;
         cached_bytes += f->mem.bytes;
     }
     for (const struct cframe *f = fc->cached_large; f; f = f->next_cached) {
-        if (f->in_use || fc->by_id[f->id] != f || ++cached > held)
+        if (f->in_use || id_find(fc, f->id) != f || ++cached > held)
             return false;
         cached_bytes += f->mem.bytes;
     }
     /* near follows what is held and the ceiling (near_update at every change) */
-    return held == fc->n_held && cached == fc->n_cached && in_use == fc->n_in_use &&
+    return 2 * held <= fc->cap && held == fc->n_held && cached == fc->n_cached && in_use == fc->n_in_use &&
            fc->n_cached + fc->n_in_use == fc->n_held && held_bytes == fc->bytes_held &&
            cached_bytes == fc->bytes_cached && near_now(fc) == __atomic_load_n(&fc->near, __ATOMIC_RELAXED);
 }

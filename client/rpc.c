@@ -102,21 +102,22 @@ int rpc_connect(mb_client *c, const char *tenant)
 static int reattach(mb_client *c)
 {
     size_t n = 0;
-    for (uint32_t id = 0; id < c->fc.cap; id++)
-        n += c->fc.by_id[id] != NULL;
+    for (uint32_t i = 0; i < c->fc.cap; i++)
+        n += c->fc.by_id[i] != NULL;
     if (n == 0)
         return 0;
     Mb__Frame *frames = calloc(n, sizeof(*frames));
     Mb__Frame **fp = calloc(n, sizeof(*fp));
     int rc = frames && fp ? 0 : MB_ENOMEM;
     size_t k = 0;
-    for (uint32_t id = 0; rc == 0 && id < c->fc.cap; id++) {
-        if (!c->fc.by_id[id])
+    for (uint32_t i = 0; rc == 0 && i < c->fc.cap; i++) {
+        const struct cframe *f = c->fc.by_id[i];
+        if (!f)
             continue;
         mb__frame__init(&frames[k]);
-        frames[k].id = id;
-        frames[k].bytes = c->fc.by_id[id]->mem.bytes;
-        frames[k].imported = c->fc.by_id[id]->imported;   /* a hold, not a grant */
+        frames[k].id = f->id;
+        frames[k].bytes = f->mem.bytes;
+        frames[k].imported = f->imported;   /* a hold, not a grant */
         fp[k] = &frames[k];
         k++;
     }

@@ -58,10 +58,28 @@ struct frame {
     bool tainted;                /* imported by a uid other than last_uid: released
                                   * to the driver once free, never granted again */
     uid_t importer_uid;          /* the last such uid (valid when tainted) */
-    uint32_t next_free;          /* free-list links while FREE (0: none); */
+    uint32_t next_free;          /* free-list links while FREE (0: none); while
+                                  * UNUSED and reusable, the next slot to reuse */
     uint32_t prev_free;          /*   prev_free 0 at the head of its chain */
     int64_t freed_ms;            /* when it last became FREE (mb_now_ms) */
+    uint16_t gen;                /* the slot's generation: its id's high bits
+                                  * (FRAME_SLOT_BITS); kept when the slot ends */
+    bool reusable;               /* UNUSED, on the queue of slots to reuse */
 };
+
+/* A frame's id names its slot in the table and the slot's generation:
+ * id = slot | gen << FRAME_SLOT_BITS. A slot whose frame ended is reused
+ * (oldest first) with the next generation, so the table and the journal
+ * stay as large as the most frames held at once, however many are made
+ * and released over the daemon's life; an id kept past its frame's end
+ * names no frame until its slot has been reused FRAME_GENS times. Slot 0
+ * is never used: id 0 names no frame. */
+#define FRAME_SLOT_BITS 20
+#define FRAME_SLOTS ((uint32_t)1 << FRAME_SLOT_BITS)
+#define FRAME_GENS ((uint32_t)1 << (32 - FRAME_SLOT_BITS))
+/* The journal keeps a slot for a frame a client may report after a
+ * restart for this many restarts (frames.c). */
+#define JOURNAL_KEEP_EPOCHS 8u
 
 /* Free frames by order: the fresh ones (held by nobody yet), or those one
  * uid held last (only that uid may get them again). Each order has two
@@ -89,6 +107,8 @@ struct free_list {
  *   that hold an exported descriptor (fresh frames always hold theirs)
  *   bytes_total + bytes of ready[] and of frames being created == committed
  *     <= budget_bytes; n_total + n_ready + creating == n_committed
+ *   the reuse queue holds exactly the slots marked reusable, each once, all
+ *     UNUSED and below next_unused <= FRAME_SLOTS; every gen < FRAME_GENS
  * The warm reserve: RESERVE_THREADS workers create and export frames ahead of
  * demand (export costs ~0.6 ms on a GPU) into ready[]: order-0 frames until
  * fresh free and ready order-0 frames hold reserve_bytes (the target: the
@@ -134,8 +154,11 @@ struct frame_pool {
     size_t frame_bytes;
     uint64_t budget_bytes;
     uint64_t bytes_total, bytes_free, bytes_granted;
-    struct frame *frames;        /* [0] unused; ids 1..cap-1 */
+    struct frame *frames;        /* by slot: [0] unused; slots 1..cap-1 */
     uint32_t cap;                /* slots allocated in frames[] */
+    uint32_t reuse_head, reuse_tail; /* queue of slots whose frame ended (0: empty),
+                                  * linked by next_free, oldest first */
+    uint32_t n_reusable;
     uint32_t n_total, n_free, n_granted;
     struct free_list fresh;      /* never-held free frames (n[] read by workers) */
     struct free_list **by_uid;   /* one list per uid that returned frames */
@@ -180,11 +203,14 @@ struct frame_pool {
     int64_t excess_since_ms;     /* free bytes above the target since (0: not above);
                                   * after idle_ms of it, frames free for idle_ms
                                   * are released down to the target */
-    uint32_t next_unused;        /* lowest slot never used or released */
-    uint32_t id_limit;           /* ids below this may have been handed out by an
-                                  * earlier daemon (the journal); 0: no journal */
+    uint32_t next_unused;        /* lowest slot never used (ended slots are reused
+                                  * before it moves) */
+    uint32_t id_limit;           /* slots below this may hold frames an earlier
+                                  * daemon handed out (the journal): used only for
+                                  * their reports until one ends; 0: no journal */
     int journal_fd;              /* state journal (ids handed out), or -1 */
-    uint32_t journal_limit;      /* the journal promises no id at or above this is in use */
+    uint32_t epoch;              /* daemons that used the journal, this one included */
+    uint32_t journal_limit;      /* the journal promises no slot at or above this is in use */
     bool journal_ahead_failed;   /* the tick's last write of the limit failed */
     uint64_t scrubs;             /* frames zeroed between tenants */
     bool scrub;                  /* zero frames that change tenant (default on) */
@@ -290,7 +316,7 @@ void frame_pool_note_importer(struct frame_pool *p, uint32_t id, uid_t uid);
  * journal's id limit ahead of the ids in use, so that no grant writes it.
  * Call from the poll loop; returns when to call again. */
 int64_t frame_pool_tick(struct frame_pool *p, int64_t now_ms);
-/* Bytes of frame id (which must exist). */
+/* Bytes of frame id (0 when it names no frame). */
 uint64_t frame_pool_bytes(const struct frame_pool *p, uint32_t id);
 /* Take back frames granted to `session`; all must be its own, else nothing
  * changes and MB_EPERM (or MB_ENOENT for ids that name no frame) returns. */
@@ -319,13 +345,22 @@ int frame_pool_reserve_slots(struct frame_pool *p, uint32_t n);
  * to, so only that uid can report it after a restart. */
 int frame_pool_open_journal(struct frame_pool *p, const char *path);
 
+/* At exit, before the sessions end: the journal records of the free
+ * frames are cleared (no process holds them; their memory goes with this
+ * daemon), so that the next daemon reuses their slots at once. */
+void frame_pool_forget_free(struct frame_pool *p);
 /* Take back every frame of a session; returns how many, and their bytes in
  * *bytes when not NULL. */
 uint32_t frame_pool_reclaim(struct frame_pool *p, uint64_t session, uint64_t *bytes);
 /* An importer let go of frame id; the frame becomes free once neither its
  * owner nor any importer holds it. */
 void frame_pool_drop_hold(struct frame_pool *p, uint32_t id);
+/* The frame id names, NULL when none does (never was, ended, or its slot
+ * now holds a later frame). */
 struct frame *frame_pool_get(struct frame_pool *p, uint32_t id);
+/* The table in slot order, for listings: the frame in slot `slot` and its
+ * id (*id), NULL when the slot holds none. */
+struct frame *frame_pool_at(struct frame_pool *p, uint32_t slot, uint32_t *id);
 /* Frames whose exported descriptor the daemon holds now. */
 uint32_t frame_pool_exported(const struct frame_pool *p);
 /* ... of them, free frames a uid held (n_exported_held_order's sum). */

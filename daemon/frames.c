@@ -4,7 +4,10 @@
  * plan, keeping free frames on their last uid's list (never granted to
  * another uid), taking them back, re-creating free frames as another order
  * when the budget is full, releasing idle ones, scrubbing between tenants,
- * and the state journal. The size policy is in common/frame_plan.c. */
+ * and the state journal. The size policy is in common/frame_plan.c.
+ * Inside this file a frame is named by its slot (frames[slot]); callers
+ * name it by its id, the slot and the slot's generation (daemon.h): the
+ * functions they call turn one into the other (slot_of, frame_id). */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -29,9 +32,26 @@ static uint64_t obytes(const struct frame_pool *p, unsigned order)
     return (uint64_t)p->frame_bytes << order;
 }
 
+/* The id of the frame in `slot`. */
+static uint32_t frame_id(const struct frame_pool *p, uint32_t slot)
+{
+    return slot | (uint32_t)p->frames[slot].gen << FRAME_SLOT_BITS;
+}
+
+/* The slot of the frame `id` names, 0 when it names none. */
+static uint32_t slot_of(const struct frame_pool *p, uint32_t id)
+{
+    uint32_t slot = id & (FRAME_SLOTS - 1);
+    if (slot == 0 || slot >= p->next_unused || p->frames[slot].state == FRAME_UNUSED ||
+        p->frames[slot].gen != id >> FRAME_SLOT_BITS)
+        return 0;
+    return slot;
+}
+
 uint64_t frame_pool_bytes(const struct frame_pool *p, uint32_t id)
 {
-    return obytes(p, p->frames[id].order);
+    uint32_t slot = slot_of(p, id);
+    return slot ? obytes(p, p->frames[slot].order) : 0;
 }
 
 int frame_pool_init(struct frame_pool *p, mb_backend *be, size_t frame_bytes, uint64_t budget)
@@ -54,21 +74,27 @@ int frame_pool_init(struct frame_pool *p, mb_backend *be, size_t frame_bytes, ui
     return p->frames ? 0 : MB_ENOMEM;
 }
 
-/* The journal: a header line ("next_id N", JOURNAL_HEAD bytes) and, from
- * JOURNAL_RECORDS, one record per frame id: the uid that was granted it
- * (plus one; 0: none), the last other uid that imported it (plus one; 0:
- * none) and its order. A frame keeps one uid for its life, so a record is
- * written when a fresh frame is first granted (and when another uid
- * imports it) and cleared when the frame ends. Records need no fsync: they
- * matter after a daemon exit, not after a host crash (which ends the
- * clients too). */
-#define JOURNAL_HEAD 32
+/* The journal: a header line ("next_id N epoch E", JOURNAL_HEAD bytes: no
+ * slot at or above N is in use; E counts the daemons that used the file)
+ * and, from JOURNAL_RECORDS, one record per slot: the uid that was granted
+ * its frame (plus one; 0: none), the last other uid that imported it (plus
+ * one; 0: none), its order, the slot's generation and the epoch of the
+ * daemon that wrote the record. A frame keeps one uid for its life, so a
+ * record is written when a fresh frame is first granted (and when another
+ * uid imports it, and when a daemon books it after a restart) and cleared,
+ * keeping the slot's next generation, when the frame ends. Records need
+ * no fsync: they matter after a daemon exit, not after a host crash (which
+ * ends the clients too). */
+#define JOURNAL_HEAD 64
 #define JOURNAL_RECORDS 4096
 struct journal_rec {
     uint32_t uid_plus1;
     uint32_t importer_plus1;
     uint8_t order;
-    uint8_t pad[7];
+    uint8_t pad;
+    uint16_t gen;                /* the slot's generation (0 in journals of daemons
+                                  * that never reused slots) */
+    uint32_t epoch;              /* of the daemon that wrote it (0 in those journals) */
 };
 
 static off_t record_off(uint32_t id)
@@ -76,31 +102,34 @@ static off_t record_off(uint32_t id)
     return JOURNAL_RECORDS + (off_t)id * (off_t)sizeof(struct journal_rec);
 }
 
-/* Write frame id's record (f NULL: clear it). */
-static void journal_record(struct frame_pool *p, uint32_t id, const struct frame *f)
+/* Write the record of the frame in `slot` (f NULL: clear it, keeping the
+ * slot's generation). */
+static void journal_record(struct frame_pool *p, uint32_t slot, const struct frame *f)
 {
     if (p->journal_fd < 0)
         return;
-    struct journal_rec r = { 0 };
+    struct journal_rec r = { .gen = p->frames[slot].gen, .epoch = p->epoch };
     if (f) {
         r.uid_plus1 = (uint32_t)f->last_uid + 1;
         r.importer_plus1 = f->tainted ? (uint32_t)f->importer_uid + 1 : 0;
         r.order = f->order;
     }
-    if (pwrite(p->journal_fd, &r, sizeof(r), record_off(id)) != (ssize_t)sizeof(r))
-        mb_log(MB_LOG_WARN, "failed to write frame %u to the state journal: %s", id, strerror(errno));
+    if (pwrite(p->journal_fd, &r, sizeof(r), record_off(slot)) != (ssize_t)sizeof(r))
+        mb_log(MB_LOG_WARN, "failed to write slot %u to the state journal: %s", slot, strerror(errno));
 }
 
 /* What the journal says about id: 0 and *r, or MB_ENOENT when no uid was
- * granted it. Without a journal (tests) every id reads as unknown but
- * allowed: MB_EINVAL. */
+ * granted it (its slot's record is clear, or of another generation).
+ * Without a journal (tests) every id reads as unknown but allowed:
+ * MB_EINVAL. */
 static int journal_lookup(struct frame_pool *p, uint32_t id, struct journal_rec *r)
 {
     if (p->journal_fd < 0)
         return MB_EINVAL;
     memset(r, 0, sizeof(*r));
-    ssize_t n = pread(p->journal_fd, r, sizeof(*r), record_off(id));
-    return n == (ssize_t)sizeof(*r) && r->uid_plus1 != 0 ? 0 : MB_ENOENT;
+    ssize_t n = pread(p->journal_fd, r, sizeof(*r), record_off(id & (FRAME_SLOTS - 1)));
+    return n == (ssize_t)sizeof(*r) && r->uid_plus1 != 0 && r->gen == id >> FRAME_SLOT_BITS
+               ? 0 : MB_ENOENT;
 }
 
 void frame_pool_destroy(struct frame_pool *p)
@@ -160,9 +189,16 @@ uint32_t frame_pool_exported(const struct frame_pool *p)
 
 struct frame *frame_pool_get(struct frame_pool *p, uint32_t id)
 {
-    if (id == 0 || id >= p->next_unused || p->frames[id].state == FRAME_UNUSED)
+    uint32_t slot = slot_of(p, id);
+    return slot ? &p->frames[slot] : NULL;
+}
+
+struct frame *frame_pool_at(struct frame_pool *p, uint32_t slot, uint32_t *id)
+{
+    if (slot == 0 || slot >= p->next_unused || p->frames[slot].state == FRAME_UNUSED)
         return NULL;
-    return &p->frames[id];
+    *id = frame_id(p, slot);
+    return &p->frames[slot];
 }
 
 /* Count a frame of `bytes` against the budget (and the descriptor limit)
@@ -237,6 +273,19 @@ static void forget_exports_held(struct frame_pool *p, uint32_t id, uint64_t h)
     p->n_rex_done = k;
 }
 
+/* Unused slot `slot` joins the queue of slots to reuse (at its tail). */
+static void queue_reuse(struct frame_pool *p, uint32_t slot)
+{
+    p->frames[slot].reusable = true;
+    p->frames[slot].next_free = 0;
+    if (p->reuse_tail)
+        p->frames[p->reuse_tail].next_free = slot;
+    else
+        p->reuse_head = slot;
+    p->reuse_tail = slot;
+    p->n_reusable++;
+}
+
 /* A frame leaves the books: its handle is released (an adopted frame has
  * none: the memory went with its last process), by a worker while the
  * tick defers releases, and its slot ends. */
@@ -265,10 +314,16 @@ static void end_frame(struct frame_pool *p, uint32_t id)
     }
     if (!f->adopted && !queued)
         p->be->ops->release(p->be, &f->mem);
-    if (f->held)
-        journal_record(p, id, NULL);
+    bool held = f->held;
+    uint16_t gen = f->gen;
     memset(f, 0, sizeof(*f));
     f->mem = (struct mb_mem)MB_MEM_INIT;
+    /* The slot is reused, oldest first, with the next generation (which
+     * its cleared record keeps across a restart). */
+    f->gen = (uint16_t)((gen + 1u) % FRAME_GENS);
+    if (held)
+        journal_record(p, id, NULL);
+    queue_reuse(p, id);
     p->n_total--;
     p->bytes_total -= bytes;
     if (!queued)
@@ -482,7 +537,7 @@ static int write_journal(struct frame_pool *p, uint32_t limit)
 {
     char line[JOURNAL_HEAD];
     memset(line, ' ', sizeof(line));
-    int n = snprintf(line, sizeof(line), "next_id %u", limit);
+    int n = snprintf(line, sizeof(line), "next_id %u epoch %u", limit, p->epoch);
     line[n] = ' ';
     line[sizeof(line) - 1] = '\n';
     if (pwrite(p->journal_fd, line, sizeof(line), 0) != (ssize_t)sizeof(line) ||
@@ -527,6 +582,42 @@ int frame_pool_reserve_slots(struct frame_pool *p, uint32_t n)
     return n <= p->cap ? 0 : set_cap(p, n);
 }
 
+/* After a restart, the slots below id_limit: those whose record one of
+ * the last JOURNAL_KEEP_EPOCHS daemons wrote are kept for the frames their
+ * clients may report (a client may stay away while a daemon of another
+ * frame size runs), under the generation of the record; the others are
+ * queued for reuse, an older record cleared first. */
+static int keep_reported_slots(struct frame_pool *p)
+{
+    enum { CHUNK = 4096 };
+    struct journal_rec *r = malloc(CHUNK * sizeof(*r));
+    if (!r)
+        return MB_ENOMEM;
+    for (uint32_t base = 0; base < p->id_limit; base += CHUNK) {
+        uint32_t count = p->id_limit - base < CHUNK ? p->id_limit - base : CHUNK;
+        memset(r, 0, count * sizeof(*r));
+        if (pread(p->journal_fd, r, count * sizeof(*r), record_off(base)) < 0) {
+            mb_log(MB_LOG_ERR, "failed to read the state journal: %s", strerror(errno));
+            free(r);
+            return MB_ESYS;
+        }
+        for (uint32_t i = base ? 0 : 1; i < count; i++) {
+            uint32_t slot = base + i;
+            struct frame *f = &p->frames[slot];
+            f->gen = (uint16_t)(r[i].gen % FRAME_GENS);
+            if (r[i].uid_plus1 && p->epoch - r[i].epoch <= JOURNAL_KEEP_EPOCHS)
+                continue;   /* kept for its report */
+            if (r[i].uid_plus1) {
+                f->gen = (uint16_t)((f->gen + 1u) % FRAME_GENS);
+                journal_record(p, slot, NULL);
+            }
+            queue_reuse(p, slot);
+        }
+    }
+    free(r);
+    return 0;
+}
+
 int frame_pool_open_journal(struct frame_pool *p, const char *path)
 {
     p->journal_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
@@ -534,26 +625,36 @@ int frame_pool_open_journal(struct frame_pool *p, const char *path)
         mb_log(MB_LOG_ERR, "failed to open the state journal %s: %s", path, strerror(errno));
         return MB_ESYS;
     }
-    char buf[64] = "";
-    ssize_t n = pread(p->journal_fd, buf, sizeof(buf) - 1, 0);
-    unsigned long prev = 0;
-    if (n > 0 && sscanf(buf, "next_id %lu", &prev) != 1) {
+    char buf[JOURNAL_HEAD + 1] = "";
+    ssize_t n = pread(p->journal_fd, buf, JOURNAL_HEAD, 0);
+    unsigned long prev = 0, epoch = 0;
+    if (n > 0 && sscanf(buf, "next_id %lu epoch %lu", &prev, &epoch) < 1) {
         mb_log(MB_LOG_ERR, "%s: not a MoonBright state journal", path);
         return MB_EINVAL;
     }
-    if (prev >= UINT32_MAX - JOURNAL_STEP) {
-        mb_log(MB_LOG_ERR, "%s: frame ids exhausted (%lu)", path, prev);
-        return MB_EINVAL;
+    if (prev > FRAME_SLOTS + JOURNAL_STEP || epoch >= UINT32_MAX) {
+        /* A journal of a daemon that never reused ids, past the table's
+         * slots: its clients' frames cannot be named here. */
+        mb_log(MB_LOG_WARN, "%s: frame ids of the last daemon (up to %lu) are past this daemon's "
+               "%u slots: frames its clients still hold will not be counted", path, prev, FRAME_SLOTS);
+        if (ftruncate(p->journal_fd, 0) != 0) {
+            mb_log(MB_LOG_ERR, "failed to clear the state journal %s: %s", path, strerror(errno));
+            return MB_ESYS;
+        }
+        prev = epoch = 0;
     }
+    p->epoch = (uint32_t)epoch + 1;
     if (prev > 1) {
-        /* Ids below prev may still be held by clients of the last daemon:
-         * they can report them; new frames start above. */
-        p->id_limit = (uint32_t)prev;
+        p->id_limit = prev < FRAME_SLOTS ? (uint32_t)prev : FRAME_SLOTS;
         int rc = grow_table(p, p->id_limit);
+        if (rc == 0)
+            rc = keep_reported_slots(p);
         if (rc != 0)
             return rc;
         p->next_unused = p->id_limit;
-        mb_log(MB_LOG_DEBUG, "state journal %s: new frame ids start at %u", path, p->id_limit);
+        mb_log(MB_LOG_DEBUG, "state journal %s (epoch %u): %u slots below %u kept for frames "
+               "clients of the last daemon may report, %u to reuse", path, p->epoch,
+               p->id_limit - 1 - p->n_reusable, p->id_limit, p->n_reusable);
     }
     return write_journal(p, p->next_unused + JOURNAL_STEP);
 }
@@ -783,24 +884,39 @@ int64_t frame_pool_tick(struct frame_pool *p, int64_t now_ms)
     return now_ms + TICK_MS;
 }
 
-/* Put a created, exported, committed mem into a new slot on its free list. */
+/* Put a created, exported, committed mem into a slot on its free list: the
+ * oldest one whose frame ended, else a new one. */
 static int add_frame(struct frame_pool *p, const struct mb_mem *m)
 {
     int order = mb_frame_order(m->bytes, p->frame_bytes);
     if (order < 0)
         return MB_EINVAL;
-    if (p->journal_fd >= 0 && p->next_unused >= p->journal_limit &&
-        write_journal(p, p->next_unused + JOURNAL_STEP) != 0)
-        return MB_ESYS;
-    int rc = grow_table(p, p->next_unused);
-    if (rc != 0)
-        return rc;
-    uint32_t id = p->next_unused;
+    uint32_t id = p->reuse_head;
+    if (id) {
+        p->reuse_head = p->frames[id].next_free;
+        if (!p->reuse_head)
+            p->reuse_tail = 0;
+        p->n_reusable--;
+    } else {
+        if (p->next_unused >= FRAME_SLOTS) {
+            mb_log(MB_LOG_ERR, "failed to add a frame: all %u slots of the frame table hold frames",
+                   FRAME_SLOTS - 1);
+            return MB_ELIMIT;
+        }
+        if (p->journal_fd >= 0 && p->next_unused >= p->journal_limit &&
+            write_journal(p, p->next_unused + JOURNAL_STEP) != 0)
+            return MB_ESYS;
+        int rc = grow_table(p, p->next_unused);
+        if (rc != 0)
+            return rc;
+        id = p->next_unused++;
+    }
     struct frame *f = &p->frames[id];
+    uint16_t gen = f->gen;
     memset(f, 0, sizeof(*f));
+    f->gen = gen;
     f->mem = *m;
     f->order = (uint8_t)order;
-    p->next_unused++;
     p->n_total++;
     p->bytes_total += m->bytes;
     push_free(p, id);
@@ -1356,7 +1472,7 @@ int frame_pool_grant_orders(struct frame_pool *p, const uint8_t *orders, uint32_
         f->last_tenant = tenant;
         p->n_granted++;
         p->bytes_granted += obytes(p, k);
-        ids[i] = id;
+        ids[i] = frame_id(p, id);
     }
     if (took_exported && exports_ahead(p)) {
         /* Room under reexport_room: the workers export the next free
@@ -1394,8 +1510,8 @@ void frame_pool_note_importer(struct frame_pool *p, uint32_t id, uid_t uid)
     if (f && f->held && f->last_uid != uid && (!f->tainted || f->importer_uid != uid)) {
         f->tainted = true;
         f->importer_uid = uid;
-        if (!f->adopted)
-            journal_record(p, id, f);   /* that uid may report its import after a restart */
+        if (!f->adopted)   /* that uid may report its import after a restart */
+            journal_record(p, slot_of(p, id), f);
     }
 }
 
@@ -1403,7 +1519,7 @@ void frame_pool_note_importer(struct frame_pool *p, uint32_t id, uid_t uid)
 static void ungrant(struct frame_pool *p, uint32_t id)
 {
     p->n_granted--;
-    p->bytes_granted -= frame_pool_bytes(p, id);
+    p->bytes_granted -= obytes(p, p->frames[id].order);
     push_free(p, id);
     if (p->frames[id].state == FRAME_FREE)
         queue_export(p, id);   /* (p->lock not held here) */
@@ -1426,7 +1542,7 @@ void frame_pool_drop_hold(struct frame_pool *p, uint32_t id)
     if (!f || f->state != FRAME_GRANTED || f->holders == 0)
         return;
     if (--f->holders == 0 && f->owner == 0)
-        ungrant(p, id);
+        ungrant(p, slot_of(p, id));
     POOL_CHECK(p);
 }
 
@@ -1443,22 +1559,25 @@ int frame_pool_return(struct frame_pool *p, const uint32_t *ids, size_t n, uint6
                 return MB_EINVAL;   /* the same frame twice */
     }
     for (size_t i = 0; i < n; i++)
-        let_go(p, ids[i]);
+        let_go(p, slot_of(p, ids[i]));
     POOL_CHECK(p);
     return 0;
 }
 
-/* Book an adopted frame: granted to `session` (0: to nobody yet, held by
- * one importer). */
+/* Book an adopted frame, id (an unused slot below id_limit, not on the
+ * reuse queue): granted to `session` (0: to nobody yet, held by one
+ * importer). Its journal record `rec` is written again under this
+ * daemon's epoch, so that the next daemon keeps the slot for its report. */
 static int adopt_slot(struct frame_pool *p, uint32_t id, unsigned order, uint64_t session,
-                      uid_t uid, uint32_t tenant)
+                      uid_t uid, uint32_t tenant, const struct journal_rec *rec)
 {
     uint64_t bytes = obytes(p, order);
     int rc = commit(p, bytes, NULL);
     if (rc != 0)
         return rc;
-    struct frame *f = &p->frames[id];
+    struct frame *f = &p->frames[id & (FRAME_SLOTS - 1)];
     memset(f, 0, sizeof(*f));
+    f->gen = (uint16_t)(id >> FRAME_SLOT_BITS);
     f->mem = (struct mb_mem)MB_MEM_INIT;
     f->state = FRAME_GRANTED;
     f->owner = session;
@@ -1468,6 +1587,13 @@ static int adopt_slot(struct frame_pool *p, uint32_t id, unsigned order, uint64_
     f->held = true;
     f->adopted = true;
     f->order = (uint8_t)order;
+    if (p->journal_fd >= 0) {
+        struct journal_rec r = *rec;
+        r.epoch = p->epoch;
+        if (pwrite(p->journal_fd, &r, sizeof(r), record_off(id & (FRAME_SLOTS - 1))) != (ssize_t)sizeof(r))
+            mb_log(MB_LOG_WARN, "failed to write slot %u to the state journal: %s",
+                   id & (FRAME_SLOTS - 1), strerror(errno));
+    }
     p->n_total++;
     p->n_granted++;
     p->bytes_total += bytes;
@@ -1489,20 +1615,32 @@ static int reported_ok(struct frame_pool *p, uint32_t id, int order, struct jour
     return rc == 0 && rec->order == order ? 0 : MB_EPERM;
 }
 
+/* The slot of a frame an earlier daemon handed out as id, if this daemon
+ * could book it: below id_limit, and not a slot this daemon reused. */
+static struct frame *reported_slot(struct frame_pool *p, uint32_t id)
+{
+    uint32_t slot = id & (FRAME_SLOTS - 1);
+    if (slot == 0 || slot >= p->id_limit || p->frames[slot].reusable)
+        return NULL;
+    return &p->frames[slot];
+}
+
 int frame_pool_adopt_held(struct frame_pool *p, uint32_t id, uint64_t bytes, uid_t uid)
 {
     int order = mb_frame_order(bytes, p->frame_bytes);
-    if (id == 0 || order < 0 || id >= p->id_limit)
+    struct frame *f = reported_slot(p, id);
+    if (!f || order < 0)
         return MB_EINVAL;
-    struct frame *f = &p->frames[id];
     struct journal_rec rec;
     if (reported_ok(p, id, order, &rec) != 0 ||
         (rec.uid_plus1 && rec.uid_plus1 != (uint32_t)uid + 1 &&
          rec.importer_plus1 != (uint32_t)uid + 1))
         return MB_EPERM;   /* no earlier daemon let this uid hold a frame like that */
     if (f->state == FRAME_UNUSED)
-        return adopt_slot(p, id, (unsigned)order, 0, rec.uid_plus1 ? (uid_t)(rec.uid_plus1 - 1) : uid, 0);
-    if (f->state != FRAME_GRANTED || !f->adopted || f->order != order)
+        return adopt_slot(p, id, (unsigned)order, 0, rec.uid_plus1 ? (uid_t)(rec.uid_plus1 - 1) : uid,
+                          0, &rec);
+    if (f->state != FRAME_GRANTED || !f->adopted || f->order != order ||
+        f->gen != id >> FRAME_SLOT_BITS)
         return MB_EPERM;    /* contradicts what was reported before */
     f->holders++;
     POOL_CHECK(p);
@@ -1513,14 +1651,15 @@ int frame_pool_adopt_reported(struct frame_pool *p, uint32_t id, uint64_t bytes,
                               uid_t uid, uint32_t tenant)
 {
     int order = mb_frame_order(bytes, p->frame_bytes);
-    if (id == 0 || order < 0 || id >= p->id_limit)
+    struct frame *f = reported_slot(p, id);
+    if (!f || order < 0)
         return MB_EINVAL;   /* no earlier daemon handed this out */
     struct journal_rec rec;
     if (reported_ok(p, id, order, &rec) != 0 ||
         (rec.uid_plus1 != 0 && rec.uid_plus1 != (uint32_t)uid + 1))
         return MB_EPERM;    /* this uid was never granted it */
-    struct frame *f = &p->frames[id];
-    if (f->state == FRAME_GRANTED && f->adopted && f->owner == 0 && f->order == order) {
+    if (f->state == FRAME_GRANTED && f->adopted && f->owner == 0 && f->order == order &&
+        f->gen == id >> FRAME_SLOT_BITS) {
         /* Its importers reported it first: the owner claims it. */
         f->owner = session;
         f->last_uid = uid;
@@ -1530,7 +1669,20 @@ int frame_pool_adopt_reported(struct frame_pool *p, uint32_t id, uint64_t bytes,
     }
     if (f->state != FRAME_UNUSED)
         return MB_EPERM;    /* someone else reported it first */
-    return adopt_slot(p, id, (unsigned)order, session, uid, tenant);
+    return adopt_slot(p, id, (unsigned)order, session, uid, tenant, &rec);
+}
+
+void frame_pool_forget_free(struct frame_pool *p)
+{
+    for (uint32_t slot = 1; slot < p->next_unused; slot++) {
+        struct frame *f = &p->frames[slot];
+        if (f->state == FRAME_FREE && f->held) {
+            uint16_t gen = f->gen;
+            f->gen = (uint16_t)((gen + 1u) % FRAME_GENS);   /* what the next daemon reuses it as */
+            journal_record(p, slot, NULL);
+            f->gen = gen;
+        }
+    }
 }
 
 uint32_t frame_pool_reclaim(struct frame_pool *p, uint64_t session, uint64_t *bytes)
@@ -1540,7 +1692,7 @@ uint32_t frame_pool_reclaim(struct frame_pool *p, uint64_t session, uint64_t *by
     for (uint32_t id = 1; id < p->next_unused; id++) {
         struct frame *f = &p->frames[id];
         if (f->state == FRAME_GRANTED && f->owner == session) {
-            b += frame_pool_bytes(p, id);
+            b += obytes(p, f->order);
             let_go(p, id);
             n++;
         }
@@ -1556,10 +1708,22 @@ bool frame_pool_is_valid(const struct frame_pool *p)
     uint32_t total = 0, granted = 0, free_count = 0;
     uint32_t exported_order[MB_ORDERS] = { 0 };
     uint64_t bytes = 0, bytes_granted = 0, bytes_free = 0;
+    uint32_t reusable = 0, queued = 0, last = 0;
+    for (uint32_t id = p->reuse_head; id; last = id, id = p->frames[id].next_free)
+        if (id >= p->next_unused || p->frames[id].state != FRAME_UNUSED || !p->frames[id].reusable ||
+            ++queued > p->n_reusable)
+            return false;
+    if (queued != p->n_reusable || last != p->reuse_tail || p->next_unused > FRAME_SLOTS)
+        return false;
     for (uint32_t id = 1; id < p->next_unused; id++) {
         const struct frame *f = &p->frames[id];
+        if (f->gen >= FRAME_GENS)
+            return false;
+        reusable += f->reusable;
         if (f->state == FRAME_UNUSED)
             continue;
+        if (f->reusable)
+            return false;
         if (f->order > MB_MAX_ORDER)
             return false;
         total++;
@@ -1602,7 +1766,8 @@ bool frame_pool_is_valid(const struct frame_pool *p)
             return false;
         free_count += in_order[k];
     }
-    return total == p->n_total && granted == p->n_granted && free_count == p->n_free &&
+    return reusable == p->n_reusable &&
+           total == p->n_total && granted == p->n_granted && free_count == p->n_free &&
            p->n_free + p->n_granted == p->n_total && bytes == p->bytes_total &&
            bytes_granted == p->bytes_granted && bytes_free == p->bytes_free &&
            p->bytes_free + p->bytes_granted == p->bytes_total &&

@@ -587,6 +587,7 @@ static int fill_status(struct daemon *d, Mb__StatusReply *sr)
     sr->reexports = d->pool.reexports;
     sr->exported_ahead = d->pool.exported_ahead;
     sr->exports_dropped = d->pool.exports_dropped;
+    sr->frame_slots = d->pool.next_unused - 1;
     sr->warm_full_grants = d->pool.warm_full_grants;
     pthread_mutex_lock(&d->pool.lock);
     sr->reserve_target = d->pool.reserve_bytes;
@@ -695,11 +696,11 @@ static void h_frames(struct request_ctx *rc, const Mb__Request *req, Mb__Reply *
     uint32_t limit = req->frames->limit;
     if (limit == 0 || limit > MAX_FRAMES_PAGE)
         limit = MAX_FRAMES_PAGE;
-    uint32_t id = req->frames->start ? req->frames->start : 1;
+    uint32_t slot = req->frames->start ? req->frames->start : 1, id;
     size_t n = 0;
     mb__frames_reply__init(&fr);
-    for (; id < d->pool.next_unused && n < limit; id++) {
-        struct frame *f = frame_pool_get(&d->pool, id);
+    for (; slot < d->pool.next_unused && n < limit; slot++) {
+        struct frame *f = frame_pool_at(&d->pool, slot, &id);
         if (!f)
             continue;
         Mb__FrameInfo *fi = &infos[n];
@@ -718,7 +719,7 @@ static void h_frames(struct request_ctx *rc, const Mb__Request *req, Mb__Reply *
         }
         infop[n++] = fi;
     }
-    fr.next = id < d->pool.next_unused ? id : 0;
+    fr.next = slot < d->pool.next_unused ? slot : 0;
     fr.n_frames = n;
     fr.frames = infop;
     rep->body_case = MB__REPLY__BODY_FRAMES;

@@ -423,6 +423,8 @@ static void cleanup(struct daemon *d)
 {
     while (d->pending)
         pending_drop_session(d, d->pending->session);
+    if (d->pool.frames)
+        frame_pool_forget_free(&d->pool);
     while (d->sessions)
         session_close(d, d->sessions);
     while (d->withdrawn)

@@ -4,7 +4,9 @@
  * frames as the order a grant needs, refuse what is not the caller's, and
  * scrub between tenants, make room on a device full below the budget, keep
  * their slots when the table is made ahead, keep the journal's id limit
- * ahead of them, grant frames that hold descriptors first and export
+ * ahead of them, reuse the slots of ended frames under new ids (and keep
+ * those clients may report across a restart), grant frames that hold
+ * descriptors first and export
  * returned ones again ahead of grants; and the frame plan keeps its
  * promises. */
 #include <setjmp.h>
@@ -284,7 +286,7 @@ static void idle_frames_released(void **state)
      * these stay until they too have been idle for the period. */
     assert_int_equal(frame_pool_return(&p, ids + 3, 3, 1), 0);
     for (int i = 3; i < 6; i++)
-        p.frames[ids[i]].freed_ms = t0 + 900;
+        frame_pool_get(&p, ids[i])->freed_ms = t0 + 900;
     frame_pool_tick(&p, t0 + 1100);
     assert_int_equal(p.bytes_free, 3 * FB);
     assert_int_equal(p.released_idle, 3);
@@ -1113,6 +1115,125 @@ static void adopted_large_frame_keeps_its_size(void **state)
     mb_backend_close(b);
 }
 
+/* A frame ends: granted to uid 0, imported by uid 1 (tainted), returned.
+ * Its id in *id. */
+static void make_and_end_frame(struct frame_pool *p, uint64_t session, uint32_t *id)
+{
+    assert_int_equal(frame_pool_grant(p, 1, session, 0, 1, id), 0);
+    frame_pool_note_importer(p, *id, 1);
+    assert_int_equal(frame_pool_return(p, id, 1, session), 0);
+}
+
+/* Frames made and released over and over reuse the slots of ended frames,
+ * oldest first: the table stays as large as the most frames held at once,
+ * and an ended frame's id names nothing, not the frame in its slot now,
+ * until the slot has been reused FRAME_GENS times. */
+static void ended_slots_reused_under_new_ids(void **state)
+{
+    mb_backend *b;
+    assert_int_equal(mb_backend_host_open(0, &b), 0);
+    struct frame_pool p;
+    assert_int_equal(frame_pool_init(&p, b, FB, 64 * FB), 0);
+    uint32_t held[4], first, id;
+    assert_int_equal(frame_pool_grant(&p, 4, 1, 0, 1, held), 0);   /* stay held throughout */
+    make_and_end_frame(&p, 2, &first);
+    uint32_t slots = p.next_unused;
+    assert_null(frame_pool_get(&p, first));
+    assert_int_equal(frame_pool_bytes(&p, first), 0);
+    for (uint32_t i = 0; i < FRAME_GENS - 2; i++) {
+        make_and_end_frame(&p, 3 + i, &id);
+        assert_int_not_equal(id, first);
+        assert_int_equal(p.next_unused, slots);
+    }
+    /* The first id's slot holds a frame again; a return under the ended id
+     * is refused and changes nothing. */
+    assert_int_equal(frame_pool_grant(&p, 1, 9, 0, 1, &id), 0);
+    assert_int_equal(id & (FRAME_SLOTS - 1), first & (FRAME_SLOTS - 1));
+    assert_int_not_equal(id, first);
+    assert_int_equal(frame_pool_return(&p, &first, 1, 2), MB_ENOENT);
+    assert_int_equal(frame_pool_return(&p, &first, 1, 9), MB_ENOENT);
+    assert_int_equal(p.n_granted, 5);
+    for (int i = 0; i < 4; i++)
+        assert_non_null(frame_pool_get(&p, held[i]));
+    /* The listing names each frame by its id. */
+    uint32_t listed = 0, n = 0;
+    for (uint32_t slot = 1; slot < p.next_unused; slot++)
+        if (frame_pool_at(&p, slot, &listed)) {
+            assert_ptr_equal(frame_pool_at(&p, slot, &listed), frame_pool_get(&p, listed));
+            n++;
+        }
+    assert_int_equal(n, 5);
+    assert_true(frame_pool_is_valid(&p));
+    frame_pool_destroy(&p);
+    mb_backend_close(b);
+}
+
+/* Across a restart the journal keeps the slots of frames the last
+ * daemon's clients may report, under their ids; the slots of frames that
+ * ended, or were free at a clean exit, are reused under new ids, so their
+ * ids are refused; a slot kept for a report that never came is reused
+ * after JOURNAL_KEEP_EPOCHS more restarts. */
+static void journal_slots_across_restarts(void **state)
+{
+    char dir[] = "/tmp/mbtest-journal-XXXXXX", path[64];
+    assert_non_null(mkdtemp(dir));
+    snprintf(path, sizeof(path), "%s/gpu0.journal", dir);
+    mb_backend *b;
+    assert_int_equal(mb_backend_host_open(0, &b), 0);
+    struct frame_pool p;
+    assert_int_equal(frame_pool_init(&p, b, FB, 64 * FB), 0);
+    assert_int_equal(frame_pool_open_journal(&p, path), 0);
+    uint32_t kept, silent, ended, returned;
+    assert_int_equal(frame_pool_grant(&p, 1, 1, 0, 1, &kept), 0);
+    assert_int_equal(frame_pool_grant(&p, 1, 2, 0, 1, &silent), 0);
+    make_and_end_frame(&p, 3, &ended);
+    assert_int_equal(frame_pool_grant(&p, 1, 4, 0, 1, &returned), 0);
+    assert_int_equal(frame_pool_return(&p, &returned, 1, 4), 0);
+    frame_pool_forget_free(&p);   /* the daemon exits; its clients live on */
+    frame_pool_destroy(&p);
+
+    assert_int_equal(frame_pool_init(&p, b, FB, 64 * FB), 0);
+    assert_int_equal(frame_pool_open_journal(&p, path), 0);
+    assert_true(p.id_limit > (ended & (FRAME_SLOTS - 1)));
+    assert_int_equal(frame_pool_adopt_reported(&p, ended, FB, 7, 0, 1), MB_EINVAL);
+    assert_int_equal(frame_pool_adopt_reported(&p, returned, FB, 7, 0, 1), MB_EINVAL);
+    assert_int_equal(frame_pool_adopt_reported(&p, kept, FB, 7, 0, 1), 0);
+    /* Frames made now take reusable slots, never the kept ones. */
+    uint32_t ids[8];
+    assert_int_equal(frame_pool_grant(&p, 8, 8, 0, 1, ids), 0);
+    for (int i = 0; i < 8; i++) {
+        assert_int_not_equal(ids[i] & (FRAME_SLOTS - 1), kept & (FRAME_SLOTS - 1));
+        assert_int_not_equal(ids[i] & (FRAME_SLOTS - 1), silent & (FRAME_SLOTS - 1));
+        assert_int_not_equal(ids[i], ended);
+        assert_int_not_equal(ids[i], returned);
+        assert_true((ids[i] & (FRAME_SLOTS - 1)) < p.id_limit);
+    }
+    assert_true(frame_pool_is_valid(&p));
+    frame_pool_destroy(&p);
+    /* More restarts: `kept` is reported to each daemon, `silent` never. */
+    for (uint32_t e = 0; e <= JOURNAL_KEEP_EPOCHS; e++) {
+        assert_int_equal(frame_pool_init(&p, b, FB, 64 * FB), 0);
+        assert_int_equal(frame_pool_open_journal(&p, path), 0);
+        assert_int_equal(frame_pool_adopt_reported(&p, kept, FB, 9, 0, 1), 0);
+        if (e == 0) {   /* still kept for its report: not taken by a new frame */
+            assert_int_equal(frame_pool_grant(&p, 8, 8, 0, 1, ids), 0);
+            for (int i = 0; i < 8; i++)
+                assert_int_not_equal(ids[i] & (FRAME_SLOTS - 1), silent & (FRAME_SLOTS - 1));
+        }
+        assert_true(frame_pool_is_valid(&p));
+        frame_pool_destroy(&p);
+    }
+    assert_int_equal(frame_pool_init(&p, b, FB, 64 * FB), 0);
+    assert_int_equal(frame_pool_open_journal(&p, path), 0);
+    assert_int_equal(frame_pool_adopt_reported(&p, silent, FB, 9, 0, 1), MB_EINVAL);
+    assert_int_equal(frame_pool_adopt_reported(&p, kept, FB, 9, 0, 1), 0);
+    assert_true(frame_pool_is_valid(&p));
+    frame_pool_destroy(&p);
+    mb_backend_close(b);
+    unlink(path);
+    rmdir(dir);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1144,6 +1265,8 @@ int main(void)
         cmocka_unit_test_teardown(reserve_room_takes_the_smallest_cover, stop_workers),
         cmocka_unit_test_teardown(warm_plan_takes_free_frames_only, stop_workers),
         cmocka_unit_test_teardown(adopted_large_frame_keeps_its_size, stop_workers),
+        cmocka_unit_test_teardown(ended_slots_reused_under_new_ids, stop_workers),
+        cmocka_unit_test_teardown(journal_slots_across_restarts, stop_workers),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

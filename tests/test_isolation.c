@@ -889,11 +889,50 @@ static void idle_release_leaves_no_spare_behind(void **state)
     assert_int_equal(mbt_daemon_stop(&d), 0);
 }
 
+/* Frames made and released to the driver over and over (grants, then the
+ * idle policy) reuse the frame table's slots: the table follows the most
+ * frames held at once, not every frame made; an id of a frame that ended
+ * names nothing, though its slot holds a frame again. */
+static void ended_frames_slots_reused(void **state)
+{
+    const char *extra[] = { "--frame-size", "64K", "--budget", "4M", "--reserve-idle", "300", NULL };
+    struct mbt_daemon d;
+    assert_int_equal(mbt_daemon_start(&d, extra), 0);
+    struct mbt_session s;
+    assert_int_equal(mbt_session_open(&d, "cycles", &s), 0);
+    uint32_t stale[32];
+    double released = 0;
+    for (int cycle = 0; cycle < 6; cycle++) {
+        assert_int_equal(mbt_session_grant(&s, 32 * FRAME), 0);
+        assert_int_equal(s.n_frames, 32);
+        if (cycle == 0)
+            memcpy(stale, s.frame_ids, sizeof(stale));
+        else   /* ended frames' ids are refused, and nothing changes */
+            assert_int_not_equal(mbt_session_return(&s, stale, 1), 0);
+        assert_int_equal((int)mbt_status_num(&d, "frames_granted"), 32);
+        assert_int_equal(mbt_session_return(&s, s.frame_ids, s.n_frames), 0);
+        int i = 0;
+        for (; i < 200 && mbt_status_num(&d, "frames_total") != 0; i++)
+            mbt_sleep_ms(50);
+        assert_true(i < 200);   /* all released to the driver */
+    }
+    struct json *j = mbt_status(&d);
+    released = json_num(j, "released_idle");
+    assert_true(released >= 6 * 32);
+    /* At most the budget's 64 frames were held at once. */
+    assert_true(json_num(j, "frame_slots") >= 32);
+    assert_true(json_num(j, "frame_slots") <= 64);
+    json_free(j);
+    mbt_session_close(&s);
+    assert_int_equal(mbt_daemon_stop(&d), 0);
+}
+
 int main(void)
 {
     setenv("MOONBRIGHT_LARGE_FRAMES", "0", 1);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(retained_descriptor_never_sees_another_uid),
+        cmocka_unit_test(ended_frames_slots_reused),
         cmocka_unit_test(tenant_name_does_not_skip_the_scrub),
         cmocka_unit_test(share_refuses_duplicates_and_caps_tokens),
         cmocka_unit_test(reattach_only_by_the_uid_that_held),

@@ -325,9 +325,10 @@ static void print_status_head(const Mb__StatusReply *s)
     printf("moonbrightd pid %u, device %u (%s), %s backend, up %llu s%s\n", s->pid, s->device,
            s->device_id, s->backend, (unsigned long long)(s->uptime_ms / 1000), s->draining ? ", DRAINING" : "");
     char fr[32];
-    printf("frames   %u total (%s units and multiples): %u free (%s), %u granted\n",
+    printf("frames   %u total (%s units and multiples): %u free (%s), %u granted; %u slots "
+           "in the frame table\n",
            s->frames_total, mb_format_size(s->frame_bytes, f, sizeof(f)), s->frames_free,
-           mb_format_size(s->bytes_free, fr, sizeof(fr)), s->frames_granted);
+           mb_format_size(s->bytes_free, fr, sizeof(fr)), s->frames_granted, s->frame_slots);
     printf("handles  %u exported descriptors held; frames exported again: %llu ahead, %llu on a "
            "grant's path; %llu given up for room\n", s->descriptors,
            (unsigned long long)s->exported_ahead, (unsigned long long)s->reexports,
@@ -397,7 +398,7 @@ static int cli_status(struct ctl *ctl, int argc, char **argv)
                "\"released_isolation\":%llu,\"released_idle\":%llu,\"reserve_target\":%llu,"
                "\"grant_creates\":%llu,\"released_device_full\":%llu,\"descriptors\":%u,"
                "\"reexports\":%llu,\"exported_ahead\":%llu,\"exports_dropped\":%llu,"
-               "\"warm_full_grants\":%llu,\"tenants\":[",
+               "\"warm_full_grants\":%llu,\"frame_slots\":%u,\"tenants\":[",
                s->device, s->pid, (unsigned long long)s->uptime_ms,
                (unsigned long long)s->frame_bytes, (unsigned long long)s->budget_bytes,
                s->frames_total, s->frames_free, s->frames_granted,
@@ -411,7 +412,7 @@ static int cli_status(struct ctl *ctl, int argc, char **argv)
                (unsigned long long)s->grant_creates, (unsigned long long)s->released_device_full,
                s->descriptors, (unsigned long long)s->reexports,
                (unsigned long long)s->exported_ahead, (unsigned long long)s->exports_dropped,
-               (unsigned long long)s->warm_full_grants);
+               (unsigned long long)s->warm_full_grants, s->frame_slots);
         /* "tenants" lists sessions (each with its tenant's name), as before. */
         for (size_t i = 0; i < s->n_sessions; i++) {
             const Mb__SessionInfo *si = s->sessions[i];
