@@ -151,16 +151,23 @@ static void slots_made_ahead(void **state)
     mb_backend_close(b);
 }
 
+/* A fresh directory for a journal (its path in path) and the host backend. */
+static mb_backend *journal_pool_backend(char *dir, char *path, size_t n)
+{
+    assert_non_null(mkdtemp(dir));
+    snprintf(path, n, "%s/gpu0.journal", dir);
+    mb_backend *b;
+    assert_int_equal(mb_backend_host_open(0, &b), 0);
+    return b;
+}
+
 /* The tick moves the journal's id limit ahead half a step before frames
  * reach it, so the grant that would cross it writes nothing. */
 static void journal_limit_moves_ahead(void **state)
 {
     char dir[] = "/tmp/mbtest-journal-XXXXXX", path[64];
-    assert_non_null(mkdtemp(dir));
-    snprintf(path, sizeof(path), "%s/gpu0.journal", dir);
-    mb_backend *b;
-    assert_int_equal(mb_backend_host_open(0, &b), 0);
     struct frame_pool p;
+    mb_backend *b = journal_pool_backend(dir, path, sizeof(path));
     assert_int_equal(frame_pool_init(&p, b, FB, 3000 * FB), 0);
     assert_int_equal(frame_pool_open_journal(&p, path), 0);
     uint32_t first = p.journal_limit, ids[64];
@@ -1176,11 +1183,8 @@ static void ended_slots_reused_under_new_ids(void **state)
 static void journal_slots_across_restarts(void **state)
 {
     char dir[] = "/tmp/mbtest-journal-XXXXXX", path[64];
-    assert_non_null(mkdtemp(dir));
-    snprintf(path, sizeof(path), "%s/gpu0.journal", dir);
-    mb_backend *b;
-    assert_int_equal(mb_backend_host_open(0, &b), 0);
     struct frame_pool p;
+    mb_backend *b = journal_pool_backend(dir, path, sizeof(path));
     assert_int_equal(frame_pool_init(&p, b, FB, 64 * FB), 0);
     assert_int_equal(frame_pool_open_journal(&p, path), 0);
     uint32_t kept, silent, ended, returned;
