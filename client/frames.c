@@ -1042,8 +1042,8 @@ static int trim_before(mb_client *c, size_t keep_bytes, int64_t cached_before)
 void fcache_release_all(mb_client *c)
 {
     struct frame_cache *fc = &c->fc;
-    for (uint32_t id = 0; id < fc->cap; id++) {
-        struct cframe *f = fc->by_id[id];
+    for (uint32_t i = 0; i < fc->cap; i++) {
+        struct cframe *f = fc->by_id[i];
         if (f) {
             c->be->ops->release(c->be, &f->mem);
             free(f);
