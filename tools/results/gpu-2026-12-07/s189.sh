@@ -1,4 +1,8 @@
 #!/bin/sh
+# Ran with bash on an H100 80GB HBM3 at 05:24-05:25 UTC on 2026-12-07 as `bash s189.sh
+# torch` (the torch tests left out for the device time left; s189.tgz, outputs.txt). Run
+# with sh a minute before on the same machine, its use-deps step found no libzmq and
+# nothing was built.
 # Frame slots reused under new ids (the daemon's table follows the most frames held at
 # once; the client keys its frames by id in a hash): ctest -L gpu (gpu_daemon_restart
 # reads the journal), then the goal set but training on the working tree (conversation
