@@ -38,14 +38,17 @@ static uint32_t frame_id(const struct frame_pool *p, uint32_t slot)
     return slot | (uint32_t)p->frames[slot].gen << FRAME_SLOT_BITS;
 }
 
+/* Slot `slot` holds a frame. */
+static bool slot_used(const struct frame_pool *p, uint32_t slot)
+{
+    return slot != 0 && slot < p->next_unused && p->frames[slot].state != FRAME_UNUSED;
+}
+
 /* The slot of the frame `id` names, 0 when it names none. */
 static uint32_t slot_of(const struct frame_pool *p, uint32_t id)
 {
     uint32_t slot = id & (FRAME_SLOTS - 1);
-    if (slot == 0 || slot >= p->next_unused || p->frames[slot].state == FRAME_UNUSED ||
-        p->frames[slot].gen != id >> FRAME_SLOT_BITS)
-        return 0;
-    return slot;
+    return slot_used(p, slot) && p->frames[slot].gen == id >> FRAME_SLOT_BITS ? slot : 0;
 }
 
 uint64_t frame_pool_bytes(const struct frame_pool *p, uint32_t id)
@@ -102,20 +105,33 @@ static off_t record_off(uint32_t id)
     return JOURNAL_RECORDS + (off_t)id * (off_t)sizeof(struct journal_rec);
 }
 
+/* The generation a slot takes after gen. */
+static uint16_t next_gen(uint16_t gen)
+{
+    return (uint16_t)((gen + 1u) % FRAME_GENS);
+}
+
+/* Write slot's record r under this daemon's epoch. */
+static void journal_write(struct frame_pool *p, uint32_t slot, struct journal_rec r)
+{
+    if (p->journal_fd < 0)
+        return;
+    r.epoch = p->epoch;
+    if (pwrite(p->journal_fd, &r, sizeof(r), record_off(slot)) != (ssize_t)sizeof(r))
+        mb_log(MB_LOG_WARN, "failed to write slot %u to the state journal: %s", slot, strerror(errno));
+}
+
 /* Write the record of the frame in `slot` (f NULL: clear it, keeping the
  * slot's generation). */
 static void journal_record(struct frame_pool *p, uint32_t slot, const struct frame *f)
 {
-    if (p->journal_fd < 0)
-        return;
-    struct journal_rec r = { .gen = p->frames[slot].gen, .epoch = p->epoch };
+    struct journal_rec r = { .gen = p->frames[slot].gen };
     if (f) {
         r.uid_plus1 = (uint32_t)f->last_uid + 1;
         r.importer_plus1 = f->tainted ? (uint32_t)f->importer_uid + 1 : 0;
         r.order = f->order;
     }
-    if (pwrite(p->journal_fd, &r, sizeof(r), record_off(slot)) != (ssize_t)sizeof(r))
-        mb_log(MB_LOG_WARN, "failed to write slot %u to the state journal: %s", slot, strerror(errno));
+    journal_write(p, slot, r);
 }
 
 /* What the journal says about id: 0 and *r, or MB_ENOENT when no uid was
@@ -195,7 +211,7 @@ struct frame *frame_pool_get(struct frame_pool *p, uint32_t id)
 
 struct frame *frame_pool_at(struct frame_pool *p, uint32_t slot, uint32_t *id)
 {
-    if (slot == 0 || slot >= p->next_unused || p->frames[slot].state == FRAME_UNUSED)
+    if (!slot_used(p, slot))
         return NULL;
     *id = frame_id(p, slot);
     return &p->frames[slot];
@@ -320,7 +336,7 @@ static void end_frame(struct frame_pool *p, uint32_t id)
     f->mem = (struct mb_mem)MB_MEM_INIT;
     /* The slot is reused, oldest first, with the next generation (which
      * its cleared record keeps across a restart). */
-    f->gen = (uint16_t)((gen + 1u) % FRAME_GENS);
+    f->gen = next_gen(gen);
     if (held)
         journal_record(p, id, NULL);
     queue_reuse(p, id);
@@ -608,7 +624,7 @@ static int keep_reported_slots(struct frame_pool *p)
             if (r[i].uid_plus1 && p->epoch - r[i].epoch <= JOURNAL_KEEP_EPOCHS)
                 continue;   /* kept for its report */
             if (r[i].uid_plus1) {
-                f->gen = (uint16_t)((f->gen + 1u) % FRAME_GENS);
+                f->gen = next_gen(f->gen);
                 journal_record(p, slot, NULL);
             }
             queue_reuse(p, slot);
@@ -1587,13 +1603,7 @@ static int adopt_slot(struct frame_pool *p, uint32_t id, unsigned order, uint64_
     f->held = true;
     f->adopted = true;
     f->order = (uint8_t)order;
-    if (p->journal_fd >= 0) {
-        struct journal_rec r = *rec;
-        r.epoch = p->epoch;
-        if (pwrite(p->journal_fd, &r, sizeof(r), record_off(id & (FRAME_SLOTS - 1))) != (ssize_t)sizeof(r))
-            mb_log(MB_LOG_WARN, "failed to write slot %u to the state journal: %s",
-                   id & (FRAME_SLOTS - 1), strerror(errno));
-    }
+    journal_write(p, id & (FRAME_SLOTS - 1), *rec);
     p->n_total++;
     p->n_granted++;
     p->bytes_total += bytes;
@@ -1676,12 +1686,8 @@ void frame_pool_forget_free(struct frame_pool *p)
 {
     for (uint32_t slot = 1; slot < p->next_unused; slot++) {
         struct frame *f = &p->frames[slot];
-        if (f->state == FRAME_FREE && f->held) {
-            uint16_t gen = f->gen;
-            f->gen = (uint16_t)((gen + 1u) % FRAME_GENS);   /* what the next daemon reuses it as */
-            journal_record(p, slot, NULL);
-            f->gen = gen;
-        }
+        if (f->state == FRAME_FREE && f->held)   /* cleared, under what the next daemon reuses it as */
+            journal_write(p, slot, (struct journal_rec){ .gen = next_gen(f->gen) });
     }
 }
 
