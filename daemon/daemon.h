@@ -239,7 +239,7 @@ struct frame_pool {
      * done, which frame_pool_adopt attaches where the frame is still free
      * and has none (else it closes the fd); n_rex_todo_order[k] counts the
      * entries to do of order k. */
-    struct rex { uint32_t id; uint64_t h; int fd; uint8_t order; } *rex, *rex_done;
+    struct rex { uint32_t slot; uint64_t h; int fd; uint8_t order; } *rex, *rex_done;
     uint32_t n_rex_todo, rex_cap, n_rex_done, rex_done_cap;
     uint32_t n_rex_todo_order[MB_ORDERS];
     /* The handles the workers export now (outside the lock): a frame that

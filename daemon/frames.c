@@ -100,9 +100,9 @@ struct journal_rec {
     uint32_t epoch;              /* of the daemon that wrote it (0 in those journals) */
 };
 
-static off_t record_off(uint32_t id)
+static off_t record_off(uint32_t slot)
 {
-    return JOURNAL_RECORDS + (off_t)id * (off_t)sizeof(struct journal_rec);
+    return JOURNAL_RECORDS + (off_t)slot * (off_t)sizeof(struct journal_rec);
 }
 
 /* The generation a slot takes after gen. */
@@ -173,8 +173,8 @@ void frame_pool_destroy(struct frame_pool *p)
      * their processes may live on and report their frames to the next
      * daemon. A uid's records cover at most the frames it held at once and
      * its own free frames, which no other uid gets. */
-    for (uint32_t id = 1; id < p->next_unused; id++) {
-        struct frame *f = &p->frames[id];
+    for (uint32_t slot = 1; slot < p->next_unused; slot++) {
+        struct frame *f = &p->frames[slot];
         if (f->state != FRAME_UNUSED && !f->adopted)
             p->be->ops->release(p->be, &f->mem);
     }
@@ -198,8 +198,8 @@ uint32_t frame_pool_exported_held(const struct frame_pool *p)
 uint32_t frame_pool_exported(const struct frame_pool *p)
 {
     uint32_t n = 0;
-    for (uint32_t id = 1; id < p->next_unused && id < p->cap; id++)
-        n += p->frames[id].state != FRAME_UNUSED && p->frames[id].mem.fd >= 0;
+    for (uint32_t slot = 1; slot < p->next_unused && slot < p->cap; slot++)
+        n += p->frames[slot].state != FRAME_UNUSED && p->frames[slot].mem.fd >= 0;
     return n;
 }
 
@@ -252,12 +252,12 @@ static void uncommit(struct frame_pool *p, uint64_t bytes)
     pthread_mutex_unlock(&p->lock);
 }
 
-/* Frame id's entries in the export queue go (p->lock held). */
-static void drop_todo_held(struct frame_pool *p, uint32_t id)
+/* The entries of the frame in `slot` in the export queue go (p->lock held). */
+static void drop_todo_held(struct frame_pool *p, uint32_t slot)
 {
     uint32_t k = 0;
     for (uint32_t i = 0; i < p->n_rex_todo; i++) {
-        if (p->rex[i].id != id)
+        if (p->rex[i].slot != slot)
             p->rex[k++] = p->rex[i];
         else
             p->n_rex_todo_order[p->rex[i].order]--;
@@ -265,12 +265,12 @@ static void drop_todo_held(struct frame_pool *p, uint32_t id)
     p->n_rex_todo = k;
 }
 
-/* Frame id (handle h) ends: its re-export entries go, and a worker's
+/* The frame in `slot` (handle h) ends: its re-export entries go, and a worker's
  * export of h in flight is waited for; a descriptor it made is closed.
  * p->lock held. */
-static void forget_exports_held(struct frame_pool *p, uint32_t id, uint64_t h)
+static void forget_exports_held(struct frame_pool *p, uint32_t slot, uint64_t h)
 {
-    drop_todo_held(p, id);
+    drop_todo_held(p, slot);
     for (;;) {
         bool busy = false;
         for (uint32_t i = 0; i < p->n_rex_busy; i++)
@@ -281,7 +281,7 @@ static void forget_exports_held(struct frame_pool *p, uint32_t id, uint64_t h)
     }
     uint32_t k = 0;
     for (uint32_t i = 0; i < p->n_rex_done; i++) {
-        if (p->rex_done[i].id != id)
+        if (p->rex_done[i].slot != slot)
             p->rex_done[k++] = p->rex_done[i];
         else if (p->rex_done[i].fd >= 0)
             close(p->rex_done[i].fd);
@@ -305,14 +305,14 @@ static void queue_reuse(struct frame_pool *p, uint32_t slot)
 /* A frame leaves the books: its handle is released (an adopted frame has
  * none: the memory went with its last process), by a worker while the
  * tick defers releases, and its slot ends. */
-static void end_frame(struct frame_pool *p, uint32_t id)
+static void end_frame(struct frame_pool *p, uint32_t slot)
 {
-    struct frame *f = &p->frames[id];
+    struct frame *f = &p->frames[slot];
     uint64_t bytes = obytes(p, f->order);
     bool queued = false;
     if (!f->adopted && p->n_workers) {
         pthread_mutex_lock(&p->lock);
-        forget_exports_held(p, id, f->mem.h);
+        forget_exports_held(p, slot, f->mem.h);
         if (p->defer_release && p->n_release_q == p->release_q_cap) {
             uint32_t cap = p->release_q_cap ? 2 * p->release_q_cap : 16;
             struct mb_mem *nq = realloc(p->release_q, cap * sizeof(*nq));
@@ -338,8 +338,8 @@ static void end_frame(struct frame_pool *p, uint32_t id)
      * its cleared record keeps across a restart). */
     f->gen = next_gen(gen);
     if (held)
-        journal_record(p, id, NULL);
-    queue_reuse(p, id);
+        journal_record(p, slot, NULL);
+    queue_reuse(p, slot);
     p->n_total--;
     p->bytes_total -= bytes;
     if (!queued)
@@ -395,27 +395,27 @@ static bool exports_ahead(const struct frame_pool *p)
 
 /* A free frame without a descriptor goes to the workers to be exported
  * again (without workers, the grant that takes it exports it). */
-static void queue_export(struct frame_pool *p, uint32_t id)
+static void queue_export(struct frame_pool *p, uint32_t slot)
 {
-    const struct frame *f = &p->frames[id];
+    const struct frame *f = &p->frames[slot];
     if (f->mem.fd >= 0 || !exports_ahead(p))
         return;
     pthread_mutex_lock(&p->lock);
-    if (rex_push(&p->rex, &p->n_rex_todo, &p->rex_cap, (struct rex){ id, f->mem.h, -1, f->order })) {
+    if (rex_push(&p->rex, &p->n_rex_todo, &p->rex_cap, (struct rex){ slot, f->mem.h, -1, f->order })) {
         p->n_rex_todo_order[f->order]++;
         pthread_cond_broadcast(&p->wake);
     }
     pthread_mutex_unlock(&p->lock);
 }
 
-/* A grant took free frame id without its descriptor (and exports it on
+/* A grant took the free frame in `slot` without its descriptor (and exports it on
  * its path): its entry in the export queue goes. */
-static void unqueue_export(struct frame_pool *p, uint32_t id)
+static void unqueue_export(struct frame_pool *p, uint32_t slot)
 {
     if (!exports_ahead(p))
         return;
     pthread_mutex_lock(&p->lock);
-    drop_todo_held(p, id);
+    drop_todo_held(p, slot);
     pthread_mutex_unlock(&p->lock);
 }
 
@@ -426,22 +426,22 @@ static void count_exported_held(struct frame_pool *p, unsigned order, int d)
     __atomic_add_fetch(&p->n_exported_held_order[order], (uint32_t)d, __ATOMIC_RELAXED);
 }
 
-/* Link free frame id at the head of chain c of its order on list l. */
-static void chain_link(struct frame_pool *p, struct free_list *l, uint32_t id, unsigned c)
+/* Link the free frame in `slot` at the head of chain c of its order on list l. */
+static void chain_link(struct frame_pool *p, struct free_list *l, uint32_t slot, unsigned c)
 {
-    struct frame *f = &p->frames[id];
+    struct frame *f = &p->frames[slot];
     uint32_t *head = &l->head[c][f->order];
     f->prev_free = 0;
     f->next_free = *head;
     if (*head)
-        p->frames[*head].prev_free = id;
-    *head = id;
+        p->frames[*head].prev_free = slot;
+    *head = slot;
 }
 
-/* Unlink free frame id from chain c of its order on list l. */
-static void chain_unlink(struct frame_pool *p, struct free_list *l, uint32_t id, unsigned c)
+/* Unlink the free frame in `slot` from chain c of its order on list l. */
+static void chain_unlink(struct frame_pool *p, struct free_list *l, uint32_t slot, unsigned c)
 {
-    struct frame *f = &p->frames[id];
+    struct frame *f = &p->frames[slot];
     if (f->prev_free)
         p->frames[f->prev_free].next_free = f->next_free;
     else
@@ -458,22 +458,22 @@ static struct free_list *list_of(struct frame_pool *p, const struct frame *f, bo
     return f->held ? uid_list(p, f->last_uid, make) : &p->fresh;
 }
 
-static void push_free(struct frame_pool *p, uint32_t id)
+static void push_free(struct frame_pool *p, uint32_t slot)
 {
-    struct frame *f = &p->frames[id];
+    struct frame *f = &p->frames[slot];
     struct free_list *l = list_of(p, f, true);
     if (f->adopted || f->tainted || !l) {
         /* Adopted: no handle. Tainted, or no list to keep it on: another
          * uid may keep its descriptor, so it must not be granted again. */
         if (!f->adopted)
             p->released_isolation++;
-        end_frame(p, id);
+        end_frame(p, slot);
         return;
     }
     f->state = FRAME_FREE;
     f->owner = 0;
     f->freed_ms = mb_now_ms();
-    chain_link(p, l, id, f->mem.fd >= 0);
+    chain_link(p, l, slot, f->mem.fd >= 0);
     __atomic_add_fetch(&l->n[f->order], 1, __ATOMIC_RELAXED);
     p->bytes_free += obytes(p, f->order);
     /* read by the reserve workers, as hints */
@@ -483,19 +483,19 @@ static void push_free(struct frame_pool *p, uint32_t id)
         count_exported_held(p, f->order, 1);
 }
 
-/* Take free frame id off list l. */
-static uint32_t unlink_free(struct frame_pool *p, struct free_list *l, uint32_t id)
+/* Take the free frame in `slot` off list l. */
+static uint32_t unlink_free(struct frame_pool *p, struct free_list *l, uint32_t slot)
 {
-    struct frame *f = &p->frames[id];
+    struct frame *f = &p->frames[slot];
     unsigned order = f->order;
-    chain_unlink(p, l, id, f->mem.fd >= 0);
+    chain_unlink(p, l, slot, f->mem.fd >= 0);
     __atomic_sub_fetch(&l->n[order], 1, __ATOMIC_RELAXED);
     p->bytes_free -= obytes(p, order);
     __atomic_sub_fetch(&p->n_free_order[order], 1, __ATOMIC_RELAXED);
     __atomic_sub_fetch(&p->n_free, 1, __ATOMIC_RELAXED);
     if (f->mem.fd >= 0 && f->held)
         count_exported_held(p, f->order, -1);
-    return id;
+    return slot;
 }
 
 /* The latest returned free frame of order k on list l (which has one),
@@ -694,11 +694,11 @@ static void trim_list(struct frame_pool *p, struct free_list *l, unsigned k, int
                       uint64_t target)
 {
     for (unsigned c = 0; c < 2; c++)   /* frames without a descriptor first */
-        for (uint32_t id = l->head[c][k], next; id && p->bytes_free > target; id = next) {
-            next = p->frames[id].next_free;
-            if (p->frames[id].freed_ms > cutoff)
+        for (uint32_t slot = l->head[c][k], next; slot && p->bytes_free > target; slot = next) {
+            next = p->frames[slot].next_free;
+            if (p->frames[slot].freed_ms > cutoff)
                 continue;   /* used lately: kept */
-            end_frame(p, unlink_free(p, l, id));
+            end_frame(p, unlink_free(p, l, slot));
             p->released_idle++;
         }
 }
@@ -744,12 +744,12 @@ static uint64_t release_returned(struct frame_pool *p, unsigned skip, int64_t cu
     for (uint32_t i = 0; i < p->n_by_uid; i++)
         for (unsigned k = 0; k < MB_ORDERS; k++)
             for (unsigned c = 0; c < 2 && k != skip && !found[k]; c++) {
-                uint32_t id = p->by_uid[i]->head[c][k];
-                while (id && p->frames[id].freed_ms > cutoff)
-                    id = p->frames[id].next_free;   /* used lately: kept */
-                if (id) {
+                uint32_t slot = p->by_uid[i]->head[c][k];
+                while (slot && p->frames[slot].freed_ms > cutoff)
+                    slot = p->frames[slot].next_free;   /* used lately: kept */
+                if (slot) {
                     found[k] = 1;
-                    at[k] = id;
+                    at[k] = slot;
                     from[k] = p->by_uid[i];
                 }
             }
@@ -907,9 +907,9 @@ static int add_frame(struct frame_pool *p, const struct mb_mem *m)
     int order = mb_frame_order(m->bytes, p->frame_bytes);
     if (order < 0)
         return MB_EINVAL;
-    uint32_t id = p->reuse_head;
-    if (id) {
-        p->reuse_head = p->frames[id].next_free;
+    uint32_t slot = p->reuse_head;
+    if (slot) {
+        p->reuse_head = p->frames[slot].next_free;
         if (!p->reuse_head)
             p->reuse_tail = 0;
         p->n_reusable--;
@@ -925,9 +925,9 @@ static int add_frame(struct frame_pool *p, const struct mb_mem *m)
         int rc = grow_table(p, p->next_unused);
         if (rc != 0)
             return rc;
-        id = p->next_unused++;
+        slot = p->next_unused++;
     }
-    struct frame *f = &p->frames[id];
+    struct frame *f = &p->frames[slot];
     uint16_t gen = f->gen;
     memset(f, 0, sizeof(*f));
     f->gen = gen;
@@ -935,7 +935,7 @@ static int add_frame(struct frame_pool *p, const struct mb_mem *m)
     f->order = (uint8_t)order;
     p->n_total++;
     p->bytes_total += m->bytes;
-    push_free(p, id);
+    push_free(p, slot);
     return 0;
 }
 
@@ -1279,20 +1279,20 @@ static void drop_excess_exports(struct frame_pool *p)
             if (p->n_exported_held_order[k] > p->n_exported_held_order[most])
                 most = k;
         struct free_list *l = NULL;
-        uint32_t id = 0;
-        for (uint32_t i = 0; i < p->n_by_uid && !id; i++) {
+        uint32_t slot = 0;
+        for (uint32_t i = 0; i < p->n_by_uid && !slot; i++) {
             l = p->by_uid[i];
-            id = l->head[1][most];
+            slot = l->head[1][most];
         }
-        if (!id)
+        if (!slot)
             return;   /* (n_exported_held_order[most] counts one: not reached) */
-        struct frame *f = &p->frames[id];
-        chain_unlink(p, l, id, 1);
+        struct frame *f = &p->frames[slot];
+        chain_unlink(p, l, slot, 1);
         p->be->ops->unexport(p->be, &f->mem);
-        chain_link(p, l, id, 0);
+        chain_link(p, l, slot, 0);
         count_exported_held(p, most, -1);
         p->exports_dropped++;
-        queue_export(p, id);
+        queue_export(p, slot);
     }
 }
 
@@ -1316,12 +1316,12 @@ void frame_pool_adopt(struct frame_pool *p)
         pthread_cond_broadcast(&p->wake);   /* room in ready[]: the workers may go on */
     for (uint32_t k = 0; k < p->n_rex_done; k++) {
         struct rex r = p->rex_done[k];
-        struct frame *f = r.id < p->cap ? &p->frames[r.id] : NULL;
+        struct frame *f = r.slot < p->cap ? &p->frames[r.slot] : NULL;
         struct free_list *l = f && f->state == FRAME_FREE ? list_of(p, f, false) : NULL;
         if (r.fd >= 0 && l && f->mem.h == r.h && f->mem.fd < 0) {
-            chain_unlink(p, l, r.id, 0);   /* to the chain grants take first */
+            chain_unlink(p, l, r.slot, 0);   /* to the chain grants take first */
             f->mem.fd = r.fd;
-            chain_link(p, l, r.id, 1);
+            chain_link(p, l, r.slot, 1);
             p->exported_ahead++;
             /* (a frame without a descriptor was held: fresh ones keep theirs) */
             count_exported_held(p, f->order, 1);
@@ -1471,15 +1471,15 @@ int frame_pool_grant_orders(struct frame_pool *p, const uint8_t *orders, uint32_
             }
             p->scrubs++;
         }
-        uint32_t id = pop_free(p, l, k);
+        uint32_t slot = pop_free(p, l, k);
         if (f->mem.fd < 0)
-            unqueue_export(p, id);   /* exported on this grant's path */
+            unqueue_export(p, slot);   /* exported on this grant's path */
         else
             took_exported = true;
         if (!f->held) {
             f->held = true;
             f->last_uid = uid;
-            journal_record(p, id, f);   /* only this uid may report it after a restart */
+            journal_record(p, slot, f);   /* only this uid may report it after a restart */
             if (k == 0)
                 fresh0 += p->frame_bytes;
         }
@@ -1488,7 +1488,7 @@ int frame_pool_grant_orders(struct frame_pool *p, const uint8_t *orders, uint32_
         f->last_tenant = tenant;
         p->n_granted++;
         p->bytes_granted += obytes(p, k);
-        ids[i] = frame_id(p, id);
+        ids[i] = frame_id(p, slot);
     }
     if (took_exported && exports_ahead(p)) {
         /* Room under reexport_room: the workers export the next free
@@ -1532,24 +1532,24 @@ void frame_pool_note_importer(struct frame_pool *p, uint32_t id, uid_t uid)
 }
 
 /* A granted frame goes back to its free list (or ends, if adopted). */
-static void ungrant(struct frame_pool *p, uint32_t id)
+static void ungrant(struct frame_pool *p, uint32_t slot)
 {
     p->n_granted--;
-    p->bytes_granted -= obytes(p, p->frames[id].order);
-    push_free(p, id);
-    if (p->frames[id].state == FRAME_FREE)
-        queue_export(p, id);   /* (p->lock not held here) */
+    p->bytes_granted -= obytes(p, p->frames[slot].order);
+    push_free(p, slot);
+    if (p->frames[slot].state == FRAME_FREE)
+        queue_export(p, slot);   /* (p->lock not held here) */
 }
 
 /* The owner lets go: free, unless importers still hold the frame. */
-static void let_go(struct frame_pool *p, uint32_t id)
+static void let_go(struct frame_pool *p, uint32_t slot)
 {
-    struct frame *f = &p->frames[id];
+    struct frame *f = &p->frames[slot];
     if (f->holders) {
         f->owner = 0;
         return;
     }
-    ungrant(p, id);
+    ungrant(p, slot);
 }
 
 void frame_pool_drop_hold(struct frame_pool *p, uint32_t id)
@@ -1695,11 +1695,11 @@ uint32_t frame_pool_reclaim(struct frame_pool *p, uint64_t session, uint64_t *by
 {
     uint32_t n = 0;
     uint64_t b = 0;
-    for (uint32_t id = 1; id < p->next_unused; id++) {
-        struct frame *f = &p->frames[id];
+    for (uint32_t slot = 1; slot < p->next_unused; slot++) {
+        struct frame *f = &p->frames[slot];
         if (f->state == FRAME_GRANTED && f->owner == session) {
             b += obytes(p, f->order);
-            let_go(p, id);
+            let_go(p, slot);
             n++;
         }
     }
@@ -1715,14 +1715,14 @@ bool frame_pool_is_valid(const struct frame_pool *p)
     uint32_t exported_order[MB_ORDERS] = { 0 };
     uint64_t bytes = 0, bytes_granted = 0, bytes_free = 0;
     uint32_t reusable = 0, queued = 0, last = 0;
-    for (uint32_t id = p->reuse_head; id; last = id, id = p->frames[id].next_free)
-        if (id >= p->next_unused || p->frames[id].state != FRAME_UNUSED || !p->frames[id].reusable ||
+    for (uint32_t slot = p->reuse_head; slot; last = slot, slot = p->frames[slot].next_free)
+        if (slot >= p->next_unused || p->frames[slot].state != FRAME_UNUSED || !p->frames[slot].reusable ||
             ++queued > p->n_reusable)
             return false;
     if (queued != p->n_reusable || last != p->reuse_tail || p->next_unused > FRAME_SLOTS)
         return false;
-    for (uint32_t id = 1; id < p->next_unused; id++) {
-        const struct frame *f = &p->frames[id];
+    for (uint32_t slot = 1; slot < p->next_unused; slot++) {
+        const struct frame *f = &p->frames[slot];
         if (f->gen >= FRAME_GENS)
             return false;
         reusable += f->reusable;
@@ -1750,10 +1750,10 @@ bool frame_pool_is_valid(const struct frame_pool *p)
         for (unsigned k = 0; k < MB_ORDERS; k++) {
             uint32_t in_list = 0;
             for (unsigned c = 0; c < 2; c++)
-                for (uint32_t id = l->head[c][k], prev = 0; id;
-                     prev = id, id = p->frames[id].next_free) {
-                    const struct frame *f = &p->frames[id];
-                    if (id >= p->next_unused || f->state != FRAME_FREE || f->order != k ||
+                for (uint32_t slot = l->head[c][k], prev = 0; slot;
+                     prev = slot, slot = p->frames[slot].next_free) {
+                    const struct frame *f = &p->frames[slot];
+                    if (slot >= p->next_unused || f->state != FRAME_FREE || f->order != k ||
                         f->held == fresh || (!fresh && f->last_uid != l->uid) || f->tainted ||
                         f->adopted || f->prev_free != prev || (f->mem.fd >= 0) != c ||
                         ++in_list > total)
