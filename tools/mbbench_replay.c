@@ -574,6 +574,16 @@ static uint64_t reserved_now(struct replay_ctx *x)
     }
 }
 
+/* Whether the reserved bytes grew past *before (then updated): the call
+ * just timed waited on the driver or the daemon. */
+static bool reserved_grew(struct replay_ctx *x, uint64_t *before)
+{
+    uint64_t now = reserved_now(x);
+    bool grew = now > *before;
+    *before = now;
+    return grew;
+}
+
 /* What each strategy counts as a wait on the driver. */
 static const char *const waits_what[S_COUNT] = {
     "allocations during which the process's granted bytes grew (a daemon grant, import and map)",
@@ -728,11 +738,8 @@ static int run_strategy(struct replay_ctx *x, const struct replay_cfg *cfg, stru
             if (slow)
                 report_slow(x, cfg, "allocation", o->bytes, t1 - t0, &st_op);
             bench_vec_push(&va, t1 - t0);
-            if (by_reserved) {
-                uint64_t now_res = reserved_now(x);
-                r->driver_waits += now_res > res_before;
-                res_before = now_res;
-            }
+            if (by_reserved)
+                r->driver_waits += reserved_grew(x, &res_before);
             x->ptr[o->req] = np;
             x->bytes[o->req] = o->bytes;
             live += o->bytes;
@@ -770,11 +777,8 @@ static int run_strategy(struct replay_ctx *x, const struct replay_cfg *cfg, stru
             if (slow)
                 report_slow(x, cfg, "larger buffer", o->bytes, t1 - t0, &st_op);
             bench_vec_push(&va, t1 - t0);
-            if (by_reserved) {
-                uint64_t now_res = reserved_now(x);
-                r->driver_waits += now_res > res_before;
-                res_before = now_res;
-            }
+            if (by_reserved)
+                r->driver_waits += reserved_grew(x, &res_before);
             live += o->bytes;
             step_live = live > step_live ? live : step_live;
             if (live > r->peak_live)
