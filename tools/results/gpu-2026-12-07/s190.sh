@@ -1,7 +1,8 @@
 #!/bin/bash
 # Ran on an H100 80GB HBM3 (a fast host) at 07:32-07:36 UTC on 2026-12-07: `bash s190.sh`
 # (s190-train.tgz), then `bash s190.sh goals` four times on the same machine
-# (s190-goals1.tgz to s190-goals4.tgz); outputs.txt has what each printed.
+# (s190-goals1.tgz to s190-goals4.tgz), and at 07:56 UTC once more on another H100
+# (s190-goals5.tgz); outputs.txt has what each printed.
 # The current code (da34896: one journal writer, frames.c naming slots) on a GPU: ctest -L gpu whole (the torch
 # tests included, and gpu_daemon_restart reading the journal), GPT training through the
 # hook (2 rounds); with the argument `goals`, instead, the goal set (conversation replay:
