@@ -77,6 +77,11 @@ struct frame {
 #define FRAME_SLOT_BITS 20
 #define FRAME_SLOTS ((uint32_t)1 << FRAME_SLOT_BITS)
 #define FRAME_GENS ((uint32_t)1 << (32 - FRAME_SLOT_BITS))
+
+/* The slot and the generation an id names (whether or not a frame holds
+ * that slot now). */
+static inline uint32_t frame_id_slot(uint32_t id) { return id & (FRAME_SLOTS - 1); }
+static inline uint16_t frame_id_gen(uint32_t id) { return (uint16_t)(id >> FRAME_SLOT_BITS); }
 /* The journal keeps a slot for a frame a client may report after a
  * restart for this many restarts (frames.c). */
 #define JOURNAL_KEEP_EPOCHS 8u

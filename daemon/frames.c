@@ -47,8 +47,8 @@ static bool slot_used(const struct frame_pool *p, uint32_t slot)
 /* The slot of the frame `id` names, 0 when it names none. */
 static uint32_t slot_of(const struct frame_pool *p, uint32_t id)
 {
-    uint32_t slot = id & (FRAME_SLOTS - 1);
-    return slot_used(p, slot) && p->frames[slot].gen == id >> FRAME_SLOT_BITS ? slot : 0;
+    uint32_t slot = frame_id_slot(id);
+    return slot_used(p, slot) && p->frames[slot].gen == frame_id_gen(id) ? slot : 0;
 }
 
 uint64_t frame_pool_bytes(const struct frame_pool *p, uint32_t id)
@@ -143,8 +143,8 @@ static int journal_lookup(struct frame_pool *p, uint32_t id, struct journal_rec 
     if (p->journal_fd < 0)
         return MB_EINVAL;
     memset(r, 0, sizeof(*r));
-    ssize_t n = pread(p->journal_fd, r, sizeof(*r), record_off(id & (FRAME_SLOTS - 1)));
-    return n == (ssize_t)sizeof(*r) && r->uid_plus1 != 0 && r->gen == id >> FRAME_SLOT_BITS
+    ssize_t n = pread(p->journal_fd, r, sizeof(*r), record_off(frame_id_slot(id)));
+    return n == (ssize_t)sizeof(*r) && r->uid_plus1 != 0 && r->gen == frame_id_gen(id)
                ? 0 : MB_ENOENT;
 }
 
@@ -1591,9 +1591,9 @@ static int adopt_slot(struct frame_pool *p, uint32_t id, unsigned order, uint64_
     int rc = commit(p, bytes, NULL);
     if (rc != 0)
         return rc;
-    struct frame *f = &p->frames[id & (FRAME_SLOTS - 1)];
+    struct frame *f = &p->frames[frame_id_slot(id)];
     memset(f, 0, sizeof(*f));
-    f->gen = (uint16_t)(id >> FRAME_SLOT_BITS);
+    f->gen = frame_id_gen(id);
     f->mem = (struct mb_mem)MB_MEM_INIT;
     f->state = FRAME_GRANTED;
     f->owner = session;
@@ -1603,7 +1603,7 @@ static int adopt_slot(struct frame_pool *p, uint32_t id, unsigned order, uint64_
     f->held = true;
     f->adopted = true;
     f->order = (uint8_t)order;
-    journal_write(p, id & (FRAME_SLOTS - 1), *rec);
+    journal_write(p, frame_id_slot(id), *rec);
     p->n_total++;
     p->n_granted++;
     p->bytes_total += bytes;
@@ -1629,7 +1629,7 @@ static int reported_ok(struct frame_pool *p, uint32_t id, int order, struct jour
  * could book it: below id_limit, and not a slot this daemon reused. */
 static struct frame *reported_slot(struct frame_pool *p, uint32_t id)
 {
-    uint32_t slot = id & (FRAME_SLOTS - 1);
+    uint32_t slot = frame_id_slot(id);
     if (slot == 0 || slot >= p->id_limit || p->frames[slot].reusable)
         return NULL;
     return &p->frames[slot];
@@ -1650,7 +1650,7 @@ int frame_pool_adopt_held(struct frame_pool *p, uint32_t id, uint64_t bytes, uid
         return adopt_slot(p, id, (unsigned)order, 0, rec.uid_plus1 ? (uid_t)(rec.uid_plus1 - 1) : uid,
                           0, &rec);
     if (f->state != FRAME_GRANTED || !f->adopted || f->order != order ||
-        f->gen != id >> FRAME_SLOT_BITS)
+        f->gen != frame_id_gen(id))
         return MB_EPERM;    /* contradicts what was reported before */
     f->holders++;
     POOL_CHECK(p);
@@ -1669,7 +1669,7 @@ int frame_pool_adopt_reported(struct frame_pool *p, uint32_t id, uint64_t bytes,
         (rec.uid_plus1 != 0 && rec.uid_plus1 != (uint32_t)uid + 1))
         return MB_EPERM;    /* this uid was never granted it */
     if (f->state == FRAME_GRANTED && f->adopted && f->owner == 0 && f->order == order &&
-        f->gen == id >> FRAME_SLOT_BITS) {
+        f->gen == frame_id_gen(id)) {
         /* Its importers reported it first: the owner claims it. */
         f->owner = session;
         f->last_uid = uid;

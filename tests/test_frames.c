@@ -1155,7 +1155,7 @@ static void ended_slots_reused_under_new_ids(void **state)
     /* The first id's slot holds a frame again; a return under the ended id
      * is refused and changes nothing. */
     assert_int_equal(frame_pool_grant(&p, 1, 9, 0, 1, &id), 0);
-    assert_int_equal(id & (FRAME_SLOTS - 1), first & (FRAME_SLOTS - 1));
+    assert_int_equal(frame_id_slot(id), frame_id_slot(first));
     assert_int_not_equal(id, first);
     assert_int_equal(frame_pool_return(&p, &first, 1, 2), MB_ENOENT);
     assert_int_equal(frame_pool_return(&p, &first, 1, 9), MB_ENOENT);
@@ -1198,7 +1198,7 @@ static void journal_slots_across_restarts(void **state)
 
     assert_int_equal(frame_pool_init(&p, b, FB, 64 * FB), 0);
     assert_int_equal(frame_pool_open_journal(&p, path), 0);
-    assert_true(p.id_limit > (ended & (FRAME_SLOTS - 1)));
+    assert_true(p.id_limit > frame_id_slot(ended));
     assert_int_equal(frame_pool_adopt_reported(&p, ended, FB, 7, 0, 1), MB_EINVAL);
     assert_int_equal(frame_pool_adopt_reported(&p, returned, FB, 7, 0, 1), MB_EINVAL);
     assert_int_equal(frame_pool_adopt_reported(&p, kept, FB, 7, 0, 1), 0);
@@ -1206,11 +1206,11 @@ static void journal_slots_across_restarts(void **state)
     uint32_t ids[8];
     assert_int_equal(frame_pool_grant(&p, 8, 8, 0, 1, ids), 0);
     for (int i = 0; i < 8; i++) {
-        assert_int_not_equal(ids[i] & (FRAME_SLOTS - 1), kept & (FRAME_SLOTS - 1));
-        assert_int_not_equal(ids[i] & (FRAME_SLOTS - 1), silent & (FRAME_SLOTS - 1));
+        assert_int_not_equal(frame_id_slot(ids[i]), frame_id_slot(kept));
+        assert_int_not_equal(frame_id_slot(ids[i]), frame_id_slot(silent));
         assert_int_not_equal(ids[i], ended);
         assert_int_not_equal(ids[i], returned);
-        assert_true((ids[i] & (FRAME_SLOTS - 1)) < p.id_limit);
+        assert_true(frame_id_slot(ids[i]) < p.id_limit);
     }
     assert_true(frame_pool_is_valid(&p));
     frame_pool_destroy(&p);
@@ -1222,7 +1222,7 @@ static void journal_slots_across_restarts(void **state)
         if (e == 0) {   /* still kept for its report: not taken by a new frame */
             assert_int_equal(frame_pool_grant(&p, 8, 8, 0, 1, ids), 0);
             for (int i = 0; i < 8; i++)
-                assert_int_not_equal(ids[i] & (FRAME_SLOTS - 1), silent & (FRAME_SLOTS - 1));
+                assert_int_not_equal(frame_id_slot(ids[i]), frame_id_slot(silent));
         }
         assert_true(frame_pool_is_valid(&p));
         frame_pool_destroy(&p);
