@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "async_map.h"
@@ -14,6 +15,7 @@
 #include "log.h"
 #include "refill.h"
 #include "size.h"
+#include "wire.h"
 
 /* Cached frames kept after frees unless $MOONBRIGHT_CACHE says otherwise. */
 #define DEFAULT_CACHE_BYTES ((size_t)256 << 20)
@@ -48,6 +50,32 @@ static int find_local_device(mb_client *c, bool quiet)
         return MB_EDEVICE;
     }
     return rc;
+}
+
+/* The CUDA backend in this process. Its context needs device memory: on a
+ * device full (of the daemon's free frames, or of other processes' memory)
+ * the daemon is asked to release free frames for OPEN_ROOM_BYTES (Room),
+ * and the open is tried again for up to OPEN_ROOM_WAIT_MS before it fails. */
+#define OPEN_ROOM_BYTES ((uint64_t)1 << 30)
+#define OPEN_ROOM_WAIT_MS 2000
+static int open_cuda(mb_client *c)
+{
+    uint64_t t0 = mb_now_ns();
+    for (bool said = false;; said = true) {
+        int rc = mb_backend_cuda_open(c->local_device, &c->be);
+        if (rc != MB_ENOMEM || mb_now_ns() - t0 >= (uint64_t)OPEN_ROOM_WAIT_MS * 1000000)
+            return rc;
+        uint32_t released = 0;
+        int rr = rpc_room(c, OPEN_ROOM_BYTES, &released);
+        if (!said)
+            mb_log(MB_LOG_INFO, "device %d has no room for this process's CUDA context: moonbrightd "
+                   "released %u free frames (%s); trying again for up to %d ms", c->local_device,
+                   released, rr ? mb_strerror(rr) : "ok", OPEN_ROOM_WAIT_MS);
+        if (!released) {
+            struct timespec ts = { 0, 50 * 1000 * 1000 };
+            nanosleep(&ts, NULL);
+        }
+    }
 }
 
 /* A session with the daemon of device index `device` (its sockets'
@@ -122,7 +150,7 @@ static int client_open(mb_client **out, const char *tenant_name, int device, int
         if (strcmp(c->backend_name, "host") == 0)
             rc = mb_backend_host_open(c->local_device, &c->be);
         else if (strcmp(c->backend_name, "cuda") == 0)
-            rc = mb_backend_cuda_open(c->local_device, &c->be);
+            rc = open_cuda(c);
         else
             rc = MB_EPROTO;
         if (rc != 0)

@@ -333,6 +333,10 @@ int rpc_call(mb_client *c, Mb__Request *req, Mb__Reply **rep);
 int rpc_call_connected(mb_client *c, Mb__Request *req, Mb__Reply **rep);
 /* Send without waiting for the reply (it is dropped when it comes). */
 int rpc_post(mb_client *c, Mb__Request *req);
+/* Ask the daemon to release free frames until the device has `bytes` free
+ * (Room): for this process's own device memory (its CUDA context). Frames
+ * released in *released (may be NULL). */
+int rpc_room(mb_client *c, uint64_t bytes, uint32_t *released);
 /* Handle notices that arrived; a RECLAIM sets c->reclaim_due. */
 void rpc_poll_notices(mb_client *c);
 /* When the daemon is lost, reconnect if the back-off allows and report the

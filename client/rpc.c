@@ -283,6 +283,25 @@ int rpc_call(mb_client *c, Mb__Request *req, Mb__Reply **out)
     return rc;
 }
 
+int rpc_room(mb_client *c, uint64_t bytes, uint32_t *released)
+{
+    Mb__Request req = MB__REQUEST__INIT;
+    Mb__Room room = MB__ROOM__INIT;
+    room.bytes = bytes;
+    req.body_case = MB__REQUEST__BODY_ROOM;
+    req.room = &room;
+    Mb__Reply *rep;
+    int rc = rpc_call_connected(c, &req, &rep);
+    if (rc != 0)
+        return rc;
+    if (rep->body_case != MB__REPLY__BODY_ROOM)
+        rc = MB_EPROTO;
+    else if (released)
+        *released = rep->room->released;
+    mb__reply__free_unpacked(rep, NULL);
+    return rc;
+}
+
 int rpc_call_connected(mb_client *c, Mb__Request *req, Mb__Reply **out)
 {
     rpc_lock(c);

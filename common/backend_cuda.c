@@ -968,14 +968,18 @@ int mb_backend_cuda_open(int device, mb_backend **out)
 
     CUresult r = CU(cuDevicePrimaryCtxRetain)(&p->ctx, dev);
     if (r != CUDA_SUCCESS) {
-        mb_log(MB_LOG_WARN, "cuda backend unusable: failed to retain device %d's context: %s",
-               device, cu_errstr(r));
+        /* (out of memory: the caller may make room and try again, and says so) */
+        mb_log(r == CUDA_ERROR_OUT_OF_MEMORY ? MB_LOG_INFO : MB_LOG_WARN,
+               "cuda backend unusable: failed to retain device %d's context: %s", device,
+               cu_errstr(r));
         free(p->ev_free);
         pthread_mutex_destroy(&p->ev_lock);
         pthread_mutex_destroy(&p->lock);
         free(p);
         free(b);
-        return MB_EDEVICE;
+        /* A context needs device memory: a full device may have room again
+         * soon (the caller may wait for it). */
+        return r == CUDA_ERROR_OUT_OF_MEMORY ? MB_ENOMEM : MB_EDEVICE;
     }
 
     CUmemAllocationProp prop;

@@ -44,6 +44,7 @@ void mb_config_defaults(struct mb_config *cfg)
     cfg->frame_size = 2u << 20;
     cfg->reserve = 0;
     cfg->reserve_idle_ms = 5000;
+    cfg->device_headroom = 0;
     cfg->scrub = true;
     cfg->watchdog = true;
     cfg->log_level = MB_LOG_INFO;
@@ -185,6 +186,18 @@ static int set_reserve(struct mb_config *cfg, const char *key, const char *v,
         return MB_EINVAL;
     }
     cfg->reserve = b;
+    return 0;
+}
+
+static int set_device_headroom(struct mb_config *cfg, const char *key, const char *v,
+                               char *why, size_t whylen)
+{
+    uint64_t b;
+    if (mb_parse_size(v, &b) != 0) {
+        set_err(why, whylen, "bad size '%s' for %s (0 turns it off)", v, key);
+        return MB_EINVAL;
+    }
+    cfg->device_headroom = b;
     return 0;
 }
 
@@ -400,6 +413,7 @@ static const struct {
     { "frame_size", set_frame_size },
     { "reserve", set_reserve },
     { "reserve_idle", set_reserve_idle },
+    { "device_headroom", set_device_headroom },
     { "scrub", set_scrub },
     { "watchdog", set_watchdog },
     { "log_level", set_log_level },

@@ -26,6 +26,11 @@
  *                to the driver, down to the reserve's target:
  *                milliseconds, or with an "ms" or "s" suffix; 0 keeps
  *                them                                               [5s]
+ *   device_headroom  device memory free frames leave to other
+ *                processes (programs that do not use moonbrightd):
+ *                where the device's free memory falls below it, free
+ *                frames go back to the driver and the reserve makes no
+ *                more; 0 turns it off                               [0]
  *   scrub        zero a frame before another tenant gets it        [on]
  *   watchdog     send WATCHDOG=1 when systemd asks for it           [on]
  *   log_level    err | warn | info | debug                          [info]
@@ -89,6 +94,7 @@ struct mb_config {
     uint64_t frame_size;    /* a non-zero multiple of 4096 */
     uint64_t reserve;       /* <= budget; sum of every policy's min <= budget */
     int64_t reserve_idle_ms; /* 0..86400000; 0: idle frames are kept */
+    uint64_t device_headroom; /* device bytes free frames leave free; 0: off */
     bool scrub;
     bool watchdog;
     int log_level;          /* MB_LOG_ERR .. MB_LOG_DEBUG (log.h) */

@@ -124,9 +124,9 @@ struct free_list {
  * spares were kept (spare[k], at most MB_SPARES_MAX); grants adopt
  * them into the books, so a grant from the reserve makes no driver call.
  * Only ready[], n_ready, creating, path_busy, committed, n_committed, spare[],
- * room_wanted[], full_until_ms[], the export queues (rex, rex_done) and the
- * release queue (release_q, released_by_workers) are shared with the
- * workers (under lock). */
+ * room_wanted[], full_until_ms[], room_bytes, room_until_ms, the export
+ * queues (rex, rex_done) and the release queue (release_q,
+ * released_by_workers) are shared with the workers (under lock). */
 #define RESERVE_THREADS 2
 /* Free frames' descriptors the workers let the daemon hold at most: fresh
  * frames (made ahead, up to the reserve's target) and returned frames they
@@ -199,6 +199,14 @@ struct frame_pool {
                                   * full below the budget (a grant, or a reserve
                                   * worker, then makes its frame in their place);
                                   * a grant's are also counted above */
+    uint64_t headroom;           /* device bytes free frames leave free (0: off;
+                                  * set before the workers start) */
+    uint64_t released_headroom;  /* free frames released because the device's free
+                                  * memory was below headroom, or for a Room (main
+                                  * thread) */
+    uint64_t room_bytes;         /* after a Room, the reserve leaves this much of the
+                                  * device free ... */
+    int64_t room_until_ms;       /* ... until then (both under lock) */
     /* demand: order-0 bytes taken from the fresh frames in each second */
     uint64_t reserve_base;       /* configured reserve (the target's floor) */
     int64_t idle_ms;             /* free bytes above the target this long: released
@@ -321,6 +329,15 @@ void frame_pool_note_importer(struct frame_pool *p, uint32_t id, uid_t uid);
  * journal's id limit ahead of the ids in use, so that no grant writes it.
  * Call from the poll loop; returns when to call again. */
 int64_t frame_pool_tick(struct frame_pool *p, int64_t now_ms);
+/* Release free frames (frames users returned first, of any age; granted
+ * frames never) until the device has `bytes` free, or none is left; counted
+ * in released_headroom. With `hold`, the reserve's workers leave `bytes`
+ * free for a while too (a caller's room, which they would fill again).
+ * Returns how many went; *device_free (may be NULL) is what the device had
+ * free after, with handles queued for release counted (0, and nothing
+ * released, where the backend cannot tell). */
+uint32_t frame_pool_make_room(struct frame_pool *p, uint64_t bytes, uint64_t *device_free,
+                              bool hold);
 /* Bytes of frame id (0 when it names no frame). */
 uint64_t frame_pool_bytes(const struct frame_pool *p, uint32_t id);
 /* Take back frames granted to `session`; all must be its own, else nothing

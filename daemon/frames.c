@@ -689,9 +689,9 @@ static void count_demand(struct frame_pool *p, uint64_t bytes)
 }
 
 /* Release the frames of list l's order k free since `cutoff` or before,
- * while free bytes exceed target. */
+ * while free bytes exceed target; *count counts them. */
 static void trim_list(struct frame_pool *p, struct free_list *l, unsigned k, int64_t cutoff,
-                      uint64_t target)
+                      uint64_t target, uint64_t *count)
 {
     for (unsigned c = 0; c < 2; c++)   /* frames without a descriptor first */
         for (uint32_t slot = l->head[c][k], next; slot && p->bytes_free > target; slot = next) {
@@ -699,20 +699,80 @@ static void trim_list(struct frame_pool *p, struct free_list *l, unsigned k, int
             if (p->frames[slot].freed_ms > cutoff)
                 continue;   /* used lately: kept */
             end_frame(p, unlink_free(p, l, slot));
-            p->released_idle++;
+            (*count)++;
         }
 }
 
 /* Release frames free since `cutoff` or before until free bytes are at most
  * `target`: frames users returned first, then fresh ones of larger orders,
  * then fresh one-unit frames (what the reserve keeps). */
-static void trim_to(struct frame_pool *p, uint64_t target, int64_t cutoff)
+static void trim_to(struct frame_pool *p, uint64_t target, int64_t cutoff, uint64_t *count)
 {
     for (uint32_t i = 0; i < p->n_by_uid && p->bytes_free > target; i++)
         for (int k = MB_MAX_ORDER; k >= 0 && p->bytes_free > target; k--)
-            trim_list(p, p->by_uid[i], (unsigned)k, cutoff, target);
+            trim_list(p, p->by_uid[i], (unsigned)k, cutoff, target, count);
     for (int k = MB_MAX_ORDER; k >= 0 && p->bytes_free > target; k--)
-        trim_list(p, &p->fresh, (unsigned)k, cutoff, target);
+        trim_list(p, &p->fresh, (unsigned)k, cutoff, target, count);
+}
+
+/* How much of the device the reserve leaves free now: the headroom, or
+ * more for ROOM_HOLD_MS after a Room (the room the caller asked for, which
+ * the workers would otherwise fill again before the caller takes it).
+ * p->lock held. */
+#define ROOM_HOLD_MS 2000
+static uint64_t reserve_headroom(const struct frame_pool *p)
+{
+    return p->room_until_ms > mb_now_ms() && p->room_bytes > p->headroom ? p->room_bytes
+                                                                           : p->headroom;
+}
+
+/* Does the device keep `headroom` free with `bytes` more taken from it?
+ * Yes where there is none or its free memory is not known (the host
+ * backend without MOONBRIGHT_HOST_MEMORY). Any thread (a driver call). */
+static bool headroom_after(struct frame_pool *p, uint64_t bytes, uint64_t headroom)
+{
+    uint64_t free_now;
+    return !headroom || !p->be->ops->mem_free || p->be->ops->mem_free(p->be, &free_now) != 0 ||
+           free_now >= bytes + headroom;
+}
+
+uint32_t frame_pool_make_room(struct frame_pool *p, uint64_t bytes, uint64_t *device_free,
+                              bool hold)
+{
+    uint64_t free_now = 0, before = p->released_headroom;
+    if (device_free)
+        *device_free = 0;
+    if (!p->be->ops->mem_free)
+        return 0;
+    if (p->n_workers)
+        frame_pool_adopt(p);   /* frames the workers made are free frames too */
+    if (hold) {
+        pthread_mutex_lock(&p->lock);
+        p->room_bytes = bytes;
+        p->room_until_ms = mb_now_ms() + ROOM_HOLD_MS;
+        pthread_mutex_unlock(&p->lock);
+    }
+    if (p->be->ops->mem_free(p->be, &free_now) != 0)
+        return 0;
+    pthread_mutex_lock(&p->lock);
+    for (uint32_t i = 0; i < p->n_release_q; i++)
+        free_now += p->release_q[i].bytes;   /* a worker is releasing them */
+    pthread_mutex_unlock(&p->lock);
+    if (free_now < bytes && p->bytes_free) {
+        uint64_t short_by = bytes - free_now, had = p->bytes_free;
+        p->defer_release = true;   /* the workers release them (end_frame), where they run */
+        trim_to(p, had > short_by ? had - short_by : 0, INT64_MAX, &p->released_headroom);
+        p->defer_release = false;
+        free_now += had - p->bytes_free;
+        mb_log(MB_LOG_DEBUG, "the device had %llu MiB free, %llu MiB wanted: released %llu free "
+               "frames", (unsigned long long)((free_now - (had - p->bytes_free)) >> 20),
+               (unsigned long long)(bytes >> 20),
+               (unsigned long long)(p->released_headroom - before));
+        POOL_CHECK(p);
+    }
+    if (device_free)
+        *device_free = free_now;
+    return (uint32_t)(p->released_headroom - before);
 }
 
 #define TICK_MS 250
@@ -872,6 +932,8 @@ int64_t frame_pool_tick(struct frame_pool *p, int64_t now_ms)
         frame_pool_adopt(p);   /* what the workers made and exported */
         room_for_reserve(p, now_ms);
     }
+    if (p->headroom && p->bytes_free)
+        frame_pool_make_room(p, p->headroom, NULL, false);   /* free frames leave the headroom */
     count_demand(p, 0);   /* rotate to this second */
     uint64_t target = demand_target(p);
     set_target(p, target, false);
@@ -891,7 +953,7 @@ int64_t frame_pool_tick(struct frame_pool *p, int64_t now_ms)
         memset(p->spare, 0, sizeof(p->spare));
         pthread_mutex_unlock(&p->lock);
         uint64_t before = p->released_idle;
-        trim_to(p, target, now_ms - p->idle_ms);
+        trim_to(p, target, now_ms - p->idle_ms, &p->released_idle);
         if (p->released_idle != before)
             mb_log(MB_LOG_DEBUG, "released %llu idle free frames to the driver",
                    (unsigned long long)(p->released_idle - before));
@@ -1186,9 +1248,11 @@ static void *reserve_worker(void *arg)
         p->n_committed++;
         p->creating++;
         p->creating_order[order]++;
+        uint64_t headroom = reserve_headroom(p);
         pthread_mutex_unlock(&p->lock);
         struct mb_mem m;
-        int rc = make_mem(p, (unsigned)order, &m, NULL);
+        bool room = headroom_after(p, bytes, headroom);
+        int rc = room ? make_mem(p, (unsigned)order, &m, NULL) : MB_ENOMEM;
         pthread_mutex_lock(&p->lock);
         p->creating--;
         p->creating_order[order]--;
@@ -1210,6 +1274,13 @@ static void *reserve_worker(void *arg)
             p->be->ops->release(p->be, &m);
         p->committed -= bytes;
         p->n_committed--;
+        if (!room) {
+            /* The device keeps its headroom: no reserve frame now, nothing
+             * released for one (the tick's keep_headroom releases free
+             * frames instead); this order is tried again in a second. */
+            p->full_until_ms[order] = mb_now_ms() + 1000;
+            continue;
+        }
         /* Said at most once a minute: a device full below the budget stays
          * so for a while, and the workers try each order once a second. */
         int64_t now = mb_now_ms();

@@ -512,6 +512,23 @@ static void h_reattach(struct request_ctx *rc, const Mb__Request *req, Mb__Reply
     rep->reattach = &rr;
 }
 
+/* Room on the device for the caller's own memory (its CUDA context): free
+ * frames go back to the driver, at most ROOM_MAX bytes' worth of room. */
+#define ROOM_MAX (4ull << 30)
+static void h_room(struct request_ctx *rc, const Mb__Request *req, Mb__Reply *rep)
+{
+    static Mb__RoomReply rr;
+    mb__room_reply__init(&rr);
+    uint64_t want = req->room->bytes < ROOM_MAX ? req->room->bytes : ROOM_MAX;
+    rr.released = frame_pool_make_room(&rc->d->pool, want, &rr.device_free, true);
+    if (rr.released)
+        mb_log(MB_LOG_INFO, "session %llu (pid %d) found no room on the device: released %u free "
+               "frames, %llu MiB free now", (unsigned long long)rc->s->id, (int)rc->s->pid,
+               rr.released, (unsigned long long)(rr.device_free >> 20));
+    rep->body_case = MB__REPLY__BODY_ROOM;
+    rep->room = &rr;
+}
+
 static void h_cache(struct request_ctx *rc, const Mb__Request *req, Mb__Reply *rep)
 {
     static Mb__CacheReply cr;
@@ -588,6 +605,7 @@ static int fill_status(struct daemon *d, Mb__StatusReply *sr)
     sr->exported_ahead = d->pool.exported_ahead;
     sr->exports_dropped = d->pool.exports_dropped;
     sr->frame_slots = d->pool.next_unused - 1;
+    sr->released_headroom = d->pool.released_headroom;
     sr->warm_full_grants = d->pool.warm_full_grants;
     pthread_mutex_lock(&d->pool.lock);
     sr->reserve_target = d->pool.reserve_bytes;

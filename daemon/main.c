@@ -55,6 +55,8 @@ static void usage(FILE *f)
         "                      reserve grows to what recent grants took)\n"
         "  --reserve-idle MS   free frames nobody took for MS are released to the driver,\n"
         "                      down to the reserve's target (default 5000; 0 keeps them)\n"
+        "  --device-headroom SIZE  device memory free frames leave to other processes: below\n"
+        "                      it free frames go back to the driver (default 0: off)\n"
         "  --no-scrub          do not zero frames between tenants (single-tenant hosts)\n"
         "  --foreground        stay in the foreground (systemd uses this)\n"
         "  --drain-timeout S   on SIGTERM, wait at most S seconds (default 10; may be\n"
@@ -82,6 +84,7 @@ static int parse_options(int argc, char **argv, struct options *o)
         { "reclaim-timeout", required_argument, 0, 'T' },
         { "state-dir", required_argument, 0, 'J' },
         { "reserve-idle", required_argument, 0, 'I' },
+        { "device-headroom", required_argument, 0, 'H' },
         { 0, 0, 0, 0 },
     };
     int c, idx;
@@ -118,7 +121,7 @@ static int parse_options(int argc, char **argv, struct options *o)
             o->reclaim_timeout_ms = ms;
             break;
         }
-        case 'b': case 'r': case 'B': case 'f': case 'R': case 'l': case 'I':
+        case 'b': case 'r': case 'B': case 'f': case 'R': case 'l': case 'I': case 'H':
             if (o->n < 16) {
                 o->keys[o->n] = longs[idx].name;
                 o->values[o->n++] = optarg;
@@ -603,6 +606,7 @@ int main(int argc, char **argv)
     }
     d.pool.scrub = cfg->scrub;
     d.pool.idle_ms = cfg->reserve_idle_ms;
+    d.pool.headroom = cfg->device_headroom;
     /* The workers run even without a configured reserve: its target
      * follows recent grants (frame_pool_tick). */
     if (frame_pool_prefill(&d.pool, cfg->reserve) != 0)

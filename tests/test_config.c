@@ -57,6 +57,7 @@ static void test_defaults(void **state)
     assert_int_equal(cfg.budget, 0);   /* unset: the daemon takes the device's memory */
     assert_int_equal(cfg.frame_size, 2 * MiB);
     assert_int_equal(cfg.reserve, 0);
+    assert_int_equal(cfg.device_headroom, 0);   /* off: clients ask for room (Room) */
     assert_true(cfg.scrub);
     assert_true(cfg.watchdog);
     assert_int_equal(cfg.log_level, MB_LOG_INFO);
@@ -149,6 +150,15 @@ static void test_empty_and_comments(void **state)
         assert_int_equal(cfg.reserve_idle_ms, atoi(idle[i][1]));
         mb_config_free(&cfg);
     }
+    /* the device's headroom: a size; 0 turns it off */
+    assert_int_equal(mb_config_parse_string("device_headroom = 512M", "e.conf", &cfg, err,
+                                            sizeof(err)), 0);
+    assert_int_equal(cfg.device_headroom, 512 * MiB);
+    mb_config_free(&cfg);
+    assert_int_equal(mb_config_parse_string("device_headroom = 0", "e.conf", &cfg, err,
+                                            sizeof(err)), 0);
+    assert_int_equal(cfg.device_headroom, 0);
+    mb_config_free(&cfg);
 }
 
 /* Parse text that must fail; the message must start with "FILE:LINE: " and
@@ -261,6 +271,8 @@ static void test_bad_sizes(void **state)
     expect_error("reserve_idle = soon\n", 1, "bad duration 'soon' for reserve_idle");
     expect_error("reserve_idle = 5m\n", 1, "bad duration '5m' for reserve_idle");
     expect_error("reserve_idle = -1\n", 1, "bad duration '-1' for reserve_idle");
+    expect_error("device_headroom = some\n", 1, "bad size 'some' for device_headroom");
+    expect_error("device_headroom = -1G\n", 1, "bad size '-1G' for device_headroom");
     expect_error("frame_size = 6000\n", 1, "bad frame_size '6000': not a non-zero multiple of 4K");
     expect_error("frame_size = 1K\n", 1, "bad frame_size '1K'");
     expect_error("frame_size = 0\n", 1, "bad frame_size '0'");

@@ -743,6 +743,64 @@ static void device_filled_by_others(void **state)
     mb_backend_close(b);
 }
 
+static uint64_t device_free(mb_backend *b)
+{
+    uint64_t v = 0;
+    assert_int_equal(b->ops->mem_free(b, &v), 0);
+    return v;
+}
+
+/* Free frames leave the device its headroom: a grant may use it, but the
+ * tick then releases free frames (never granted ones) until the device's
+ * free memory is back to it, and the reserve's workers make no frame into
+ * it. Without the headroom they fill the device (checked last). */
+static void free_frames_leave_headroom(void **state)
+{
+    (void)state;
+    mb_backend *b = host_device(16 * FB);
+    static struct frame_pool p;   /* (static: stop_workers may end it) */
+    assert_int_equal(frame_pool_init(&p, b, FB, 64 * FB), 0);
+    p.headroom = 4 * FB;
+    uint32_t ids[14];
+    assert_int_equal(frame_pool_grant(&p, 14, 1, 1000, 1, ids), 0);   /* into the headroom */
+    assert_int_equal(device_free(b), 2 * FB);
+    frame_pool_tick(&p, mb_now_ms());
+    assert_int_equal(p.released_headroom, 0);   /* nothing free to release */
+    assert_int_equal(p.n_total, 14);
+    assert_int_equal(frame_pool_return(&p, ids, 10, 1), 0);
+    frame_pool_tick(&p, mb_now_ms());
+    assert_int_equal(p.released_headroom, 2);   /* 2 frames short of 4 free */
+    assert_int_equal(device_free(b), 4 * FB);
+    assert_int_equal(p.n_granted, 4);
+    assert_int_equal(p.n_free, 8);
+    assert_true(frame_pool_is_valid(&p));
+    frame_pool_tick(&p, mb_now_ms());
+    assert_int_equal(p.released_headroom, 2);   /* back to it: no more */
+
+    /* The workers want 12 fresh frames; the device has room for 2 above
+     * a 2-frame headroom. */
+    p.headroom = 2 * FB;
+    start_workers(&p, 12 * FB);
+    for (int i = 0; i < 500 && device_free(b) > 2 * FB; i++)
+        usleep(10000);
+    usleep(200000);   /* time to overfill, if they would */
+    frame_pool_adopt(&p);
+    assert_int_equal(device_free(b), 2 * FB);
+    assert_int_equal(p.n_total, 14);
+    assert_true(frame_pool_is_valid(&p));
+    end_pool(&p);
+
+    /* No headroom: the same workers fill the device. */
+    assert_int_equal(frame_pool_init(&p, b, FB, 64 * FB), 0);
+    p.headroom = 0;
+    start_workers(&p, 12 * FB);
+    for (int i = 0; i < 500 && device_free(b) > 4 * FB; i++)
+        usleep(10000);
+    assert_int_equal(device_free(b), 4 * FB);   /* 12 fresh of 16 */
+    end_pool(&p);
+    mb_backend_close(b);
+}
+
 /* A frame that ends leaves no re-export behind: a worker would otherwise
  * export a released handle, or one whose value came back for a frame made
  * since (on the host a memfd's number). The workers are held off (as
@@ -1271,6 +1329,7 @@ int main(void)
         cmocka_unit_test_teardown(adopted_large_frame_keeps_its_size, stop_workers),
         cmocka_unit_test_teardown(ended_slots_reused_under_new_ids, stop_workers),
         cmocka_unit_test_teardown(journal_slots_across_restarts, stop_workers),
+        cmocka_unit_test_teardown(free_frames_leave_headroom, stop_workers),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

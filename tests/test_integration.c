@@ -526,7 +526,7 @@ static void bad_options_are_refused(void **state)
     struct mbt_daemon d = { .dir = "/tmp" };
     static const char *const bad[][3] = {
         { "--budget", "lots" }, { "--frame-size", "1000" }, { "--backend", "gpu" },
-        { "--device", "x" }, { "--log-level", "loud" },
+        { "--device", "x" }, { "--log-level", "loud" }, { "--device-headroom", "roomy" },
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         char dir[] = "/tmp/mbtest.XXXXXX";
@@ -691,7 +691,9 @@ static void exact_plan_near_the_budget(void **state)
 static void device_full_below_the_budget(void **state)
 {
     (void)state;
-    static const char *const args[] = { "--frame-size", "64K", "--budget", "64M", NULL };
+    /* (no headroom: the free frames stay until a grant needs their room) */
+    static const char *const args[] = { "--frame-size", "64K", "--budget", "64M",
+                                        "--device-headroom", "0", NULL };
     static const char *const env[] = { "MOONBRIGHT_HOST_MEMORY=12M", NULL };
     struct mbt_daemon d;
     assert_int_equal(mbt_daemon_start_env(&d, args, env), 0);
@@ -715,6 +717,92 @@ static void device_full_below_the_budget(void **state)
     assert_true(mbt_status_num(&d, "bytes_free") + mbt_status_num(&d, "bytes_granted") <= 12 << 20);
     assert_int_equal(mbt_daemon_stop(&d), 0);
     setenv("MOONBRIGHT_LARGE_FRAMES", "0", 1);
+}
+
+/* The device's headroom (--device-headroom 4M on a 12 MiB device): a client
+ * may allocate into it, and once the client has gone the free frames it
+ * left go back to the driver until 4 MiB of the device is free again (so a
+ * new process's context fits); status counts them. */
+static void free_frames_leave_the_device_headroom(void **state)
+{
+    (void)state;
+    static const char *const args[] = { "--frame-size", "64K", "--budget", "64M",
+                                        "--device-headroom", "4M", NULL };
+    static const char *const env[] = { "MOONBRIGHT_HOST_MEMORY=12M", NULL };
+    struct mbt_daemon d;
+    assert_int_equal(mbt_daemon_start_env(&d, args, env), 0);
+    char size[32], out[256];
+    snprintf(size, sizeof(size), "%u", 160 * FRAME);   /* 10 MiB: 2 of the headroom */
+    const char *a[] = { MB_CLIENT_BIN, "alloc", size, "head-a", NULL };
+    assert_int_equal(mbt_run(&d, a, out, sizeof(out), false), 0);
+    assert_non_null(strstr(out, "alloc: success"));
+    assert_int_equal(wait_granted(&d, 0), 0);
+    double left = 0;
+    for (int i = 0; i < 100; i++) {   /* the tick runs four times a second */
+        left = mbt_status_num(&d, "bytes_free") + mbt_status_num(&d, "bytes_granted");
+        if (left <= 8 << 20)
+            break;
+        usleep(50000);
+    }
+    assert_true(left <= 8 << 20);
+    assert_true(mbt_status_num(&d, "released_headroom") >= 32);   /* 2 MiB of 64 KiB frames */
+    const char *b[] = { MB_CLIENT_BIN, "alloc", size, "head-b", NULL };
+    assert_int_equal(mbt_run(&d, b, out, sizeof(out), false), 0);   /* the headroom again */
+    assert_non_null(strstr(out, "alloc: success"));
+    assert_true(mbt_daemon_alive(&d));
+    assert_int_equal(mbt_daemon_stop(&d), 0);
+}
+
+static int call_room(struct mbt_session *s, uint64_t bytes, uint32_t *released, uint64_t *device_free)
+{
+    Mb__Request req = MB__REQUEST__INIT;
+    Mb__Room r = MB__ROOM__INIT;
+    r.bytes = bytes;
+    req.body_case = MB__REQUEST__BODY_ROOM;
+    req.room = &r;
+    Mb__Reply *rep = NULL;
+    int code = mbt_session_call(s, &req, &rep);
+    if (code == 0) {
+        assert_int_equal(rep->body_case, MB__REPLY__BODY_ROOM);
+        *released = rep->room->released;
+        *device_free = rep->room->device_free;
+    }
+    if (rep)
+        mb__reply__free_unpacked(rep, NULL);
+    return code;
+}
+
+/* Room (a process's CUDA context found the device full of free frames,
+ * with no headroom set): free frames go back to the driver until the
+ * device has the bytes asked for, of any age; granted frames stay; asked
+ * for more than the free frames hold, every one goes. */
+static void room_releases_free_frames_only(void **state)
+{
+    (void)state;
+    static const char *const args[] = { "--frame-size", "64K", "--budget", "64M", NULL };
+    static const char *const env[] = { "MOONBRIGHT_HOST_MEMORY=12M", NULL };
+    struct mbt_daemon d;
+    assert_int_equal(mbt_daemon_start_env(&d, args, env), 0);
+    struct mbt_session s;
+    assert_int_equal(mbt_session_open(&d, "roomer", &s), 0);
+    assert_int_equal(mbt_session_grant(&s, 160 * FRAME), 0);   /* 10 MiB */
+    assert_int_equal(s.n_frames, 160);
+    assert_int_equal(mbt_session_return(&s, s.frame_ids + 16, 144), 0);   /* 16 kept */
+    uint32_t released = 0;
+    uint64_t device_free = 0;
+    assert_int_equal(call_room(&s, 4u << 20, &released, &device_free), 0);
+    assert_true(released >= 32);   /* 2 MiB at most was free: 2 MiB or more of frames */
+    assert_true(device_free >= 4u << 20);
+    assert_int_equal(mbt_status_num(&d, "frames_granted"), 16);
+    assert_int_equal(call_room(&s, 1ull << 40, &released, &device_free), 0);   /* (capped) */
+    assert_true(released > 0);
+    assert_true(device_free >= 10u << 20);   /* 12 less the 1 granted, less a frame a
+                                              * reserve worker may be making */
+    assert_int_equal(mbt_status_num(&d, "frames_granted"), 16);
+    assert_true(mbt_status_num(&d, "released_headroom") >= 32 + released);
+    mbt_session_close(&s);
+    assert_true(mbt_daemon_alive(&d));
+    assert_int_equal(mbt_daemon_stop(&d), 0);
 }
 
 /* The daemon grows its descriptor table for its frames at start-up (up to
@@ -818,6 +906,8 @@ int main(void)
         cmocka_unit_test(large_frames_by_plan),
         cmocka_unit_test(exact_plan_near_the_budget),
         cmocka_unit_test(device_full_below_the_budget),
+        cmocka_unit_test(free_frames_leave_the_device_headroom),
+        cmocka_unit_test(room_releases_free_frames_only),
         cmocka_unit_test(descriptor_table_grown_ahead),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

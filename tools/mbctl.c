@@ -342,10 +342,12 @@ static void print_status_head(const Mb__StatusReply *s)
     printf("reclaim  %llu notices sent, %u grants waiting; %llu scrubs\n",
            (unsigned long long)s->reclaim_notices, s->grants_waiting, (unsigned long long)s->scrubs);
     printf("reserve  target %s; released %llu idle frames, %llu frames of one uid so another "
-           "got fresh ones, %llu for a device full below the budget; %llu frames created on "
-           "grant paths; %llu grants took many free frames rather than release some\n",
+           "got fresh ones, %llu for a device full below the budget, %llu for room on the "
+           "device; %llu frames created on grant paths; %llu grants took many free frames "
+           "rather than release some\n",
            mb_format_size(s->reserve_target, a, sizeof(a)), (unsigned long long)s->released_idle,
            (unsigned long long)s->released_isolation, (unsigned long long)s->released_device_full,
+           (unsigned long long)s->released_headroom,
            (unsigned long long)s->grant_creates, (unsigned long long)s->warm_full_grants);
 }
 
@@ -398,7 +400,8 @@ static int cli_status(struct ctl *ctl, int argc, char **argv)
                "\"released_isolation\":%llu,\"released_idle\":%llu,\"reserve_target\":%llu,"
                "\"grant_creates\":%llu,\"released_device_full\":%llu,\"descriptors\":%u,"
                "\"reexports\":%llu,\"exported_ahead\":%llu,\"exports_dropped\":%llu,"
-               "\"warm_full_grants\":%llu,\"frame_slots\":%u,\"tenants\":[",
+               "\"warm_full_grants\":%llu,\"frame_slots\":%u,\"released_headroom\":%llu,"
+               "\"tenants\":[",
                s->device, s->pid, (unsigned long long)s->uptime_ms,
                (unsigned long long)s->frame_bytes, (unsigned long long)s->budget_bytes,
                s->frames_total, s->frames_free, s->frames_granted,
@@ -412,7 +415,8 @@ static int cli_status(struct ctl *ctl, int argc, char **argv)
                (unsigned long long)s->grant_creates, (unsigned long long)s->released_device_full,
                s->descriptors, (unsigned long long)s->reexports,
                (unsigned long long)s->exported_ahead, (unsigned long long)s->exports_dropped,
-               (unsigned long long)s->warm_full_grants, s->frame_slots);
+               (unsigned long long)s->warm_full_grants, s->frame_slots,
+               (unsigned long long)s->released_headroom);
         /* "tenants" lists sessions (each with its tenant's name), as before. */
         for (size_t i = 0; i < s->n_sessions; i++) {
             const Mb__SessionInfo *si = s->sessions[i];
@@ -766,11 +770,14 @@ static void prom_metrics(const Mb__MetricsReply *m, const Mb__TenantsReply *t)
     printf("moonbright_scrubs_total{device=\"%u\"} %llu\n", dev, (unsigned long long)s->scrubs);
     prom_head("moonbright_released_frames_total", "counter",
               "Free frames released to the driver, by reason (isolation: one uid's frames "
-              "released so another uid got fresh ones; idle: above the reserve target).");
+              "released so another uid got fresh ones; idle: above the reserve target; "
+              "room: device memory left free, for the daemon's headroom or a client's context).");
     printf("moonbright_released_frames_total{device=\"%u\",reason=\"isolation\"} %llu\n", dev,
            (unsigned long long)s->released_isolation);
     printf("moonbright_released_frames_total{device=\"%u\",reason=\"idle\"} %llu\n", dev,
            (unsigned long long)s->released_idle);
+    printf("moonbright_released_frames_total{device=\"%u\",reason=\"room\"} %llu\n", dev,
+           (unsigned long long)s->released_headroom);
     prom_head("moonbright_released_device_full_total", "counter",
               "Free frames released because the driver was out of memory below the budget "
               "(also counted by reason above when another uid held them).");
