@@ -121,9 +121,11 @@ struct free_list {
  * frame_pool_tick; a grant raises it at once), and spares of each order k
  * a request had to create on its own path: as many as the most one such
  * request took, plus one each time a request had to create it again while
- * spares were kept (spare[k], at most MB_SPARES_MAX); grants adopt
+ * spares were kept (spare[k], at most MB_SPARES_MAX, and of each order at
+ * most a SPARE_SHARE-th of the bytes granted: spare_room); grants adopt
  * them into the books, so a grant from the reserve makes no driver call.
  * Only ready[], n_ready, creating, path_busy, committed, n_committed, spare[],
+ * spare_room,
  * room_wanted[], full_until_ms[], room_bytes, room_until_ms, the export
  * queues (rex, rex_done) and the release queue (release_q,
  * released_by_workers) are shared with the workers (under lock). */
@@ -154,6 +156,7 @@ struct grant_path {
 #ifndef MB_SPARES_MAX
 #define MB_SPARES_MAX 4
 #endif
+#define SPARE_SHARE 16
 struct frame_pool {
     mb_backend *be;
     size_t frame_bytes;
@@ -186,6 +189,7 @@ struct frame_pool {
     uint32_t free_descriptors_max, exported_held_min, exported_order_min;
                                  /* FREE_DESCRIPTORS_MAX, EXPORTED_HELD_MIN and
                                   * EXPORTED_ORDER_MIN (tests set smaller ones) */
+    uint32_t spare_share;        /* SPARE_SHARE (tests set 0: spares not capped) */
     struct grant_path last;      /* the last grant's (main thread only) */
     uint64_t adopt_wait_ns;      /* frame_pool_adopt's waits for the lock and the frames */
     uint32_t adopted;            /* it adopted, since grant_now zeroed them (main thread) */
@@ -244,7 +248,12 @@ struct frame_pool {
                                   * serialises them, and the grant's caller is
                                   * waiting) */
     uint32_t creating_order[MB_ORDERS], ready_order[MB_ORDERS];
-    uint8_t spare[MB_ORDERS];    /* keep this many free order-k frames ready */
+    uint8_t spare[MB_ORDERS];    /* keep this many free order-k frames ready ... */
+    uint64_t spare_room;         /* ... as far as they hold at most this many bytes
+                                  * of each order: bytes_granted / spare_share as of
+                                  * the last tick or grant that created (a spare
+                                  * costs device memory in proportion to its size,
+                                  * and saves one create and export whatever it is) */
     struct mb_mem *ready;        /* created and exported, not yet in the books */
     uint32_t n_ready, ready_cap;
     /* Free frames whose descriptor went with a grant, exported again by the

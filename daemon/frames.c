@@ -70,6 +70,7 @@ int frame_pool_init(struct frame_pool *p, mb_backend *be, size_t frame_bytes, ui
     p->scrub = true;
     p->idle_ms = 5000;
     p->free_descriptors_max = FREE_DESCRIPTORS_MAX;
+    p->spare_share = SPARE_SHARE;
     p->exported_held_min = EXPORTED_HELD_MIN;
     p->exported_order_min = EXPORTED_ORDER_MIN;
     pthread_mutex_init(&p->lock, NULL);
@@ -889,9 +890,17 @@ static uint64_t demand_target(const struct frame_pool *p)
 
 /* Set the target (raise_only: unless that lowers it), waking the workers
  * when it changes. */
+/* What spares of one order may hold: a spare_share-th of the bytes granted
+ * and `more` being granted (spare_share 0: not capped, reserve_short). */
+static uint64_t spare_room(const struct frame_pool *p, uint64_t more)
+{
+    return p->spare_share ? (p->bytes_granted + more) / p->spare_share : 0;
+}
+
 static void set_target(struct frame_pool *p, uint64_t target, bool raise_only)
 {
     pthread_mutex_lock(&p->lock);
+    p->spare_room = spare_room(p, 0);
     if (target != p->reserve_bytes && (!raise_only || target > p->reserve_bytes)) {
         p->reserve_bytes = target;
         pthread_cond_broadcast(&p->wake);
@@ -1096,14 +1105,16 @@ static int create_frame(struct frame_pool *p, unsigned order, const uint32_t *ne
 }
 
 /* The bytes of order-k frames the reserve lacks: below the target (order
- * 0), or spares missing (lock held). */
+ * 0), or spares missing, as many as spare_room leaves of them (lock held). */
 static uint64_t reserve_short(const struct frame_pool *p, unsigned k)
 {
     uint64_t have = (uint64_t)__atomic_load_n(&p->fresh.n[k], __ATOMIC_RELAXED) +
                     p->ready_order[k] + p->creating_order[k];
     if (k == 0)
         return p->reserve_bytes > have * p->frame_bytes ? p->reserve_bytes - have * p->frame_bytes : 0;
-    return p->spare[k] > have ? (p->spare[k] - have) * obytes(p, k) : 0;
+    uint64_t fit = p->spare_share ? p->spare_room / obytes(p, k) : UINT64_MAX;
+    uint64_t want = p->spare[k] < fit ? p->spare[k] : fit;
+    return want > have ? (want - have) * obytes(p, k) : 0;
 }
 
 /* What a reserve worker should create next (lock held): order 0 below the
@@ -1510,6 +1521,7 @@ int frame_pool_grant_orders(struct frame_pool *p, const uint8_t *orders, uint32_
                 want = MB_SPARES_MAX;
             if (p->spare[k] < want)
                 p->spare[k] = (uint8_t)want;
+            p->spare_room = spare_room(p, obytes(p, k));
             pthread_cond_broadcast(&p->wake);
             pthread_mutex_unlock(&p->lock);
         }

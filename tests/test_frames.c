@@ -1088,6 +1088,7 @@ static void reserve_makes_room_on_a_full_device(void **state)
     assert_int_equal(frame_pool_init(&p, b, FB, 64 * FB), 0);
     uint8_t big[2] = { 3, 3 }, mid = 2;
     uint32_t ids[2], id;
+    p.spare_share = 0;   /* spares of any size (this device is too small for the cap) */
     assert_int_equal(frame_pool_grant_orders(&p, big, 2, 1, 0, 1, ids), 0);
     assert_int_equal(frame_pool_return(&p, ids, 2, 1), 0);   /* the device full of free frames */
     start_workers(&p, 0);
@@ -1115,6 +1116,45 @@ static void reserve_makes_room_on_a_full_device(void **state)
     mb_backend_close(b);
 }
 
+/* Spares cost device memory in proportion to their size: the workers keep
+ * spares of an order only as far as they hold a sixteenth (SPARE_SHARE) of
+ * the bytes granted. One 8-unit frame made on a grant's path while 8 units
+ * are granted leaves no spare; with 136 units granted, one is made. */
+static void spares_follow_the_bytes_granted(void **state)
+{
+    (void)state;
+    mb_backend *b;
+    assert_int_equal(mb_backend_host_open(0, &b), 0);
+    static struct frame_pool p;   /* (static: stop_workers may end it) */
+    assert_int_equal(frame_pool_init(&p, b, FB, 512 * FB), 0);
+    assert_int_equal(p.spare_share, 16);
+    start_workers(&p, 0);
+    uint8_t big = 3;
+    uint32_t id, ids[128];
+    assert_int_equal(frame_pool_grant_orders(&p, &big, 1, 1, 0, 1, &id), 0);
+    assert_int_equal(p.path_created, 1);
+    pthread_mutex_lock(&p.lock);
+    uint8_t wanted = p.spare[3];
+    pthread_mutex_unlock(&p.lock);
+    assert_int_equal(wanted, 1);   /* demand seen ... */
+    usleep(200000);
+    frame_pool_adopt(&p);
+    assert_int_equal(p.n_free_order[3], 0);   /* ... but no 8-unit spare for 8 units granted */
+    assert_int_equal(frame_pool_grant(&p, 128, 1, 0, 1, ids), 0);
+    frame_pool_tick(&p, mb_now_ms());   /* 136 units granted: room for one */
+    for (int i = 0; i < 400 && p.n_free_order[3] == 0; i++) {
+        usleep(5000);
+        frame_pool_adopt(&p);
+    }
+    assert_int_equal(p.n_free_order[3], 1);
+    usleep(100000);
+    frame_pool_adopt(&p);
+    assert_int_equal(p.n_free_order[3], 1);   /* one, not the MB_SPARES_MAX */
+    assert_true(frame_pool_is_valid(&p));
+    end_pool(&p);
+    mb_backend_close(b);
+}
+
 /* Room for the reserve goes by release_order's rule: the smallest returned
  * frame that covers what the reserve lacks, not the largest. */
 static void reserve_room_takes_the_smallest_cover(void **state)
@@ -1124,6 +1164,7 @@ static void reserve_room_takes_the_smallest_cover(void **state)
     assert_int_equal(frame_pool_init(&p, b, FB, 64 * FB), 0);
     uint8_t orders[3] = { 3, 2, 2 }, small = 1;
     uint32_t ids[3], id;
+    p.spare_share = 0;   /* spares of any size (this device is too small for the cap) */
     assert_int_equal(frame_pool_grant_orders(&p, orders, 3, 1, 0, 1, ids), 0);
     assert_int_equal(frame_pool_return(&p, ids, 3, 1), 0);   /* 8 + 4 + 4 units: the device full */
     start_workers(&p, 0);
@@ -1330,6 +1371,7 @@ int main(void)
         cmocka_unit_test_teardown(ended_slots_reused_under_new_ids, stop_workers),
         cmocka_unit_test_teardown(journal_slots_across_restarts, stop_workers),
         cmocka_unit_test_teardown(free_frames_leave_headroom, stop_workers),
+        cmocka_unit_test_teardown(spares_follow_the_bytes_granted, stop_workers),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
