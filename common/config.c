@@ -177,28 +177,26 @@ static int set_frame_size(struct mb_config *cfg, const char *key, const char *v,
     return 0;
 }
 
-static int set_reserve(struct mb_config *cfg, const char *key, const char *v,
-                       char *why, size_t whylen)
+/* A size for `key` into *out (any size, 0 included). */
+static int size_value(const char *key, const char *v, uint64_t *out, char *why, size_t whylen)
 {
-    uint64_t b;
-    if (mb_parse_size(v, &b) != 0) {
+    if (mb_parse_size(v, out) != 0) {
         set_err(why, whylen, "bad size '%s' for %s", v, key);
         return MB_EINVAL;
     }
-    cfg->reserve = b;
     return 0;
+}
+
+static int set_reserve(struct mb_config *cfg, const char *key, const char *v,
+                       char *why, size_t whylen)
+{
+    return size_value(key, v, &cfg->reserve, why, whylen);
 }
 
 static int set_device_headroom(struct mb_config *cfg, const char *key, const char *v,
                                char *why, size_t whylen)
 {
-    uint64_t b;
-    if (mb_parse_size(v, &b) != 0) {
-        set_err(why, whylen, "bad size '%s' for %s (0 turns it off)", v, key);
-        return MB_EINVAL;
-    }
-    cfg->device_headroom = b;
-    return 0;
+    return size_value(key, v, &cfg->device_headroom, why, whylen);
 }
 
 /* A duration: milliseconds, or a number with an "ms" or "s" suffix. */

@@ -760,14 +760,13 @@ uint32_t frame_pool_make_room(struct frame_pool *p, uint64_t bytes, uint64_t *de
         free_now += p->release_q[i].bytes;   /* a worker is releasing them */
     pthread_mutex_unlock(&p->lock);
     if (free_now < bytes && p->bytes_free) {
-        uint64_t short_by = bytes - free_now, had = p->bytes_free;
+        uint64_t short_by = bytes - free_now, had = p->bytes_free, was = free_now;
         p->defer_release = true;   /* the workers release them (end_frame), where they run */
         trim_to(p, had > short_by ? had - short_by : 0, INT64_MAX, &p->released_headroom);
         p->defer_release = false;
         free_now += had - p->bytes_free;
         mb_log(MB_LOG_DEBUG, "the device had %llu MiB free, %llu MiB wanted: released %llu free "
-               "frames", (unsigned long long)((free_now - (had - p->bytes_free)) >> 20),
-               (unsigned long long)(bytes >> 20),
+               "frames", (unsigned long long)(was >> 20), (unsigned long long)(bytes >> 20),
                (unsigned long long)(p->released_headroom - before));
         POOL_CHECK(p);
     }
@@ -888,8 +887,6 @@ static uint64_t demand_target(const struct frame_pool *p)
     return target < p->budget_bytes ? target : p->budget_bytes;
 }
 
-/* Set the target (raise_only: unless that lowers it), waking the workers
- * when it changes. */
 /* What spares of one order may hold: a spare_share-th of the bytes granted
  * and `more` being granted (spare_share 0: not capped, reserve_short). */
 static uint64_t spare_room(const struct frame_pool *p, uint64_t more)
@@ -897,6 +894,8 @@ static uint64_t spare_room(const struct frame_pool *p, uint64_t more)
     return p->spare_share ? (p->bytes_granted + more) / p->spare_share : 0;
 }
 
+/* Set the target (raise_only: unless that lowers it), waking the workers
+ * when it changes; and what spares may hold, by the bytes granted now. */
 static void set_target(struct frame_pool *p, uint64_t target, bool raise_only)
 {
     pthread_mutex_lock(&p->lock);
@@ -1287,8 +1286,8 @@ static void *reserve_worker(void *arg)
         p->n_committed--;
         if (!room) {
             /* The device keeps its headroom: no reserve frame now, nothing
-             * released for one (the tick's keep_headroom releases free
-             * frames instead); this order is tried again in a second. */
+             * released for one (the tick's frame_pool_make_room releases
+             * free frames instead); this order is tried again in a second. */
             p->full_until_ms[order] = mb_now_ms() + 1000;
             continue;
         }
