@@ -121,8 +121,8 @@ struct free_list {
  * frame_pool_tick; a grant raises it at once), and spares of each order k
  * a request had to create on its own path: as many as the most one such
  * request took, plus one each time a request had to create it again while
- * spares were kept (spare[k], at most MB_SPARES_MAX, and of each order at
- * most a SPARE_SHARE-th of the bytes granted: spare_room); grants adopt
+ * spares were kept (spare[k], at most MB_SPARES_MAX; all spares together
+ * hold at most a SPARE_SHARE-th of the bytes granted, spare_room); grants adopt
  * them into the books, so a grant from the reserve makes no driver call.
  * Only ready[], n_ready, creating, path_busy, committed, n_committed, spare[],
  * spare_room,
@@ -250,7 +250,7 @@ struct frame_pool {
     uint32_t creating_order[MB_ORDERS], ready_order[MB_ORDERS];
     uint8_t spare[MB_ORDERS];    /* keep this many free order-k frames ready ... */
     uint64_t spare_room;         /* ... as far as they hold at most this many bytes
-                                  * of each order: bytes_granted / spare_share as of
+                                  * in all: bytes_granted / spare_share as of
                                   * the last tick or grant that created (a spare
                                   * costs device memory in proportion to its size,
                                   * and saves one create and export whatever it is) */

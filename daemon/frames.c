@@ -1103,15 +1103,31 @@ static int create_frame(struct frame_pool *p, unsigned order, const uint32_t *ne
     return rc;
 }
 
+/* Order-k frames made ahead: fresh, ready or being made (lock held). */
+static uint64_t ahead(const struct frame_pool *p, unsigned k)
+{
+    return (uint64_t)__atomic_load_n(&p->fresh.n[k], __ATOMIC_RELAXED) + p->ready_order[k] +
+           p->creating_order[k];
+}
+
 /* The bytes of order-k frames the reserve lacks: below the target (order
- * 0), or spares missing, as many as spare_room leaves of them (lock held). */
+ * 0), or spares missing, as many as fit in spare_room beside the spares
+ * of other orders (lock held). */
 static uint64_t reserve_short(const struct frame_pool *p, unsigned k)
 {
-    uint64_t have = (uint64_t)__atomic_load_n(&p->fresh.n[k], __ATOMIC_RELAXED) +
-                    p->ready_order[k] + p->creating_order[k];
+    uint64_t have = ahead(p, k);
     if (k == 0)
         return p->reserve_bytes > have * p->frame_bytes ? p->reserve_bytes - have * p->frame_bytes : 0;
-    uint64_t fit = p->spare_share ? p->spare_room / obytes(p, k) : UINT64_MAX;
+    uint64_t fit = UINT64_MAX;
+    if (p->spare_share) {
+        uint64_t others = 0;
+        for (unsigned j = 1; j < MB_ORDERS; j++)
+            if (j != k) {
+                uint64_t n = ahead(p, j);
+                others += (n < p->spare[j] ? n : p->spare[j]) * obytes(p, j);
+            }
+        fit = others < p->spare_room ? (p->spare_room - others) / obytes(p, k) : 0;
+    }
     uint64_t want = p->spare[k] < fit ? p->spare[k] : fit;
     return want > have ? (want - have) * obytes(p, k) : 0;
 }

@@ -1117,9 +1117,11 @@ static void reserve_makes_room_on_a_full_device(void **state)
 }
 
 /* Spares cost device memory in proportion to their size: the workers keep
- * spares of an order only as far as they hold a sixteenth (SPARE_SHARE) of
- * the bytes granted. One 8-unit frame made on a grant's path while 8 units
- * are granted leaves no spare; with 136 units granted, one is made. */
+ * spares only as far as they hold, all orders together, a sixteenth
+ * (SPARE_SHARE) of the bytes granted. One 8-unit frame made on a grant's
+ * path while 8 units are granted leaves no spare; with 136 units granted,
+ * one is made; 2-unit spares then wait for more granted, and as many are
+ * made as fit. */
 static void spares_follow_the_bytes_granted(void **state)
 {
     (void)state;
@@ -1150,6 +1152,23 @@ static void spares_follow_the_bytes_granted(void **state)
     usleep(100000);
     frame_pool_adopt(&p);
     assert_int_equal(p.n_free_order[3], 1);   /* one, not the MB_SPARES_MAX */
+    pthread_mutex_lock(&p.lock);
+    p.spare[1] = 2;   /* as after a grant that made two 2-unit frames on its path */
+    pthread_cond_broadcast(&p.wake);
+    pthread_mutex_unlock(&p.lock);
+    usleep(200000);
+    frame_pool_adopt(&p);
+    assert_int_equal(p.n_free_order[1], 0);   /* 8 + 2 units pass 136 / 16 */
+    assert_int_equal(frame_pool_grant(&p, 32, 1, 0, 1, ids), 0);
+    frame_pool_tick(&p, mb_now_ms());   /* 168 units granted: 10.5 for spares */
+    for (int i = 0; i < 400 && p.n_free_order[1] == 0; i++) {
+        usleep(5000);
+        frame_pool_adopt(&p);
+    }
+    usleep(100000);
+    frame_pool_adopt(&p);
+    assert_int_equal(p.n_free_order[1], 1);   /* one of the two fits */
+    assert_int_equal(p.n_free_order[3], 1);
     assert_true(frame_pool_is_valid(&p));
     end_pool(&p);
     mb_backend_close(b);
