@@ -122,13 +122,13 @@ struct free_list {
  * a request had to create on its own path: as many as the most one such
  * request took, plus one each time a request had to create it again while
  * spares were kept (spare[k], at most MB_SPARES_MAX; all spares together
- * hold at most a SPARE_SHARE-th of the bytes granted, spare_room); grants adopt
- * them into the books, so a grant from the reserve makes no driver call.
- * Only ready[], n_ready, creating, path_busy, committed, n_committed, spare[],
- * spare_room,
- * room_wanted[], full_until_ms[], room_bytes, room_until_ms, the export
- * queues (rex, rex_done) and the release queue (release_q,
- * released_by_workers) are shared with the workers (under lock). */
+ * hold at most a SPARE_SHARE-th of the bytes granted, spare_room); grants
+ * adopt them into the books, so a grant from the reserve makes no driver
+ * call. Only ready[], n_ready, creating, path_busy, committed, n_committed,
+ * spare[], spare_room, room_wanted[], full_until_ms[], room_bytes,
+ * room_until_ms, the export queues (rex, rex_done) and the release queue
+ * (release_q, released_by_workers) are shared with the workers (under
+ * lock). */
 #define RESERVE_THREADS 2
 /* Free frames' descriptors the workers let the daemon hold at most: fresh
  * frames (made ahead, up to the reserve's target) and returned frames they
@@ -205,9 +205,8 @@ struct frame_pool {
                                   * a grant's are also counted above */
     uint64_t headroom;           /* device bytes free frames leave free (0: off;
                                   * set before the workers start) */
-    uint64_t released_headroom;  /* free frames released because the device's free
-                                  * memory was below headroom, or for a Room (main
-                                  * thread) */
+    uint64_t released_room;      /* free frames released to leave device memory free:
+                                  * below headroom, or for a Room (main thread) */
     uint64_t room_bytes;         /* after a Room, the reserve leaves this much of the
                                   * device free ... */
     int64_t room_until_ms;       /* ... until then (both under lock) */
@@ -340,7 +339,7 @@ void frame_pool_note_importer(struct frame_pool *p, uint32_t id, uid_t uid);
 int64_t frame_pool_tick(struct frame_pool *p, int64_t now_ms);
 /* Release free frames (frames users returned first, of any age; granted
  * frames never) until the device has `bytes` free, or none is left; counted
- * in released_headroom. With `hold`, the reserve's workers leave `bytes`
+ * in released_room. With `hold`, the reserve's workers leave `bytes`
  * free for a while too (a caller's room, which they would fill again).
  * Returns how many went; *device_free (may be NULL) is what the device had
  * free after, with handles queued for release counted (0, and nothing

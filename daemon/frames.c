@@ -740,7 +740,7 @@ static bool headroom_after(struct frame_pool *p, uint64_t bytes, uint64_t headro
 uint32_t frame_pool_make_room(struct frame_pool *p, uint64_t bytes, uint64_t *device_free,
                               bool hold)
 {
-    uint64_t free_now = 0, before = p->released_headroom;
+    uint64_t free_now = 0, before = p->released_room;
     if (device_free)
         *device_free = 0;
     if (!p->be->ops->mem_free)
@@ -762,17 +762,17 @@ uint32_t frame_pool_make_room(struct frame_pool *p, uint64_t bytes, uint64_t *de
     if (free_now < bytes && p->bytes_free) {
         uint64_t short_by = bytes - free_now, had = p->bytes_free, was = free_now;
         p->defer_release = true;   /* the workers release them (end_frame), where they run */
-        trim_to(p, had > short_by ? had - short_by : 0, INT64_MAX, &p->released_headroom);
+        trim_to(p, had > short_by ? had - short_by : 0, INT64_MAX, &p->released_room);
         p->defer_release = false;
         free_now += had - p->bytes_free;
         mb_log(MB_LOG_DEBUG, "the device had %llu MiB free, %llu MiB wanted: released %llu free "
                "frames", (unsigned long long)(was >> 20), (unsigned long long)(bytes >> 20),
-               (unsigned long long)(p->released_headroom - before));
+               (unsigned long long)(p->released_room - before));
         POOL_CHECK(p);
     }
     if (device_free)
         *device_free = free_now;
-    return (uint32_t)(p->released_headroom - before);
+    return (uint32_t)(p->released_room - before);
 }
 
 #define TICK_MS 250

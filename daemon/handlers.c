@@ -605,7 +605,7 @@ static int fill_status(struct daemon *d, Mb__StatusReply *sr)
     sr->exported_ahead = d->pool.exported_ahead;
     sr->exports_dropped = d->pool.exports_dropped;
     sr->frame_slots = d->pool.next_unused - 1;
-    sr->released_headroom = d->pool.released_headroom;
+    sr->released_room = d->pool.released_room;
     sr->warm_full_grants = d->pool.warm_full_grants;
     pthread_mutex_lock(&d->pool.lock);
     sr->reserve_target = d->pool.reserve_bytes;

@@ -765,17 +765,17 @@ static void free_frames_leave_headroom(void **state)
     assert_int_equal(frame_pool_grant(&p, 14, 1, 1000, 1, ids), 0);   /* into the headroom */
     assert_int_equal(device_free(b), 2 * FB);
     frame_pool_tick(&p, mb_now_ms());
-    assert_int_equal(p.released_headroom, 0);   /* nothing free to release */
+    assert_int_equal(p.released_room, 0);   /* nothing free to release */
     assert_int_equal(p.n_total, 14);
     assert_int_equal(frame_pool_return(&p, ids, 10, 1), 0);
     frame_pool_tick(&p, mb_now_ms());
-    assert_int_equal(p.released_headroom, 2);   /* 2 frames short of 4 free */
+    assert_int_equal(p.released_room, 2);   /* 2 frames short of 4 free */
     assert_int_equal(device_free(b), 4 * FB);
     assert_int_equal(p.n_granted, 4);
     assert_int_equal(p.n_free, 8);
     assert_true(frame_pool_is_valid(&p));
     frame_pool_tick(&p, mb_now_ms());
-    assert_int_equal(p.released_headroom, 2);   /* back to it: no more */
+    assert_int_equal(p.released_room, 2);   /* back to it: no more */
 
     /* The workers want 12 fresh frames; the device has room for 2 above
      * a 2-frame headroom. */

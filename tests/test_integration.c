@@ -763,7 +763,7 @@ static void free_frames_leave_the_device_headroom(void **state)
         usleep(50000);
     }
     assert_true(left <= 8 << 20);
-    assert_true(mbt_status_num(&d, "released_headroom") >= 32);   /* 2 MiB of 64 KiB frames */
+    assert_true(mbt_status_num(&d, "released_room") >= 32);   /* 2 MiB of 64 KiB frames */
     const char *b[] = { MB_CLIENT_BIN, "alloc", size, "head-b", NULL };
     assert_int_equal(mbt_run(&d, b, out, sizeof(out), false), 0);   /* the headroom again */
     assert_non_null(strstr(out, "alloc: success"));
@@ -817,7 +817,7 @@ static void room_releases_free_frames_only(void **state)
     assert_true(device_free >= 10u << 20);   /* 12 less the 1 granted, less a frame a
                                               * reserve worker may be making */
     assert_int_equal(mbt_status_num(&d, "frames_granted"), 16);
-    assert_true(mbt_status_num(&d, "released_headroom") >= 32 + released);
+    assert_true(mbt_status_num(&d, "released_room") >= 32 + released);
     mbt_session_close(&s);
     assert_true(mbt_daemon_alive(&d));
     assert_int_equal(mbt_daemon_stop(&d), 0);

@@ -347,7 +347,7 @@ static void print_status_head(const Mb__StatusReply *s)
            "rather than release some\n",
            mb_format_size(s->reserve_target, a, sizeof(a)), (unsigned long long)s->released_idle,
            (unsigned long long)s->released_isolation, (unsigned long long)s->released_device_full,
-           (unsigned long long)s->released_headroom,
+           (unsigned long long)s->released_room,
            (unsigned long long)s->grant_creates, (unsigned long long)s->warm_full_grants);
 }
 
@@ -400,7 +400,7 @@ static int cli_status(struct ctl *ctl, int argc, char **argv)
                "\"released_isolation\":%llu,\"released_idle\":%llu,\"reserve_target\":%llu,"
                "\"grant_creates\":%llu,\"released_device_full\":%llu,\"descriptors\":%u,"
                "\"reexports\":%llu,\"exported_ahead\":%llu,\"exports_dropped\":%llu,"
-               "\"warm_full_grants\":%llu,\"frame_slots\":%u,\"released_headroom\":%llu,"
+               "\"warm_full_grants\":%llu,\"frame_slots\":%u,\"released_room\":%llu,"
                "\"tenants\":[",
                s->device, s->pid, (unsigned long long)s->uptime_ms,
                (unsigned long long)s->frame_bytes, (unsigned long long)s->budget_bytes,
@@ -416,7 +416,7 @@ static int cli_status(struct ctl *ctl, int argc, char **argv)
                s->descriptors, (unsigned long long)s->reexports,
                (unsigned long long)s->exported_ahead, (unsigned long long)s->exports_dropped,
                (unsigned long long)s->warm_full_grants, s->frame_slots,
-               (unsigned long long)s->released_headroom);
+               (unsigned long long)s->released_room);
         /* "tenants" lists sessions (each with its tenant's name), as before. */
         for (size_t i = 0; i < s->n_sessions; i++) {
             const Mb__SessionInfo *si = s->sessions[i];
@@ -777,7 +777,7 @@ static void prom_metrics(const Mb__MetricsReply *m, const Mb__TenantsReply *t)
     printf("moonbright_released_frames_total{device=\"%u\",reason=\"idle\"} %llu\n", dev,
            (unsigned long long)s->released_idle);
     printf("moonbright_released_frames_total{device=\"%u\",reason=\"room\"} %llu\n", dev,
-           (unsigned long long)s->released_headroom);
+           (unsigned long long)s->released_room);
     prom_head("moonbright_released_device_full_total", "counter",
               "Free frames released because the driver was out of memory below the budget "
               "(also counted by reason above when another uid held them).");
