@@ -339,7 +339,8 @@ void frame_pool_note_importer(struct frame_pool *p, uint32_t id, uid_t uid);
 int64_t frame_pool_tick(struct frame_pool *p, int64_t now_ms);
 /* Release free frames (frames users returned first, of any age; granted
  * frames never) until the device has `bytes` free, or none is left; counted
- * in released_room. With `hold`, the reserve's workers leave `bytes`
+ * in released_room. Frames the workers made count once adopted: callers
+ * adopt first (the tick does). With `hold`, the reserve's workers leave `bytes`
  * free for a while too (a caller's room, which they would fill again).
  * Returns how many went; *device_free (may be NULL) is what the device had
  * free after, with handles queued for release counted (0, and nothing

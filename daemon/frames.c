@@ -745,8 +745,6 @@ uint32_t frame_pool_make_room(struct frame_pool *p, uint64_t bytes, uint64_t *de
         *device_free = 0;
     if (!p->be->ops->mem_free)
         return 0;
-    if (p->n_workers)
-        frame_pool_adopt(p);   /* frames the workers made are free frames too */
     if (hold) {
         pthread_mutex_lock(&p->lock);
         p->room_bytes = bytes;

@@ -520,6 +520,7 @@ static void h_room(struct request_ctx *rc, const Mb__Request *req, Mb__Reply *re
     static Mb__RoomReply rr;
     mb__room_reply__init(&rr);
     uint64_t want = req->room->bytes < ROOM_MAX ? req->room->bytes : ROOM_MAX;
+    frame_pool_adopt(&rc->d->pool);   /* what the workers made is free frames too */
     rr.released = frame_pool_make_room(&rc->d->pool, want, &rr.device_free, true);
     if (rr.released)
         mb_log(MB_LOG_INFO, "session %llu (pid %d) found no room on the device: released %u free "
