@@ -128,8 +128,8 @@ struct growset {
     size_t n_idle, idle_bytes;   /* idle_bytes == sum of their s->bytes */
     uint64_t waits;
     uint64_t queued;             /* mappings of stream-ordered calls left to the mapper */
-    uint64_t near_passes;        /* allocations near the budget that passed over an idle
-                                  * range holding too much past their size (idle_close) */
+    uint64_t close_passes;       /* allocations that passed over an idle range holding
+                                  * too much past their size (idle_close) */
     uint64_t reuse_kind[3];      /* freed ranges reused, by idle_fit: within, past, short */
     uint64_t reuse_spare, drop_spare, drop_freed;
     uint64_t reuse_ordered;      /* of them, taken in stream order before their fence */

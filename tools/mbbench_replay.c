@@ -524,8 +524,8 @@ struct strat_result {
     uint64_t driver_waits;      /* allocations and resizes that waited on the driver */
     uint64_t grow_queued;       /* MoonBright: growable calls that left their mapping to the
                                  * mapper thread (grow_async) */
-    uint64_t near_passes;       /* MoonBright: growable allocations near the budget that
-                                 * passed over a freed range (mb_stats grow_near_passes) */
+    uint64_t close_passes;      /* MoonBright: growable allocations that passed over a
+                                 * freed range holding too much (mb_stats grow_close_passes) */
     uint64_t daemon_requests;   /* MoonBright: round trips to the daemon */
     bool creates_known;
     uint64_t grant_creates;     /* MoonBright: frames the daemon created on grant paths meanwhile */
@@ -907,7 +907,7 @@ static int run_strategy(struct replay_ctx *x, const struct replay_cfg *cfg, stru
         else if (x->kind == S_VSPACE)
             r->driver_waits = st1.vspace_refill_waits - st0.vspace_refill_waits;
         r->grow_queued = st1.grow_queued - st0.grow_queued;
-        r->near_passes = st1.grow_near_passes - st0.grow_near_passes;
+        r->close_passes = st1.grow_close_passes - st0.grow_close_passes;
     }
     r->n_alloc = va.n;
     r->n_free = vf.n;
@@ -1148,9 +1148,9 @@ static void print_json(const char *trace, const char *format, size_t nreq, uint3
         else
             jw_null(&w, "grow_queued");
         if (mb)
-            jw_u64(&w, "near_passes", r->near_passes);
+            jw_u64(&w, "close_passes", r->close_passes);
         else
-            jw_null(&w, "near_passes");
+            jw_null(&w, "close_passes");
         if (mb)
             jw_u64(&w, "daemon_requests", r->daemon_requests);
         else
@@ -1443,10 +1443,11 @@ int bench_replay(int argc, char **argv)
                    r->err ? "  " : "", r->err ? r->note : "");
         }
         for (int i = 0; i < nres; i++)
-            if (res[i].ran && res[i].near_passes)
-                printf("note: %s came near the budget and packed closely: %llu growable "
-                       "allocations passed over a freed range (mb_stats grow_near_passes)\n",
-                       strat_name[res[i].kind], (unsigned long long)res[i].near_passes);
+            if (res[i].ran && res[i].close_passes)
+                printf("note: %s: %llu growable allocations passed over a freed range whose "
+                       "frames would hold more than one tail past their size (mb_stats "
+                       "grow_close_passes)\n",
+                       strat_name[res[i].kind], (unsigned long long)res[i].close_passes);
         for (int i = 0; i < nres; i++)
             if (res[i].ran && res[i].kind == S_VSPACE && res[i].prepared_pages)
                 printf("note: vspace readied %zu pages with mb_vspace_prepare before the replay "

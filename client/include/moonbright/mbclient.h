@@ -174,14 +174,14 @@ typedef struct mb_client_stats {
      * it took since (0 after a refusal, and before any grant); near_budget
      * when that is under MOONBRIGHT_NEAR_BUDGET_PCT percent (12) of what it
      * holds. Then memory is packed closely: the heap fits large requests
-     * closely (as MOONBRIGHT_HEAP_CLOSE_FIT=1 does always), growable
-     * ranges get no spare ranges, and a freed growable range is reused
-     * only if it would hold at most one tail more than needed once its
-     * excess went back. */
+     * closely (as MOONBRIGHT_HEAP_CLOSE_FIT=1 does always) and growable
+     * ranges get no spare ranges. */
     size_t grant_room;
     int near_budget;
-    uint64_t grow_near_passes;       /* growable allocations near the budget that passed
-                                      * over such a freed range */
+    uint64_t grow_close_passes;      /* growable allocations that passed over a freed
+                                      * range which, once its excess went back, would
+                                      * still hold more than one tail past their size
+                                      * (frames go back whole) */
 } mb_client_stats;
 MB_API int mb_stats(mb_client *c, mb_client_stats *out);
 
