@@ -13,7 +13,8 @@
  * it allows (frame_bytes << max_order each). */
 #define MB_GRANT_MAX_BYTES(frame_bytes, max_order) \
     ((unsigned long long)MB_GRANT_MAX_FRAMES * ((unsigned long long)(frame_bytes) << (max_order)))
-/* Most ids a client puts in one Return; it sends more in several. */
+/* Most ids one Return may name (the daemon refuses more); a client sends
+ * more in several. */
 #define MB_RETURN_MAX_IDS 4096u
 /* Bytes of a share token (mb_share_token in moonbright/mbclient.h). */
 #define MB_SHARE_TOKEN_BYTES 32u

@@ -65,6 +65,9 @@ struct frame {
     uint16_t gen;                /* the slot's generation: its id's high bits
                                   * (FRAME_SLOT_BITS); kept when the slot ends */
     bool reusable;               /* UNUSED, on the queue of slots to reuse */
+    bool named;                  /* named once already in the request being checked
+                                  * (frame_pool_return: duplicates in O(n)); false
+                                  * between requests */
 };
 
 /* A frame's id names its slot in the table and the slot's generation:
@@ -529,6 +532,7 @@ struct pending {
                                               * above the soft cap: past it, dropped */
 #define CTL_HANDSHAKE_MS 3000                 /* greeting and READY within this */
 #define CTL_STALL_MS 10000                    /* replies above the soft cap unread this long */
+#define CTL_PARTIAL_MS 10000                  /* a frame begun and not complete this long */
 enum ctl_state { CTL_GREETING, CTL_READY, CTL_OPEN };
 struct ctl_conn {
     int fd;
@@ -545,6 +549,8 @@ struct ctl_conn {
     uint8_t *out;                /* to send: out[out_off..out_len) */
     size_t out_off, out_len, out_cap;
     int64_t opened_ms, last_progress_ms;
+    int64_t partial_ms;          /* since when `in` holds the start of a frame not yet
+                                  * complete (0: it does not) */
     struct ctl_conn *next;
 };
 
@@ -578,7 +584,9 @@ struct daemon {
      * accept and close one connection. */
     int spare_fd;
     uint32_t conn_cap;           /* control connections + sessions */
-    uint32_t uid_ctl_cap;        /* control connections of one uid */
+    uint32_t conn_admin;         /* of conn_cap, kept for administrators' uids */
+    uint32_t uid_conn_cap;       /* sessions and control connections of one uid
+                                  * (administrators: no cap but conn_cap) */
     uint32_t uid_pending_cap;    /* handle-channel connections of one uid without hello */
     int64_t accept_paused_until_ms;  /* out of descriptors with no spare: listeners rest */
     struct log_limit log_limits[LOG_KINDS];

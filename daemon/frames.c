@@ -1660,18 +1660,30 @@ void frame_pool_drop_hold(struct frame_pool *p, uint32_t id)
 
 int frame_pool_return(struct frame_pool *p, const uint32_t *ids, size_t n, uint64_t session)
 {
-    for (size_t i = 0; i < n; i++) {
+    /* Checked in one pass, a frame seen marked (named), so that a request
+     * costs O(n) whatever it names; the marks are cleared before returning. */
+    int rc = 0;
+    size_t i = 0;
+    for (; i < n && rc == 0; i++) {
         struct frame *f = frame_pool_get(p, ids[i]);
         if (!f)
-            return MB_ENOENT;
-        if (f->state != FRAME_GRANTED || f->owner != session)
-            return MB_EPERM;
-        for (size_t j = 0; j < i; j++)
-            if (ids[j] == ids[i])
-                return MB_EINVAL;   /* the same frame twice */
+            rc = MB_ENOENT;
+        else if (f->state != FRAME_GRANTED || f->owner != session)
+            rc = MB_EPERM;
+        else if (f->named)
+            rc = MB_EINVAL;   /* the same frame twice */
+        else
+            f->named = true;
     }
-    for (size_t i = 0; i < n; i++)
-        let_go(p, slot_of(p, ids[i]));
+    for (size_t j = 0; j < i; j++) {
+        struct frame *f = frame_pool_get(p, ids[j]);
+        if (f)
+            f->named = false;
+    }
+    if (rc != 0)
+        return rc;
+    for (size_t j = 0; j < n; j++)
+        let_go(p, slot_of(p, ids[j]));
     POOL_CHECK(p);
     return 0;
 }
@@ -1819,7 +1831,7 @@ bool frame_pool_is_valid(const struct frame_pool *p)
         return false;
     for (uint32_t slot = 1; slot < p->next_unused; slot++) {
         const struct frame *f = &p->frames[slot];
-        if (f->gen >= FRAME_GENS)
+        if (f->gen >= FRAME_GENS || f->named)
             return false;
         reusable += f->reusable;
         if (f->state == FRAME_UNUSED)

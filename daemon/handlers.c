@@ -400,6 +400,11 @@ static void h_ret(struct request_ctx *rc, const Mb__Request *req, Mb__Reply *rep
     struct daemon *d = rc->d;
     struct session *s = rc->s;
     const Mb__Return *r = req->ret;
+    if (r->n_ids > MB_RETURN_MAX_IDS) {
+        mb_reply_error(rep, MB_EINVAL, "return of %zu frames refused: at most %u a request",
+                       r->n_ids, MB_RETURN_MAX_IDS);
+        return;
+    }
     if (r->n_ids && shares_holds(d, s, r->ids[0])) {
         /* Frames this session imported: it lets go of its holds. */
         int e = shares_return(d, s, r->ids, r->n_ids);

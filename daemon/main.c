@@ -317,8 +317,10 @@ static int bind_sockets(struct daemon *d)
 
 /* Descriptors: frames take one each; connections of both channels share
  * the rest but `headroom` for the daemon's own files; one uid may hold a
- * quarter of the connections at most, and a few handle channels waiting
- * for hello. A spare descriptor is kept to refuse connections cleanly at
+ * quarter of the connections at most (sessions and control connections
+ * together), and a few handle channels waiting for hello; the last few
+ * connections are kept for administrators, so that one can always look
+ * and act. A spare descriptor is kept to refuse connections cleanly at
  * the limit. */
 static void set_fd_limits(struct daemon *d, unsigned long fd_limit)
 {
@@ -327,7 +329,8 @@ static void set_fd_limits(struct daemon *d, unsigned long fd_limit)
     d->pool.max_frames = (uint32_t)(fd_limit - reserve);
     unsigned long conns = reserve > 96 ? reserve - 64 : reserve / 2;
     d->conn_cap = (uint32_t)conns;
-    d->uid_ctl_cap = d->conn_cap / 4 > 1 ? d->conn_cap / 4 : 1;
+    d->conn_admin = d->conn_cap / 16 < 16 ? d->conn_cap / 16 : 16;
+    d->uid_conn_cap = d->conn_cap / 4 > 1 ? d->conn_cap / 4 : 1;
     d->uid_pending_cap = d->conn_cap / 16 < 32 ? (d->conn_cap / 16 ? d->conn_cap / 16 : 1) : 32;
     d->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
 }

@@ -122,6 +122,43 @@ void daemon_malformed(struct daemon *d, const uint8_t *ident, size_t len, const 
     daemon_send(d, ident, len, &rep);
 }
 
+/* A reply past the message limit (status, metrics and tenants list every
+ * session or tenant, and many peers can make those lists long): its list
+ * is cut to fit, the reply saying how many entries it left out; any other
+ * reply too large becomes an error, so that the peer is answered. */
+static void fit_reply(Mb__Reply *rep)
+{
+    size_t bytes = protobuf_c_message_get_packed_size(&rep->base);
+    if (bytes <= MB_WIRE_MAX_BYTES)
+        return;
+    size_t *count = NULL;
+    uint32_t *omitted = NULL;
+    Mb__StatusReply *st = rep->body_case == MB__REPLY__BODY_STATUS    ? rep->status
+                          : rep->body_case == MB__REPLY__BODY_METRICS ? rep->metrics->status
+                                                                      : NULL;
+    if (st) {
+        count = &st->n_sessions;
+        omitted = &st->sessions_omitted;
+    } else if (rep->body_case == MB__REPLY__BODY_TENANTS) {
+        count = &rep->tenants->n_tenants;
+        omitted = &rep->tenants->omitted;
+    }
+    if (count) {
+        size_t all = *count;
+        /* An eighth at a time; 16 bytes kept for the count left out. */
+        while (*count && protobuf_c_message_get_packed_size(&rep->base) > MB_WIRE_MAX_BYTES - 16)
+            *count -= (*count + 7) / 8;
+        *omitted = (uint32_t)(all - *count);
+        mb_log(MB_LOG_INFO, "a reply of %zu bytes passed the %d-byte message limit: %zu of %zu "
+               "entries listed", bytes, MB_WIRE_MAX_BYTES, *count, all);
+        if (protobuf_c_message_get_packed_size(&rep->base) <= MB_WIRE_MAX_BYTES)
+            return;
+    }
+    rep->body_case = MB__REPLY__BODY__NOT_SET;
+    mb_reply_error(rep, MB_ELIMIT, "the reply (%zu bytes) passes the %d-byte message limit", bytes,
+                   MB_WIRE_MAX_BYTES);
+}
+
 void daemon_message(struct daemon *d, const uint8_t *ident, size_t ident_len,
                     const void *data, size_t size)
 {
@@ -145,6 +182,8 @@ void daemon_message(struct daemon *d, const uint8_t *ident, size_t ident_len,
     if (rep.code != 0)
         mb_log(MB_LOG_DEBUG, "request %llu refused: %s", (unsigned long long)req->id, rep.error);
     mb__request__free_unpacked(req, NULL);
+    if (!rc.deferred)
+        fit_reply(&rep);
     if (!rc.deferred && daemon_send(d, ident, ident_len, &rep) != 0)
         mb_log(MB_LOG_DEBUG, "failed to send a reply (peer gone)");
 }
@@ -213,9 +252,33 @@ static uint32_t pending_of_uid(const struct daemon *d, uid_t uid)
     return n;
 }
 
+static uint32_t sessions_of_uid(const struct daemon *d, uid_t uid)
+{
+    uint32_t n = 0;
+    for (const struct session *s = d->sessions; s; s = s->next)
+        n += s->uid == uid;
+    return n;
+}
+
+/* Why a connection of uid cannot be taken on either channel, or NULL: the
+ * daemon's cap (but the few kept for administrators), and the uid's share
+ * of it, its sessions (with hello or not) and control connections
+ * together. */
+static const char *conns_full(struct daemon *d, uid_t uid)
+{
+    bool admin = mb_config_is_admin(&d->cfg, uid);
+    if (d->n_sessions + d->n_ctl >= d->conn_cap - (admin ? 0 : d->conn_admin))
+        return admin ? "the daemon's connection limit is reached"
+                     : "the daemon's connection limit is reached (but those kept for administrators)";
+    if (!admin && sessions_of_uid(d, uid) + ctl_count_uid(d, uid) >= d->uid_conn_cap)
+        return "the uid holds its share of the daemon's connections (a quarter)";
+    return NULL;
+}
+
 /* Accept up to a burst of `what` connections on listen_fd (the `sock`) and
- * hand each to open once the peer's credentials and the limits allow it;
- * the uid's own cap is uid_full's to judge (its reason, or NULL). */
+ * hand each to open once the peer's credentials and the limits allow it
+ * (conns_full; and uid_full, when given, for the channel's own cap: its
+ * reason, or NULL). */
 static void accept_burst(struct daemon *d, int listen_fd, const char *sock, const char *what,
                          const char *(*uid_full)(struct daemon *d, uid_t uid),
                          bool (*open)(struct daemon *d, int fd, pid_t pid, uid_t uid))
@@ -232,9 +295,7 @@ static void accept_burst(struct daemon *d, int listen_fd, const char *sock, cons
         const char *why = NULL;
         if (mb_chan_peer(fd, &pid, &uid, &gid) != 0)
             why = "no peer credentials";
-        else if (d->n_sessions + d->n_ctl >= d->conn_cap)
-            why = "the daemon's connection limit is reached";
-        else
+        else if (!(why = conns_full(d, uid)) && uid_full)
             why = uid_full(d, uid);
         if (why) {
             d->count.conns_refused++;
@@ -268,11 +329,6 @@ static void accept_sessions(struct daemon *d)
     accept_burst(d, d->chan_listen, "handle channel", "handle-channel", sessions_full, open_session);
 }
 
-static const char *ctl_full(struct daemon *d, uid_t uid)
-{
-    return ctl_count_uid(d, uid) >= d->uid_ctl_cap ? "the uid has too many control connections" : NULL;
-}
-
 static bool open_ctl(struct daemon *d, int fd, pid_t pid, uid_t uid)
 {
     return ctl_open(d, fd, pid, uid) != NULL;
@@ -280,7 +336,7 @@ static bool open_ctl(struct daemon *d, int fd, pid_t pid, uid_t uid)
 
 static void accept_ctl(struct daemon *d)
 {
-    accept_burst(d, d->ctl_listen, "control socket", "control", ctl_full, open_ctl);
+    accept_burst(d, d->ctl_listen, "control socket", "control", NULL, open_ctl);
 }
 
 /* Handle-channel connections that never said hello end after a while. */

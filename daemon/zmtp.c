@@ -352,6 +352,18 @@ static void process_input(struct daemon *d, struct ctl_conn *c)
         memmove(c->in, c->in + pos, c->in_len - pos);
         c->in_len -= pos;
     }
+    /* A frame begun and not complete is timed (ctl_housekeep drops it past
+     * CTL_PARTIAL_MS, however slowly it trickles in); an empty buffer goes,
+     * so that an idle connection holds no input memory. */
+    if (c->in_len == 0 || c->held)
+        c->partial_ms = 0;
+    else if (!c->partial_ms || pos)
+        c->partial_ms = mb_now_ms();
+    if (c->in_len == 0 && c->in) {
+        free(c->in);
+        c->in = NULL;
+        c->in_cap = 0;
+    }
 }
 
 void ctl_readable(struct daemon *d, struct ctl_conn *c)
@@ -411,6 +423,8 @@ void ctl_housekeep(struct daemon *d, int64_t now)
             continue;
         if (c->state != CTL_OPEN && now - c->opened_ms > CTL_HANDSHAKE_MS)
             drop(d, c, "no handshake in time");
+        else if (c->partial_ms && now - c->partial_ms > CTL_PARTIAL_MS)
+            drop(d, c, "a frame left incomplete for 10 s");
         else if (ctl_pending_out(c) >= CTL_OUT_SOFT_BYTES &&
                  now - c->last_progress_ms > CTL_STALL_MS) {
             d->count.slow_readers++;

@@ -12,6 +12,7 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <sys/wait.h>
@@ -284,6 +285,12 @@ static int spawn_in_dir(struct mbt_daemon *d, const char *const *extra, const ch
             if (!eq)
                 continue;
             *eq = '\0';
+            if (strcmp(buf, "MBT_NOFILE") == 0) {
+                struct rlimit l = { (rlim_t)atol(eq + 1), (rlim_t)atol(eq + 1) };
+                if (setrlimit(RLIMIT_NOFILE, &l) != 0)
+                    _exit(126);
+                continue;
+            }
             if (strcmp(eq + 1, "self") == 0)
                 snprintf(eq + 1, sizeof(buf) - (size_t)(eq + 1 - buf), "%d", (int)getpid());
             setenv(buf, eq + 1, 1);

@@ -23,7 +23,9 @@ struct mbt_daemon {
  * extra arguments (NULL-terminated); waits until status answers. */
 int mbt_daemon_start(struct mbt_daemon *d, const char *const *extra);
 /* The same with extra environment ("NAME=value", NULL-terminated) for the
- * daemon; "WATCHDOG_PID=self" becomes the daemon's own pid. */
+ * daemon; "WATCHDOG_PID=self" becomes the daemon's own pid, and
+ * "MBT_NOFILE=N" is no variable: it sets the daemon's descriptor limit
+ * (soft and hard) to N. */
 int mbt_daemon_start_env(struct mbt_daemon *d, const char *const *extra, const char *const *env);
 /* Start it without waiting for it to answer (the notify test waits for
  * READY=1 instead). */

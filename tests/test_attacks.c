@@ -250,6 +250,83 @@ static int attack_hello(const char *dir, const char *name, const char *stolen)
     return 0;
 }
 
+/* Up to n sessions that said hello, their control connections closed and
+ * their handle channels kept: sessions the daemon keeps; it stops at the
+ * first refused (a refused control connection costs a hello's 10 s
+ * wait). Reports how many it holds, then holds them until stdin closes. */
+static int attack_sessions(const char *dir, int n)
+{
+    struct mbt_daemon d;
+    memset(&d, 0, sizeof(d));
+    snprintf(d.dir, sizeof(d.dir), "%s", dir);
+    int *chans = calloc((size_t)n, sizeof(int)), held = 0;
+    for (int i = 0; i < n; i++) {
+        struct mbt_session s;
+        bool ok = mbt_session_open(&d, "hoarder", &s) == 0 && s.id != 0;
+        if (ok)
+            chans[held++] = s.chan;
+        else if (s.chan >= 0)
+            close(s.chan);
+        if (s.dealer)
+            zmq_close(s.dealer);
+        if (s.zctx)
+            zmq_ctx_term(s.zctx);
+        if (!ok)
+            break;
+    }
+    printf("held %d\n", held);
+    fflush(stdout);
+    char line[64];
+    while (fgets(line, sizeof(line), stdin))
+        ;
+    for (int i = 0; i < held; i++)
+        close(chans[i]);
+    free(chans);
+    return 0;
+}
+
+/* A control connection that greets, says READY and then begins a 200 KiB
+ * frame it never finishes, a byte a second; on "check", reports whether
+ * the daemon closed it. */
+static int attack_partial(const char *dir)
+{
+    char ctl[256];
+    snprintf(ctl, sizeof(ctl), "%s/gpu0.ctl", dir);
+    int fd = connect_unix(ctl, SOCK_STREAM);
+    if (fd < 0)
+        return 1;
+    static const uint8_t greeting[64] = { 0xFF, 0, 0, 0, 0, 0, 0, 0, 1, 0x7F, 3, 0, 'N', 'U', 'L', 'L' };
+    static const uint8_t ready[] = { 0x04, 28, 5, 'R', 'E', 'A', 'D', 'Y', 11, 'S', 'o', 'c', 'k', 'e',
+                                     't', '-', 'T', 'y', 'p', 'e', 0, 0, 0, 6, 'D', 'E', 'A', 'L', 'E',
+                                     'R' };
+    static uint8_t part[1 + 8 + 100 * 1024];
+    part[0] = 0x02;   /* a long frame of 200 KiB */
+    uint64_t size = 200 * 1024;
+    for (int i = 0; i < 8; i++)
+        part[1 + i] = (uint8_t)(size >> (56 - 8 * i));
+    if (write(fd, greeting, sizeof(greeting)) != (ssize_t)sizeof(greeting) ||
+        write(fd, ready, sizeof(ready)) != (ssize_t)sizeof(ready))
+        return 1;
+    size_t off = 0;
+    while (off < sizeof(part)) {
+        ssize_t w = write(fd, part + off, sizeof(part) - off);
+        if (w <= 0)
+            break;
+        off += (size_t)w;
+    }
+    printf("begun\n");
+    fflush(stdout);
+    char line[64];
+    while (fgets(line, sizeof(line), stdin)) {
+        uint8_t one = 0;
+        bool closed = closed_by_peer(fd) || write(fd, &one, 1) != 1;
+        printf("%s\n", closed ? "closed" : "open");
+        fflush(stdout);
+    }
+    close(fd);
+    return 0;
+}
+
 static int attacker_main(int argc, char **argv)
 {
     const char *mode = argv[2], *dir = argc > 3 ? argv[3] : "";
@@ -261,6 +338,10 @@ static int attacker_main(int argc, char **argv)
         return attack_noread(dir, atoi(argv[4]), atoi(argv[5]));
     if (strcmp(mode, "hello") == 0 && argc > 4)
         return attack_hello(dir, argv[4], argc > 5 ? argv[5] : NULL);
+    if (strcmp(mode, "sessions") == 0 && argc > 4)
+        return attack_sessions(dir, atoi(argv[4]));
+    if (strcmp(mode, "partial") == 0)
+        return attack_partial(dir);
     return 2;
 }
 
@@ -1096,6 +1177,80 @@ static void pipelined_requests_all_answered(void **state)
     assert_int_equal(mbt_daemon_stop(&d), 0);
 }
 
+/* One uid's sessions (hello said, control connections closed, handle
+ * channels kept) count against its quarter of the daemon's connections,
+ * so that it cannot take them all: root still opens a session and reads
+ * the status while the hoarder holds what it got. A daemon whose
+ * descriptor limit (512) leaves 192 connections. */
+static void sessions_capped_per_uid(void **state)
+{
+    (void)state;
+    if (!mbt_can_setpriv())
+        skip();
+    struct mbt_daemon d;
+    const char *extra[] = { "--frame-size", "64K", "--budget", "64M", NULL };
+    const char *env[] = { "MBT_NOFILE=512", NULL };
+    assert_int_equal(mbt_daemon_start_env(&d, extra, env), 0);
+    int out, in;
+    const char *args[] = { "sessions", d.dir, "250", NULL };
+    pid_t pid = start_attacker(&d, args, &out, &in);
+    char line[128];
+    assert_true(mbt_read_line(out, line, sizeof(line), 120000) >= 0);
+    int held = 0;
+    assert_int_equal(sscanf(line, "held %d", &held), 1);
+    printf("  the hoarder holds %d sessions of the 250 it tried\n", held);
+    assert_true(held > 0 && held <= 192 / 4);
+    struct mbt_session s;
+    assert_int_equal(mbt_session_open(&d, "probe", &s), 0);
+    Mb__Reply *rep = raw_status(&s);
+    assert_true(rep->status->conns_refused > 0);
+    mb__reply__free_unpacked(rep, NULL);
+    mbt_session_close(&s);
+    close(in);
+    assert_int_equal(mbt_wait(pid), 0);
+    close(out);
+    assert_true(mbt_daemon_alive(&d));
+    assert_int_equal(mbt_daemon_stop(&d), 0);
+}
+
+/* A frame begun on the control socket and never finished (a byte a second
+ * trickling in) is dropped after 10 s, so that peers cannot pin the
+ * daemon's input buffers; the daemon serves on. */
+static void partial_frames_are_dropped(void **state)
+{
+    (void)state;
+    if (!mbt_can_setpriv())
+        skip();
+    struct mbt_daemon d;
+    const char *extra[] = { "--frame-size", "64K", "--budget", "64M", NULL };
+    assert_int_equal(mbt_daemon_start(&d, extra), 0);
+    int out, in;
+    const char *args[] = { "partial", d.dir, NULL };
+    pid_t pid = start_attacker(&d, args, &out, &in);
+    char line[64];
+    assert_true(mbt_read_line(out, line, sizeof(line), 30000) >= 0);
+    assert_string_equal(line, "begun");
+    bool closed = false;
+    int seconds = 0;
+    for (; seconds < 25 && !closed; seconds++) {
+        mbt_sleep_ms(1000);
+        assert_int_equal(write(in, "check\n", 6), 6);
+        assert_true(mbt_read_line(out, line, sizeof(line), 30000) >= 0);
+        closed = strcmp(line, "closed") == 0;
+        if (seconds < 8)
+            assert_false(closed);   /* not before its time */
+    }
+    printf("  the partial frame's connection closed after %d s\n", seconds);
+    assert_true(closed);
+    close(in);
+    assert_int_equal(mbt_wait(pid), 0);
+    close(out);
+    char buf[1024];
+    const char *legit[] = { MB_CLIENT_BIN, "pattern", "1048576", "3", "legit", NULL };
+    assert_int_equal(mbt_run(&d, legit, buf, sizeof(buf), false), 0);
+    assert_int_equal(mbt_daemon_stop(&d), 0);
+}
+
 int main(int argc, char **argv)
 {
     if (argc > 2 && strcmp(argv[1], "attack") == 0)
@@ -1117,6 +1272,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(symlinked_lock_refused),
         cmocka_unit_test(control_protocol_violations),
         cmocka_unit_test(pipelined_requests_all_answered),
+        cmocka_unit_test(sessions_capped_per_uid),
+        cmocka_unit_test(partial_frames_are_dropped),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

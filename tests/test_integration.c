@@ -823,6 +823,42 @@ static void room_releases_free_frames_only(void **state)
     assert_int_equal(mbt_daemon_stop(&d), 0);
 }
 
+/* A Return names at most MB_RETURN_MAX_IDS frames (checking one costs the
+ * daemon O(ids)): more is refused before anything is looked at, and
+ * nothing changes; the session's frames then return as usual. */
+static void return_names_at_most_the_cap(void **state)
+{
+    (void)state;
+    static const char *const args[] = { "--frame-size", "64K", NULL };
+    struct mbt_daemon d;
+    assert_int_equal(mbt_daemon_start(&d, args), 0);
+    struct mbt_session s;
+    assert_int_equal(mbt_session_open(&d, "returner", &s), 0);
+    assert_int_equal(mbt_session_grant(&s, 4 * FRAME), 0);
+    size_t n = MB_RETURN_MAX_IDS + 1;
+    uint32_t *ids = calloc(n, sizeof(*ids));
+    assert_non_null(ids);
+    for (size_t i = 0; i < n; i++)
+        ids[i] = s.frame_ids[i % s.n_frames];
+    Mb__Request req = MB__REQUEST__INIT;
+    Mb__Return r = MB__RETURN__INIT;
+    r.ids = ids;
+    r.n_ids = n;
+    req.body_case = MB__REQUEST__BODY_RET;
+    req.ret = &r;
+    Mb__Reply *rep = NULL;
+    assert_int_equal(mbt_session_call(&s, &req, &rep), MB_EINVAL);
+    assert_non_null(rep);
+    assert_non_null(strstr(rep->error, "at most 4096 a request"));
+    mb__reply__free_unpacked(rep, NULL);
+    free(ids);
+    assert_int_equal(mbt_status_num(&d, "frames_granted"), 4);
+    assert_int_equal(mbt_session_return(&s, s.frame_ids, s.n_frames), 0);
+    assert_int_equal(mbt_status_num(&d, "frames_granted"), 0);
+    mbt_session_close(&s);
+    assert_int_equal(mbt_daemon_stop(&d), 0);
+}
+
 /* The daemon grows its descriptor table for its frames at start-up (up to
  * 131072 descriptors, or its limit), not in the exports of grants; this
  * process's table, grown by its client, holds a grant's descriptors; and
@@ -926,6 +962,7 @@ int main(void)
         cmocka_unit_test(device_full_below_the_budget),
         cmocka_unit_test(free_frames_leave_the_device_headroom),
         cmocka_unit_test(room_releases_free_frames_only),
+        cmocka_unit_test(return_names_at_most_the_cap),
         cmocka_unit_test(descriptor_table_grown_ahead),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -391,6 +391,46 @@ static void options_anywhere_and_wording(void **state)
     assert_int_equal(mbt_daemon_stop(&d), 0);
 }
 
+/* A list too long for one message (4 000 tenants of 60-character names,
+ * about 290 KiB) is cut to fit: mbctl lists the first and says how many
+ * it left out, in text and in JSON, and the daemon serves on. */
+static void long_lists_cut_to_fit(void **state)
+{
+    (void)state;
+    char conf[] = "/tmp/mbtest-conf.XXXXXX";
+    int fd = mkstemp(conf);
+    assert_true(fd >= 0);
+    FILE *f = fdopen(fd, "w");
+    assert_non_null(f);
+    for (int i = 0; i < 4000; i++)
+        fprintf(f, "[tenant t%059d]\nmax = 1G\n", i);
+    fclose(f);
+    const char *extra[] = { "--frame-size", "64K", "--budget", "8M", "--config", conf, NULL };
+    struct mbt_daemon d;
+    assert_int_equal(mbt_daemon_start(&d, extra), 0);
+    int rc;
+    const char *tn[] = { "tenants", NULL };
+    struct json *j = mbt_ctl_json(&d, &rc, tn);
+    assert_non_null(j);
+    assert_int_equal(rc, 0);
+    size_t listed = json_get(j, "tenants")->n;
+    double omitted = json_num(j, "omitted");
+    printf("  %zu tenants listed, %.0f left out\n", listed, omitted);
+    assert_true(listed > 1000 && omitted > 0);
+    assert_int_equal((int)listed + (int)omitted, 4000);
+    json_free(j);
+    static char buf[1 << 20];
+    assert_int_equal(ctl(&d, buf, sizeof(buf), tn), 0);
+    char want[96];
+    snprintf(want, sizeof(want), "(%.0f more tenants not listed: the reply's size limit)", omitted);
+    assert_non_null(strstr(buf, want));
+    const char *st[] = { "status", NULL };
+    assert_int_equal(ctl(&d, buf, sizeof(buf), st), 0);
+    assert_true(mbt_daemon_alive(&d));
+    assert_int_equal(mbt_daemon_stop(&d), 0);
+    unlink(conf);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -400,6 +440,7 @@ int main(void)
         cmocka_unit_test(stale_runtime_dir),
         cmocka_unit_test(top_quits_on_q),
         cmocka_unit_test(options_anywhere_and_wording),
+        cmocka_unit_test(long_lists_cut_to_fit),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -315,8 +315,10 @@ static void print_sessions(const Mb__StatusReply *s)
                si->uid, si->tenant, si->frames, mb_format_size(si->bytes, a, sizeof(a)),
                mb_format_size(si->cached, b, sizeof(b)));
     }
-    if (s->n_sessions == 0)
+    if (s->n_sessions == 0 && !s->sessions_omitted)
         printf("(no sessions)\n");
+    if (s->sessions_omitted)
+        printf("(%u more sessions not listed: the reply's size limit)\n", s->sessions_omitted);
 }
 
 static void print_status_head(const Mb__StatusReply *s)
@@ -401,7 +403,7 @@ static int cli_status(struct ctl *ctl, int argc, char **argv)
                "\"grant_creates\":%llu,\"released_device_full\":%llu,\"descriptors\":%u,"
                "\"reexports\":%llu,\"exported_ahead\":%llu,\"exports_dropped\":%llu,"
                "\"warm_full_grants\":%llu,\"frame_slots\":%u,\"released_room\":%llu,"
-               "\"tenants\":[",
+               "\"sessions_omitted\":%u,\"tenants\":[",
                s->device, s->pid, (unsigned long long)s->uptime_ms,
                (unsigned long long)s->frame_bytes, (unsigned long long)s->budget_bytes,
                s->frames_total, s->frames_free, s->frames_granted,
@@ -416,7 +418,7 @@ static int cli_status(struct ctl *ctl, int argc, char **argv)
                s->descriptors, (unsigned long long)s->reexports,
                (unsigned long long)s->exported_ahead, (unsigned long long)s->exports_dropped,
                (unsigned long long)s->warm_full_grants, s->frame_slots,
-               (unsigned long long)s->released_room);
+               (unsigned long long)s->released_room, s->sessions_omitted);
         /* "tenants" lists sessions (each with its tenant's name), as before. */
         for (size_t i = 0; i < s->n_sessions; i++) {
             const Mb__SessionInfo *si = s->sessions[i];
@@ -481,8 +483,10 @@ static void print_tenants(const Mb__TenantsReply *t)
                (unsigned long long)k->stitches, (unsigned long long)k->unmaps,
                (unsigned long long)(k->refill_waits + k->grow_waits));
     }
-    if (t->n_tenants == 0)
+    if (t->n_tenants == 0 && !t->omitted)
         printf("(no tenants)\n");
+    if (t->omitted)
+        printf("(%u more tenants not listed: the reply's size limit)\n", t->omitted);
 }
 
 static int cli_tenants(struct ctl *ctl, int argc, char **argv)
@@ -514,7 +518,7 @@ static int cli_tenants(struct ctl *ctl, int argc, char **argv)
                    (unsigned long long)k->grow_waits, (unsigned long long)k->heap_extends,
                    (unsigned long long)k->heap_fills, (unsigned long long)k->grow_queued);
         }
-        printf("]}\n");
+        printf("],\"omitted\":%u}\n", t->omitted);
     } else {
         print_tenants(t);
     }
