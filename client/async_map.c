@@ -73,7 +73,7 @@ void amap_test_inject(mb_client *c, unsigned delay_us, unsigned fail_next)
     __atomic_store_n(&g_fail_next, fail_next, __ATOMIC_RELAXED);
 }
 
-/* The client's amap lives in c->amap (set once, under c->flock; read
+/* The client's amap lives in c->amap (set once, under g_start_lock; read
  * without a lock by amap_take_error). */
 static struct amap *find(mb_client *c, bool unlink)
 {
@@ -191,13 +191,11 @@ static void *mapper_main(void *arg)
     return NULL;
 }
 
-/* The client's amap, started on first use; NULL when the backend cannot
- * gate streams (the caller maps synchronously). */
-static struct amap *amap_get(mb_client *c)
+/* Start c's amap: NULL when the backend cannot gate streams. g_start_lock
+ * held. */
+static struct amap *amap_start(mb_client *c)
 {
-    struct amap *a = find(c, false);
-    if (a)
-        return a;
+    struct amap *a;
     mb_backend *be = c->be;
     if (!be->ops->host_mapped_alloc || !be->ops->stream_wait_value32)
         return NULL;
@@ -242,6 +240,26 @@ static struct amap *amap_get(mb_client *c)
     return NULL;
 }
 
+/* Held while an amap starts, so that two threads making a client's first
+ * stream-ordered call start one mapper, not two (a second would run jobs
+ * nobody drains, gate streams on its own word and outlive mb_close). */
+static pthread_mutex_t g_start_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* The client's amap, started on first use; NULL when the backend cannot
+ * gate streams (the caller maps synchronously). */
+static struct amap *amap_get(mb_client *c)
+{
+    struct amap *a = find(c, false);
+    if (a)
+        return a;
+    pthread_mutex_lock(&g_start_lock);
+    a = find(c, false);
+    if (!a)
+        a = amap_start(c);
+    pthread_mutex_unlock(&g_start_lock);
+    return a;
+}
+
 bool amap_has_error(mb_client *c)
 {
     struct amap *a = find(c, false);
@@ -259,8 +277,10 @@ int amap_take_error(mb_client *c)
     int rc = a->error;
     __atomic_store_n(&a->error, 0, __ATOMIC_RELEASE);
     pthread_mutex_unlock(&a->lock);
-    if (rc && c->sticky == 0)
-        c->sticky = rc;
+    int none = 0;   /* c->sticky is atomic: grow.c takes errors with no c->lock */
+    if (rc)
+        __atomic_compare_exchange_n(&c->sticky, &none, rc, false, __ATOMIC_ACQ_REL,
+                                    __ATOMIC_ACQUIRE);
     return rc;
 }
 

@@ -338,7 +338,7 @@ static int malloc_once(mb_client *c, size_t size, void *stream, bool sync, void 
         return tc_alloc(c, size, stream, sync, ptr);
     pthread_mutex_lock(&c->lock);
     int rc = amap_take_error(c);   /* no lock of its own unless a map failed */
-    if (rc == 0 && (rc = c->sticky) == 0) {
+    if (rc == 0 && (rc = __atomic_load_n(&c->sticky, __ATOMIC_ACQUIRE)) == 0) {
         if (!sync && wants_async_map(c, size, stream)) {
             struct stitched *s;
             if ((rc = own_range(c, size, size, stream, &s)) == 0)
@@ -350,7 +350,7 @@ static int malloc_once(mb_client *c, size_t size, void *stream, bool sync, void 
             rc = tiers_alloc(c, size, stream, sync, ptr);
         }
     }
-    c->sticky = 0;
+    __atomic_store_n(&c->sticky, 0, __ATOMIC_RELEASE);
     check_client(c);
     pthread_mutex_unlock(&c->lock);
     return rc;

@@ -270,8 +270,10 @@ struct mb_client {
     struct tcache *tcaches;      /* every thread's cache for this client */
     struct lclock lclk;          /* frees on the legacy stream (lclock.c) */
     int slab_err;                /* why the last refill got nothing */
-    int sticky;                  /* first error of work that failed after its call returned */
-    struct amap *amap;           /* stream-ordered mapper (async_map.c), once started */
+    int sticky;                  /* first error of work that failed after its call returned
+                                  * (atomic: set with no c->lock by amap_take_error) */
+    struct amap *amap;           /* stream-ordered mapper (async_map.c), once started
+                                  * (by one thread: async_map.c's start lock) */
     mb_client_stats st;          /* the tiers' counters (lock) */
     struct {                     /* the frame layer's counters (flock) */
         size_t bytes_mapped;
@@ -557,7 +559,12 @@ int tc_free(mb_client *c, void *ptr, void *stream);
 /* Flush every thread's cache into the shared slab (detach: the client is
  * closing). c->lock not held. */
 void tc_flush_every_thread(mb_client *c, bool detach);
-size_t tc_cached_bytes(mb_client *c);
+/* The bytes c's thread caches hold: tc_lists_lock, then c->lock, held
+ * (each cache's count changes under c->lock with the slab's, when objects
+ * move between them, so the two read together agree). */
+void tc_lists_lock(void);
+void tc_lists_unlock(void);
+size_t tc_cached_bytes_held(mb_client *c);
 /* Flush the caches of threads that made no call for idle_ms (the idle
  * policy). c->lock not held. */
 void tc_flush_idle(mb_client *c, int64_t idle_ms);

@@ -1125,17 +1125,18 @@ size_t grow_usable(mb_client *c, const void *ptr)
     return n;
 }
 
-struct stitched *grow_find_held(mb_client *c, const void *ptr)
+int grow_share_begin(mb_client *c, const void *ptr, uint32_t **ids, size_t *n)
 {
     struct growset *g;
     if (!ptr || set_of(c, false, &g) != 0)
-        return NULL;
+        return MB_ENOENT;
     pthread_mutex_lock(&g->lock);
     struct growable *x = ptrmap_get(&g->map, ptr);
-    /* Frames still being mapped, or a former owner's work still running
-     * (reused in stream order): shared once they are done. */
-    while (x && (x->pending || !fence_settled(c, &x->prior))) {
-        if (x->pending) {
+    /* Another thread mapping, cutting or freeing it, or a former owner's
+     * work still running (reused in stream order): shared once they are
+     * done; then busy, so that no tail is mapped or cut under the ids. */
+    while (x && (x->busy || !fence_settled(c, &x->prior))) {
+        if (x->busy) {
             pthread_cond_wait(&g->not_busy, &g->lock);
         } else {
             pthread_mutex_unlock(&g->lock);
@@ -1145,8 +1146,35 @@ struct stitched *grow_find_held(mb_client *c, const void *ptr)
         }
         x = ptrmap_get(&g->map, ptr);
     }
+    int rc = x ? 0 : MB_ENOENT;
+    uint32_t *v = x ? malloc(x->s->n * sizeof(*v)) : NULL;
+    if (x && !v)
+        rc = MB_ENOMEM;
+    if (rc == 0) {
+        for (size_t i = 0; i < x->s->n; i++)
+            v[i] = x->s->frames[i]->id;
+        *ids = v;
+        *n = x->s->n;
+        x->busy = true;
+    }
     pthread_mutex_unlock(&g->lock);
-    return x ? x->s : NULL;
+    return rc;
+}
+
+void grow_share_end(mb_client *c, const void *ptr, size_t n, bool shared)
+{
+    struct growset *g;
+    if (set_of(c, false, &g) != 0)
+        return;
+    pthread_mutex_lock(&g->lock);
+    struct growable *x = ptrmap_get(&g->map, ptr);   /* busy: not freed meanwhile */
+    if (x) {
+        for (size_t i = 0; shared && i < n; i++)
+            x->s->frames[i]->exported = true;
+        x->busy = false;
+        pthread_cond_broadcast(&g->not_busy);
+    }
+    pthread_mutex_unlock(&g->lock);
 }
 
 /* What the ranges' driver work was, at close (MOONBRIGHT_LOG=info): where

@@ -59,9 +59,14 @@ int grow_extend(mb_client *c, void *ptr, size_t new_size, void *stream, bool asy
 int grow_free(mb_client *c, void *ptr, void *stream);
 /* The used size at ptr; 0 when ptr is not a growable range. */
 size_t grow_usable(mb_client *c, const void *ptr);
-/* The stitched range of a growable ptr, for sharing; NULL when not one.
- * c->lock held. */
-struct stitched *grow_find_held(mb_client *c, const void *ptr);
+/* Sharing a growable range: grow_share_begin waits until no other thread
+ * maps, cuts or frees it and a former owner's work is done, holds it busy
+ * and copies the ids of its frames (*ids, malloc'd, *n of them); MB_ENOENT
+ * when ptr is not a growable range. grow_share_end marks those frames
+ * exported when the daemon shared them (freed, they go back to the daemon,
+ * never into the cache) and lets the range go. c->lock not held. */
+int grow_share_begin(mb_client *c, const void *ptr, uint32_t **ids, size_t *n);
+void grow_share_end(mb_client *c, const void *ptr, size_t n, bool shared);
 
 /* For refill.c: the growable ranges of a client. */
 struct growset *growset_new(void);

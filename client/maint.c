@@ -171,11 +171,13 @@ int maint_release(mb_client *c, int64_t idle_ms, size_t keep_bytes)
 /* What mb_stats reports, gathered from every layer (no lock held on entry). */
 void maint_stats(mb_client *c, mb_client_stats *out)
 {
-    size_t cached = c->chunks ? tc_cached_bytes(c) : 0;
+    tc_lists_lock();
     pthread_mutex_lock(&c->lock);
+    size_t cached = c->chunks ? tc_cached_bytes_held(c) : 0;
     *out = c->st;
     tiers_stats(c, out);
     pthread_mutex_unlock(&c->lock);
+    tc_lists_unlock();
     /* objects in thread caches are free, though the slab counts them live */
     cached = cached < out->slab_live ? cached : out->slab_live;
     out->slab_live -= cached;

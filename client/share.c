@@ -20,15 +20,52 @@
 _Static_assert(sizeof(((mb_share_token *)0)->bytes) == MB_SHARE_TOKEN_BYTES,
                "mb_share_token carries the protocol's share token");
 
+/* Ask the daemon for a token for frames ids[0..n). */
+static int share_ids(mb_client *c, const uint32_t *ids, size_t n, bool restrict_uid, uint32_t uid,
+                     mb_share_token *out)
+{
+    Mb__Request req = MB__REQUEST__INIT;
+    Mb__Share sh = MB__SHARE__INIT;
+    sh.ids = (uint32_t *)ids;
+    sh.n_ids = n;
+    sh.restrict_uid = restrict_uid;
+    sh.uid = uid;
+    req.body_case = MB__REQUEST__BODY_SHARE;
+    req.share = &sh;
+    Mb__Reply *rep;
+    pthread_mutex_lock(&c->flock);
+    int rc = rpc_call(c, &req, &rep);
+    pthread_mutex_unlock(&c->flock);
+    if (rc == 0) {
+        if (rep->body_case == MB__REPLY__BODY_SHARE && rep->share->token.len == sizeof(out->bytes))
+            memcpy(out->bytes, rep->share->token.data, sizeof(out->bytes));
+        else
+            rc = MB_EPROTO;
+        mb__reply__free_unpacked(rep, NULL);
+    }
+    return rc;
+}
+
 static int export(mb_client *c, void *ptr, bool restrict_uid, uint32_t uid, mb_share_token *out)
 {
     if (!c || !ptr || !out)
         return MB_EINVAL;
+    /* A growable range of its own: held busy while its frames are named,
+     * so that no tail is mapped or cut under them. */
+    uint32_t *ids = NULL;
+    size_t n = 0;
+    int rc = grow_share_begin(c, ptr, &ids, &n);
+    if (rc != MB_ENOENT) {
+        if (rc == 0)
+            rc = share_ids(c, ids, n, restrict_uid, uid, out);
+        if (ids)
+            grow_share_end(c, ptr, n, rc == 0);
+        free(ids);
+        return rc;
+    }
+    rc = 0;
     pthread_mutex_lock(&c->lock);
     struct stitched *s = ptrmap_get(&c->live, ptr);
-    int rc = 0;
-    if (!s)
-        s = grow_find_held(c, ptr);   /* a growable range of its own */
     if (!s) {
         /* A heap block that spans its arena becomes a range of its own. */
         size_t before;
@@ -45,37 +82,25 @@ static int export(mb_client *c, void *ptr, bool restrict_uid, uint32_t uid, mb_s
     } else if (s->imported) {
         rc = MB_EINVAL;
     }
-    pthread_mutex_unlock(&c->lock);
-    uint32_t *ids = rc == 0 ? malloc(s->n * sizeof(*ids)) : NULL;
+    /* A range of its own (c->live): its frames change only when the user
+     * frees it, which the caller does not do while sharing it. */
+    ids = rc == 0 ? malloc(s->n * sizeof(*ids)) : NULL;
     if (rc == 0 && !ids)
         rc = MB_ENOMEM;
+    for (size_t i = 0; rc == 0 && i < s->n; i++)
+        ids[i] = s->frames[i]->id;
+    n = rc == 0 ? s->n : 0;
+    pthread_mutex_unlock(&c->lock);
+    if (rc == 0)
+        rc = share_ids(c, ids, n, restrict_uid, uid, out);
     if (rc == 0) {
-        for (size_t i = 0; i < s->n; i++)
-            ids[i] = s->frames[i]->id;
-        Mb__Request req = MB__REQUEST__INIT;
-        Mb__Share sh = MB__SHARE__INIT;
-        sh.ids = ids;
-        sh.n_ids = s->n;
-        sh.restrict_uid = restrict_uid;
-        sh.uid = uid;
-        req.body_case = MB__REQUEST__BODY_SHARE;
-        req.share = &sh;
-        Mb__Reply *rep;
-        pthread_mutex_lock(&c->flock);
-        rc = rpc_call(c, &req, &rep);
-        pthread_mutex_unlock(&c->flock);
-        if (rc == 0) {
-            if (rep->body_case == MB__REPLY__BODY_SHARE && rep->share->token.len == sizeof(out->bytes)) {
-                memcpy(out->bytes, rep->share->token.data, sizeof(out->bytes));
-                /* Another process may map these frames from now on: once
-                 * freed here they go back to the daemon, never into this
-                 * process's cache for reuse. */
-                for (size_t i = 0; i < s->n; i++)
-                    s->frames[i]->exported = true;
-            } else
-                rc = MB_EPROTO;
-            mb__reply__free_unpacked(rep, NULL);
-        }
+        /* Another process may map these frames from now on: once freed
+         * here they go back to the daemon, never into this process's
+         * cache for reuse. */
+        pthread_mutex_lock(&c->lock);
+        for (size_t i = 0; i < n; i++)
+            s->frames[i]->exported = true;
+        pthread_mutex_unlock(&c->lock);
     }
     free(ids);
     return rc;

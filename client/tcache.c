@@ -134,11 +134,12 @@ static void bin_flush(struct tcache *t, struct tc_bin *b, uint32_t n, size_t siz
     }
     b->head = (b->head + n) % TC_CAP;
     b->n -= n;
-    __atomic_store_n(&t->bytes, t->bytes - n * size, __ATOMIC_RELAXED);
     mb_client *c = t->c;
     pthread_mutex_lock(&c->lock);
     tiers_slab_put(c, ready, nr, NULL, false);
     tiers_slab_put(c, pending, np, ev, true);
+    /* Under c->lock with the slab's change: mb_stats reads both at once. */
+    __atomic_store_n(&t->bytes, t->bytes - n * size, __ATOMIC_RELAXED);
     pthread_mutex_unlock(&c->lock);
 }
 
@@ -247,15 +248,15 @@ static struct tcache *tc_get(mb_client *c)
 /* ---- the fast paths ---- */
 
 /* Objects fresh from the shared slab (ready for every stream) go in at
- * the oldest end of bin b. */
-static void push_ready(struct tcache *t, struct tc_bin *b, void *const *objs, size_t n, size_t size)
+ * the oldest end of bin b (t->bytes counted them, under c->lock with the
+ * slab's change, so that mb_stats reads both at once). */
+static void push_ready(struct tc_bin *b, void *const *objs, size_t n)
 {
     for (size_t i = 0; i < n; i++) {
         b->head = (b->head + TC_CAP - 1) % TC_CAP;
         b->e[b->head] = (struct tc_ent){ objs[i], 0 };
         b->n++;
     }
-    __atomic_store_n(&t->bytes, t->bytes + n * size, __ATOMIC_RELAXED);
 }
 
 static int refill(struct tcache *t, unsigned k, size_t size, void **ptr)
@@ -271,10 +272,12 @@ static int refill(struct tcache *t, unsigned k, size_t size, void **ptr)
     pthread_mutex_lock(&c->lock);
     size_t n = tiers_slab_take(c, size, want + 1, got);
     int rc = n ? 0 : c->slab_err;
+    if (n > 1)
+        __atomic_store_n(&t->bytes, t->bytes + (n - 1) * size, __ATOMIC_RELAXED);
     pthread_mutex_unlock(&c->lock);
     if (n == 0)
         return rc ? rc : MB_ENOMEM;
-    push_ready(t, b, got + 1, n - 1, size);
+    push_ready(b, got + 1, n - 1);
     *ptr = got[0];
     return 0;
 }
@@ -293,8 +296,9 @@ static void top_up(struct tcache *t, unsigned k, size_t size)
     void *got[TC_REFILL];
     pthread_mutex_lock(&c->lock);
     size_t n = tiers_slab_take(c, size, want, got);
+    __atomic_store_n(&t->bytes, t->bytes + n * size, __ATOMIC_RELAXED);
     pthread_mutex_unlock(&c->lock);
-    push_ready(t, b, got, n, size);
+    push_ready(b, got, n);
 }
 
 int tc_alloc(mb_client *c, size_t size, void *stream, bool sync, void **ptr)
@@ -438,13 +442,14 @@ void tc_flush_idle(mb_client *c, int64_t idle_ms)
     pthread_mutex_unlock(&g_tc_lock);
 }
 
-size_t tc_cached_bytes(mb_client *c)
+void tc_lists_lock(void) { pthread_mutex_lock(&g_tc_lock); }
+void tc_lists_unlock(void) { pthread_mutex_unlock(&g_tc_lock); }
+
+size_t tc_cached_bytes_held(mb_client *c)
 {
     size_t n = 0;
-    pthread_mutex_lock(&g_tc_lock);
     for (struct tcache *t = c->tcaches; t; t = t->next)
         n += __atomic_load_n(&t->bytes, __ATOMIC_RELAXED);
-    pthread_mutex_unlock(&g_tc_lock);
     return n;
 }
 
