@@ -1,6 +1,6 @@
 #!/bin/bash
-# The latest code (39d8207: freed growable ranges passed over whenever they would strand
-# memory; the daemon's connection caps) on a GPU: ctest -L gpu whole; the goal set (conversation
+# The latest code (6d5e0ee: freed growable ranges passed over whenever they would strand
+# memory; the daemon's connection caps; the client's races fixed) on a GPU: ctest -L gpu whole; the goal set (conversation
 # replay: realloc, grow, vspace, cudaMallocAsync; the pairs; bench_vspace growth;
 # goals.py); three tenants replaying at once on one daemon, one of them killed
 # (SIGKILL) mid-run, the daemon's books read after; mbbench threads up to 64.
