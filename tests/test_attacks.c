@@ -380,6 +380,15 @@ static pid_t start_attacker(const struct mbt_daemon *d, const char *const *args,
     remember(pid);
     return pid;
 }
+/* Close the attacker's stdin (it lets go of what it holds and exits) and
+ * check that it exited cleanly. */
+static void end_attacker(pid_t pid, int in, int out)
+{
+    close(in);
+    assert_int_equal(mbt_wait(pid), 0);
+    close(out);
+}
+
 /* Status through a raw session (fields mbctl does not print). */
 static Mb__Reply *raw_status(struct mbt_session *s)
 {
@@ -550,9 +559,7 @@ static void connection_flood_is_bounded(void **state)
     }
     assert_int_equal(closed_chan, held_chan);
     assert_int_equal(closed_ctl, held_ctl);
-    close(in);
-    assert_int_equal(mbt_wait(pid), 0);
-    close(out);
+    end_attacker(pid, in, out);
     rep = raw_status(&s);
     assert_true(rep->status->hello_timeouts > 0);
     mb__reply__free_unpacked(rep, NULL);
@@ -615,9 +622,7 @@ static void descriptor_exhaustion_refuses_cleanly(void **state)
     assert_true(mbt_read_line(out, line, sizeof(line), 60000) >= 0);
     mbt_sleep_ms(2000);   /* the flood meets the limit for a while */
     assert_true(mbt_daemon_alive(&d));
-    close(in);
-    assert_int_equal(mbt_wait(pid), 0);
-    close(out);
+    end_attacker(pid, in, out);
     assert_true(mbt_daemon_alive(&d));
     mbt_sleep_ms(4500);   /* the flood's connections are closed (hello timeout) */
     char buf[1024];
@@ -673,9 +678,7 @@ static void unread_replies_do_not_grow_daemon(void **state)
     char buf[1024];
     const char *legit[] = { MB_CLIENT_BIN, "pattern", "1048576", "3", "legit", NULL };
     assert_int_equal(mbt_run(&d, legit, buf, sizeof(buf), false), 0);
-    close(in);
-    assert_int_equal(mbt_wait(pid), 0);
-    close(out);
+    end_attacker(pid, in, out);
     assert_true(mbt_daemon_alive(&d));
     mbt_session_close(&s);
     assert_int_equal(mbt_daemon_stop(&d), 0);
@@ -873,9 +876,7 @@ static void reconnect_keeps_tenant(void **state)
     assert_int_equal(write(in, "check\n", 6), 6);
     assert_true(mbt_read_line(out, line, sizeof(line), 10000) >= 0);
     assert_string_equal(line, "intact");
-    close(in);
-    assert_int_equal(mbt_wait(pid), 0);
-    close(out);
+    end_attacker(pid, in, out);
     assert_int_equal(mbt_daemon_stop(&d), 0);
 }
 
@@ -1206,9 +1207,7 @@ static void sessions_capped_per_uid(void **state)
     assert_true(rep->status->conns_refused > 0);
     mb__reply__free_unpacked(rep, NULL);
     mbt_session_close(&s);
-    close(in);
-    assert_int_equal(mbt_wait(pid), 0);
-    close(out);
+    end_attacker(pid, in, out);
     assert_true(mbt_daemon_alive(&d));
     assert_int_equal(mbt_daemon_stop(&d), 0);
 }
@@ -1242,9 +1241,7 @@ static void partial_frames_are_dropped(void **state)
     }
     printf("  the partial frame's connection closed after %d s\n", seconds);
     assert_true(closed);
-    close(in);
-    assert_int_equal(mbt_wait(pid), 0);
-    close(out);
+    end_attacker(pid, in, out);
     char buf[1024];
     const char *legit[] = { MB_CLIENT_BIN, "pattern", "1048576", "3", "legit", NULL };
     assert_int_equal(mbt_run(&d, legit, buf, sizeof(buf), false), 0);
