@@ -149,7 +149,7 @@ static void fit_reply(Mb__Reply *rep)
         while (*count && protobuf_c_message_get_packed_size(&rep->base) > MB_WIRE_MAX_BYTES - 16)
             *count -= (*count + 7) / 8;
         *omitted = (uint32_t)(all - *count);
-        mb_log(MB_LOG_INFO, "a reply of %zu bytes passed the %d-byte message limit: %zu of %zu "
+        mb_log(MB_LOG_DEBUG, "a reply of %zu bytes passed the %d-byte message limit: %zu of %zu "
                "entries listed", bytes, MB_WIRE_MAX_BYTES, *count, all);
         if (protobuf_c_message_get_packed_size(&rep->base) <= MB_WIRE_MAX_BYTES)
             return;
