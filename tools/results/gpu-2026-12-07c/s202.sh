@@ -2,7 +2,8 @@
 # The rest of s200 on the code after it (gpu_async_map's reuse test asks for what the freed
 # range holds): ctest gpu_async_map; three tenants replaying 1000 requests each at once on
 # one daemon (60G budget), the third killed (SIGKILL) 6 s in, the daemon's books read after.
-# Run with bash.
+# Run with bash. Not run: no machine could be started from 12:47 UTC on 2026-12-07, and
+# then the session's device time was spent.
 . tools/gpu/use-deps.sh .gpudeps >/dev/null 2>&1
 date -u; nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 O=$OUT/s202; mkdir -p $O
