@@ -366,8 +366,8 @@ struct over {
 static int over_granted(const Mb__StatusReply *s, struct over *out)
 {
     struct nvml_proc procs[MAX_OVER];
-    if (strcmp(s->backend, "cuda") != 0)
-        return -1;
+    if (strcmp(s->backend, "cuda") != 0 || s->sessions_omitted)
+        return -1;   /* (not every session listed: what each was granted is not known) */
     int n = nvml_processes(s->device, procs, MAX_OVER), k = 0;
     for (int i = 0; i < n; i++) {
         if ((uint32_t)procs[i].pid == s->pid)
@@ -728,7 +728,7 @@ static void prom_metrics(const Mb__MetricsReply *m, const Mb__TenantsReply *t)
     prom_head("moonbright_frame_bytes", "gauge", "Bytes per frame.");
     printf("moonbright_frame_bytes{device=\"%u\"} %llu\n", dev, (unsigned long long)s->frame_bytes);
     prom_head("moonbright_sessions", "gauge", "Sessions bound now.");
-    printf("moonbright_sessions{device=\"%u\"} %zu\n", dev, s->n_sessions);
+    printf("moonbright_sessions{device=\"%u\"} %zu\n", dev, s->n_sessions + s->sessions_omitted);
     prom_head("moonbright_sessions_opened_total", "counter", "Sessions opened on the handle channel.");
     printf("moonbright_sessions_opened_total{device=\"%u\"} %llu\n", dev, (unsigned long long)m->sessions_opened);
     prom_head("moonbright_sessions_closed_total", "counter", "Sessions ended.");
@@ -831,8 +831,8 @@ static void json_metrics(const Mb__MetricsReply *m)
            "\"reclaim_bytes\":%llu,\"reclaim_timeouts\":%llu,\"released_isolation\":%llu,"
            "\"released_idle\":%llu,\"reclaim_ignored\":%llu,\"reclaim_short\":%llu,\"commands\":[",
            s->device, s->frames_free, s->frames_granted, (unsigned long long)s->bytes_free,
-           (unsigned long long)s->bytes_granted, (unsigned long long)s->budget_bytes, s->n_sessions,
-           (unsigned long long)m->sessions_opened, (unsigned long long)m->sessions_closed,
+           (unsigned long long)s->bytes_granted, (unsigned long long)s->budget_bytes,
+           s->n_sessions + s->sessions_omitted, (unsigned long long)m->sessions_opened, (unsigned long long)m->sessions_closed,
            (unsigned long long)m->sessions_killed, (unsigned long long)m->refused_auth,
            (unsigned long long)s->refused_quota, (unsigned long long)s->malformed,
            (unsigned long long)s->scrubs, (unsigned long long)s->reclaim_notices,
@@ -1045,15 +1045,15 @@ static int cli_devices(struct ctl *ctl, int argc, char **argv)
             printf(",\"budget_bytes\":%llu,\"bytes_granted\":%llu,\"bytes_free\":%llu,"
                    "\"sessions\":%zu,\"pid\":%u,\"draining\":%s}",
                    (unsigned long long)s->budget_bytes, (unsigned long long)s->bytes_granted,
-                   (unsigned long long)s->bytes_free, s->n_sessions, s->pid,
+                   (unsigned long long)s->bytes_free, s->n_sessions + s->sessions_omitted, s->pid,
                    s->draining ? "true" : "false");
         } else {
             char b[32], g[32], f[32];
             printf("%-6u  %-40s  %-7s  %10s  %10s  %10s  %8zu  %u%s\n", s->device, s->device_id,
                    s->backend, mb_format_size(s->budget_bytes, b, sizeof(b)),
                    mb_format_size(s->bytes_granted, g, sizeof(g)),
-                   mb_format_size(s->bytes_free, f, sizeof(f)), s->n_sessions, s->pid,
-                   s->draining ? " DRAINING" : "");
+                   mb_format_size(s->bytes_free, f, sizeof(f)), s->n_sessions + s->sessions_omitted,
+                   s->pid, s->draining ? " DRAINING" : "");
         }
         mb__reply__free_unpacked(rep, NULL);
     }
