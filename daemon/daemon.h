@@ -66,7 +66,7 @@ struct frame {
                                   * (FRAME_SLOT_BITS); kept when the slot ends */
     bool reusable;               /* UNUSED, on the queue of slots to reuse */
     bool named;                  /* named once already in the request being checked
-                                  * (frame_pool_return: duplicates in O(n)); false
+                                  * (frame_pool_duplicate: duplicates in O(n)); false
                                   * between requests */
 };
 
@@ -355,6 +355,9 @@ uint64_t frame_pool_bytes(const struct frame_pool *p, uint32_t id);
 /* Take back frames granted to `session`; all must be its own, else nothing
  * changes and MB_EPERM (or MB_ENOENT for ids that name no frame) returns. */
 int frame_pool_return(struct frame_pool *p, const uint32_t *ids, size_t n, uint64_t session);
+/* The first id of ids[] that names a frame named before it, or 0: the same
+ * frame twice in a request (ids naming no frame are not counted). */
+uint32_t frame_pool_duplicate(struct frame_pool *p, const uint32_t *ids, size_t n);
 /* After a restart: book frame `id` of `bytes` as held by `session` of
  * `uid`, reported by the client that still maps it. MB_EPERM when the
  * journal does not say this uid held a frame of that size under that id, or

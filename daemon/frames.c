@@ -885,7 +885,7 @@ static uint64_t demand_target(const struct frame_pool *p)
     return target < p->budget_bytes ? target : p->budget_bytes;
 }
 
-/* What spares of one order may hold: a spare_share-th of the bytes granted
+/* What all spares together may hold: a spare_share-th of the bytes granted
  * and `more` being granted (spare_share 0: not capped, reserve_short). */
 static uint64_t spare_room(const struct frame_pool *p, uint64_t more)
 {
@@ -1658,21 +1658,17 @@ void frame_pool_drop_hold(struct frame_pool *p, uint32_t id)
     POOL_CHECK(p);
 }
 
-int frame_pool_return(struct frame_pool *p, const uint32_t *ids, size_t n, uint64_t session)
+uint32_t frame_pool_duplicate(struct frame_pool *p, const uint32_t *ids, size_t n)
 {
-    /* Checked in one pass, a frame seen marked (named), so that a request
-     * costs O(n) whatever it names; the marks are cleared before returning. */
-    int rc = 0;
+    /* Each frame marked (named) where first seen, the marks cleared after:
+     * O(n) whatever a request names, and no memory to allocate. */
+    uint32_t dup = 0;
     size_t i = 0;
-    for (; i < n && rc == 0; i++) {
+    for (; i < n && !dup; i++) {
         struct frame *f = frame_pool_get(p, ids[i]);
-        if (!f)
-            rc = MB_ENOENT;
-        else if (f->state != FRAME_GRANTED || f->owner != session)
-            rc = MB_EPERM;
-        else if (f->named)
-            rc = MB_EINVAL;   /* the same frame twice */
-        else
+        if (f && f->named)
+            dup = ids[i];
+        else if (f)
             f->named = true;
     }
     for (size_t j = 0; j < i; j++) {
@@ -1680,10 +1676,22 @@ int frame_pool_return(struct frame_pool *p, const uint32_t *ids, size_t n, uint6
         if (f)
             f->named = false;
     }
-    if (rc != 0)
-        return rc;
-    for (size_t j = 0; j < n; j++)
-        let_go(p, slot_of(p, ids[j]));
+    return dup;
+}
+
+int frame_pool_return(struct frame_pool *p, const uint32_t *ids, size_t n, uint64_t session)
+{
+    for (size_t i = 0; i < n; i++) {
+        struct frame *f = frame_pool_get(p, ids[i]);
+        if (!f)
+            return MB_ENOENT;
+        if (f->state != FRAME_GRANTED || f->owner != session)
+            return MB_EPERM;
+    }
+    if (frame_pool_duplicate(p, ids, n))
+        return MB_EINVAL;   /* the same frame twice */
+    for (size_t i = 0; i < n; i++)
+        let_go(p, slot_of(p, ids[i]));
     POOL_CHECK(p);
     return 0;
 }

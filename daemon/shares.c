@@ -43,22 +43,6 @@ static int cmp_u32(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-/* The first id named twice in ids[], or 0. */
-static uint32_t duplicate_id(const uint32_t *ids, size_t n)
-{
-    uint32_t *v = malloc(n * sizeof(*v));
-    if (!v)
-        return UINT32_MAX;   /* treated as a refusal by the caller */
-    memcpy(v, ids, n * sizeof(*v));
-    qsort(v, n, sizeof(*v), cmp_u32);
-    uint32_t dup = 0;
-    for (size_t i = 1; i < n && !dup; i++)
-        if (v[i] == v[i - 1])
-            dup = v[i] ? v[i] : UINT32_MAX;
-    free(v);
-    return dup;
-}
-
 void h_share(struct request_ctx *rc, const Mb__Request *req, Mb__Reply *rep)
 {
     static Mb__ShareReply sr;
@@ -77,12 +61,9 @@ void h_share(struct request_ctx *rc, const Mb__Request *req, Mb__Reply *rep)
             return;
         }
     }
-    uint32_t dup = duplicate_id(m->ids, m->n_ids);
+    uint32_t dup = frame_pool_duplicate(&d->pool, m->ids, m->n_ids);   /* (all name frames) */
     if (dup) {
-        if (dup == UINT32_MAX)
-            mb_reply_error(rep, MB_ENOMEM, "share refused: out of memory");
-        else
-            mb_reply_error(rep, MB_EINVAL, "share refused: frame %u is named more than once", dup);
+        mb_reply_error(rep, MB_EINVAL, "share refused: frame %u is named more than once", dup);
         return;
     }
     uint32_t mine = 0, uid_tokens = 0;
@@ -421,7 +402,7 @@ int shares_return(struct daemon *d, struct session *s, const uint32_t *ids, size
     for (size_t i = 0; i < n; i++)
         if (!shares_holds(d, s, ids[i]))
             return MB_EPERM;
-    if (duplicate_id(ids, n))
+    if (frame_pool_duplicate(&d->pool, ids, n))   /* (held: all name frames) */
         return MB_EINVAL;
     for (size_t i = 0; i < n; i++)
         drop_hold_at(d, (size_t)hold_find(d, s->id, ids[i]));
