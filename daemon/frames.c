@@ -1043,6 +1043,38 @@ static bool release_surplus(struct frame_pool *p, const uint32_t *need, uid_t ui
     return true;
 }
 
+/* The bytes release_surplus could release for a grant to uid (need as
+ * there): other uids' free frames, and the usable ones the grant does not
+ * need. */
+static uint64_t releasable(struct frame_pool *p, const uint32_t *need, uid_t uid)
+{
+    uint64_t b = 0;
+    for (uint32_t i = 0; i < p->n_by_uid; i++)
+        if (p->by_uid[i]->uid != uid)
+            for (unsigned k = 0; k < MB_ORDERS; k++)
+                b += (uint64_t)p->by_uid[i]->n[k] * obytes(p, k);
+    const struct free_list *own = uid_list(p, uid, false);
+    for (unsigned k = 0; k < MB_ORDERS; k++) {
+        uint32_t u = usable(p, own, k);
+        b += u > need[k] ? (uint64_t)(u - need[k]) * obytes(p, k) : 0;
+    }
+    return b;
+}
+
+/* The device refused a frame of `bytes`: could releasing free frames make
+ * room for it? Not when all it may release and what the device has free
+ * fall short: then it keeps them (releasing would only take them from the
+ * grants to come, and the reserve's workers would make them again). */
+static bool room_by_release(struct frame_pool *p, const uint32_t *need, uid_t uid, uint64_t bytes)
+{
+    uint64_t have = releasable(p, need, uid), free_now = 0;
+    if (have >= bytes)
+        return true;
+    if (!p->be->ops->mem_free || p->be->ops->mem_free(p->be, &free_now) != 0)
+        return true;   /* not known: try */
+    return have + free_now >= bytes;
+}
+
 void frame_pool_path_busy(struct frame_pool *p, int d)
 {
     pthread_mutex_lock(&p->lock);
@@ -1085,6 +1117,8 @@ static int create_frame(struct frame_pool *p, unsigned order, const uint32_t *ne
             break;
         }
         uncommit(p, bytes);
+        if (rc == MB_ENOMEM && !room_by_release(p, need, uid, bytes))
+            break;
         uint64_t before = p->bytes_total;
         while (rc == MB_ENOMEM && before - p->bytes_total < bytes &&
                release_surplus(p, need, uid, bytes - (before - p->bytes_total)))

@@ -269,6 +269,14 @@ void grant_now(struct daemon *d, struct session *s, uint64_t bytes, struct grant
     uint64_t t1 = mb_now_ns();
     if (err != 0) {
         char a[32], b[32], c[32];
+        const struct grant_path *l = &d->pool.last;
+        uint64_t slow_ns = d->slow_grant_ns ? d->slow_grant_ns : SLOW_GRANT_NS;
+        if (t1 - t0 >= slow_ns)
+            mb_log(MB_LOG_INFO, "grant of %s in %u frames to session %llu refused after %.2f ms: "
+                                "%u created (%.2f ms), %.2f ms waiting for the reserve's workers, "
+                                "%u free frames released for room",
+                   mb_format_size(covered, c, sizeof(c)), n, (unsigned long long)s->id,
+                   (t1 - t0) / 1e6, l->created, l->create_ns / 1e6, l->wait_ns / 1e6, l->released);
         mb_reply_error(rep, err, "cannot grant %s in %u frames: %s (%s of %s budget in use)",
                        mb_format_size(covered, c, sizeof(c)), n, mb_strerror(err),
                        mb_format_size(d->pool.bytes_granted, a, sizeof(a)),

@@ -754,6 +754,39 @@ static void device_filled_by_others(void **state)
     mb_backend_close(b);
 }
 
+/* A device full below the budget, of frames held and another process's
+ * memory: a grant whose frame would not fit even if every free frame it
+ * may release went back is refused at once, and the free frames stay for
+ * the grants they can serve; one that releasing makes room for is made. */
+static void full_device_keeps_free_frames(void **state)
+{
+    (void)state;
+    mb_backend *b = host_device(16 * FB);
+    struct frame_pool p;
+    assert_int_equal(frame_pool_init(&p, b, FB, 64 * FB), 0);
+    uint32_t ids[12];
+    assert_int_equal(frame_pool_grant(&p, 12, 1, 0, 1, ids), 0);
+    assert_int_equal(frame_pool_return(&p, ids, 3, 1), 0);   /* 3 free frames of uid 0 */
+    struct mb_mem other;
+    assert_int_equal(b->ops->create(b, 3 * FB, &other), 0);  /* the device: 1 frame's room left */
+    uint8_t o3 = 3, o2 = 2;
+    uint32_t id;
+    assert_int_equal(frame_pool_grant_orders(&p, &o3, 1, 1, 0, 1, &id), MB_ENOMEM);   /* 8: 3 + 1 short */
+    assert_int_equal(p.n_free, 3);
+    assert_int_equal(p.released_device_full, 0);
+    assert_int_equal(p.bytes_granted, 9 * FB);
+    assert_true(frame_pool_is_valid(&p));
+    assert_int_equal(frame_pool_grant_orders(&p, &o2, 1, 1, 0, 1, &id), 0);   /* 4: 3 + 1 */
+    assert_int_equal(frame_pool_bytes(&p, id), 4 * FB);
+    assert_int_equal(p.n_free, 0);
+    assert_int_equal(p.released_device_full, 3);
+    assert_int_equal(p.bytes_granted, 13 * FB);
+    assert_true(frame_pool_is_valid(&p));
+    b->ops->release(b, &other);
+    frame_pool_destroy(&p);
+    mb_backend_close(b);
+}
+
 static uint64_t device_free(mb_backend *b)
 {
     uint64_t v = 0;
@@ -1387,6 +1420,7 @@ int main(void)
         cmocka_unit_test_teardown(mixed_orders_recreate_on_a_full_device, stop_workers),
         cmocka_unit_test_teardown(device_full_below_budget, stop_workers),
         cmocka_unit_test_teardown(device_filled_by_others, stop_workers),
+        cmocka_unit_test(full_device_keeps_free_frames),
         cmocka_unit_test_teardown(workers_hold_off_during_a_grants_calls, stop_workers),
         cmocka_unit_test_teardown(ended_frame_drops_its_exports, stop_workers),
         cmocka_unit_test_teardown(grants_take_exported_frames_first, stop_workers),
