@@ -8,7 +8,7 @@ MOONBRIGHT_HOST_MEMORY=${5:-45G} MOONBRIGHT_HOST_COSTS=gpu $B/daemon/moonbrightd
   --runtime-dir $RT --budget ${4:-100G} > $2.dlog 2>&1 &
 DP=$!
 j=0; while [ ! -S $RT/gpu0.fds ] && [ $j -lt 300 ]; do sleep 0.1; j=$((j+1)); done
-MOONBRIGHT_HOST_COSTS=gpu MOONBRIGHT_RUNTIME_DIR=$RT timeout 300 $B/tools/mbbench replay \
+MOONBRIGHT_LOG=${LOGLV:-warn} MOONBRIGHT_HOST_COSTS=gpu MOONBRIGHT_RUNTIME_DIR=$RT timeout 300 $B/tools/mbbench replay \
   ${TRACE:-.gpu/azure_llm_conv_2023.csv} --json --quiet --strategies ${3:-realloc,grow,vspace} > $2 2>$2.err
 echo "rc=$?"
 kill $DP; wait $DP
