@@ -1,5 +1,5 @@
 #!/bin/bash
-# The code of 1b6d96c on a GPU: ctest -L gpu whole (gpu_async_map's reuse test asks
+# The code of fb07694 on a GPU: ctest -L gpu whole (gpu_async_map's reuse test asks
 # for what the freed range holds); the goal set (conversation replay: realloc, grow,
 # vspace, cudaMallocAsync; the pairs; bench_vspace growth; goals.py); three tenants
 # replaying 1000 requests each at once on one daemon (60G budget), the third killed
