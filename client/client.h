@@ -439,18 +439,15 @@ static inline size_t fcache_room(const struct frame_cache *fc)
 /* stitch.c */
 /* Map bytes now inside a range of reserve_bytes (>= bytes). */
 int stitch_alloc(mb_client *c, size_t bytes, size_t reserve_bytes, struct stitched **out);
-/* Where making a large range's planned frames would first release free
- * frames (the daemon's budget or the device full of frames of other
- * sizes, tenants gone), the daemon may grant up to WARM_FULL_PER of its
- * free frames per planned frame instead. Making a frame that way took
- * 6-22 ms a grant on an H100 (releases, then cuMemCreate on a full
- * device), against about 80 us a frame to import and map. */
-#define WARM_FULL_PER 16
 /* Map bytes now in few large frames (the frame plan, none above
- * max_order; or free frames, WARM_FULL_PER), with room to map about `room`
- * bytes more after them (address space and frames[] slots for that many
- * units; 0: none). */
+ * max_order), with room to map about `room` bytes more after them (address
+ * space and frames[] slots for that many units; 0: none). */
 int stitch_alloc_large(mb_client *c, size_t bytes, unsigned max_order, size_t room, struct stitched **out);
+/* The same for a range whose frames may be many smaller ones (a page
+ * pool's extent, mapped off any request's path): where making the planned
+ * frames would first release free frames, the daemon may grant up to
+ * warm_full_per of its free frames per planned frame instead. */
+int stitch_alloc_warm(mb_client *c, size_t bytes, unsigned warm_full_per, struct stitched **out);
 /* Map frames[from..to) of s side by side, the first at offset `off` (each
  * right after the one before), and give access to them; on failure none of
  * them stays mapped. Touches no client state (the mapper thread calls it). */
@@ -490,8 +487,8 @@ int stitch_take_exact(mb_client *c, size_t bytes, struct stitched **out);
 /* The same with n one-unit frames. */
 int stitch_take_units(mb_client *c, size_t n, struct stitched **out);
 /* Map at least bytes now from whatever frames the cache holds (largest
- * first), the rest by the frame plan (none above max_order; or free
- * frames, WARM_FULL_PER); s->bytes may exceed bytes. */
+ * first), the rest by the frame plan (none above max_order); s->bytes may
+ * exceed bytes. */
 int stitch_alloc_any(mb_client *c, size_t bytes, unsigned max_order, size_t room, struct stitched **out);
 /* Unmap s, put its frames into the cache (shared ones back to the daemon)
  * and free it: nonzero only when the unmap failed, and s is then as it was

@@ -246,12 +246,17 @@ static int alloc_frames(mb_client *c, size_t bytes, bool any, unsigned max_order
 
 int stitch_alloc_large(mb_client *c, size_t bytes, unsigned max_order, size_t room, struct stitched **out)
 {
-    return alloc_frames(c, bytes, false, max_order, room, WARM_FULL_PER, out);
+    return alloc_frames(c, bytes, false, max_order, room, 0, out);
+}
+
+int stitch_alloc_warm(mb_client *c, size_t bytes, unsigned warm_full_per, struct stitched **out)
+{
+    return alloc_frames(c, bytes, false, MB_MAX_ORDER, 0, warm_full_per, out);
 }
 
 int stitch_alloc_any(mb_client *c, size_t bytes, unsigned max_order, size_t room, struct stitched **out)
 {
-    return alloc_frames(c, bytes, true, max_order, room, WARM_FULL_PER, out);
+    return alloc_frames(c, bytes, true, max_order, room, 0, out);
 }
 
 int stitch_alloc(mb_client *c, size_t bytes, size_t reserve_bytes, struct stitched **out)

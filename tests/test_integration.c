@@ -737,37 +737,6 @@ static void device_full_below_the_budget(void **state)
     setenv("MOONBRIGHT_LARGE_FRAMES", "0", 1);
 }
 
-/* A device full of another client's one-unit free frames: a large
- * allocation takes free frames (up to WARM_FULL_PER per planned frame)
- * instead of releasing them to make its planned frame. */
-static void full_device_grants_free_frames(void **state)
-{
-    (void)state;
-    static const char *const args[] = { "--frame-size", "64K", "--budget", "64M",
-                                        "--device-headroom", "0", NULL };
-    static const char *const env[] = { "MOONBRIGHT_HOST_MEMORY=12M", NULL };
-    struct mbt_daemon d;
-    assert_int_equal(mbt_daemon_start_env(&d, args, env), 0);
-    char size[32], out[256];
-    snprintf(size, sizeof(size), "%u", 192 * FRAME);   /* the whole device */
-    setenv("MOONBRIGHT_LARGE_FRAMES", "0", 1);
-    const char *a[] = { MB_CLIENT_BIN, "alloc", size, "fill-a", NULL };
-    assert_int_equal(mbt_run(&d, a, out, sizeof(out), false), 0);
-    assert_non_null(strstr(out, "alloc: success"));
-    assert_int_equal(wait_granted(&d, 0), 0);
-    assert_true(mbt_status_num(&d, "frames_free") >= 192);   /* one-unit frames, free */
-    setenv("MOONBRIGHT_LARGE_FRAMES", "1", 1);
-    snprintf(size, sizeof(size), "%u", 16 * FRAME);   /* one order-4 frame planned */
-    const char *b[] = { MB_CLIENT_BIN, "alloc", size, "fill-b", NULL };
-    assert_int_equal(mbt_run(&d, b, out, sizeof(out), false), 0);
-    assert_non_null(strstr(out, "alloc: success"));
-    assert_true(mbt_status_num(&d, "warm_full_grants") >= 1);
-    assert_int_equal(mbt_status_num(&d, "released_device_full"), 0);
-    assert_true(mbt_daemon_alive(&d));
-    assert_int_equal(mbt_daemon_stop(&d), 0);
-    setenv("MOONBRIGHT_LARGE_FRAMES", "0", 1);
-}
-
 /* The device's headroom (--device-headroom 4M on a 12 MiB device): a client
  * may allocate into it, and once the client has gone the free frames it
  * left go back to the driver until 4 MiB of the device is free again (so a
@@ -991,7 +960,6 @@ int main(void)
         cmocka_unit_test(large_frames_by_plan),
         cmocka_unit_test(exact_plan_near_the_budget),
         cmocka_unit_test(device_full_below_the_budget),
-        cmocka_unit_test(full_device_grants_free_frames),
         cmocka_unit_test(free_frames_leave_the_device_headroom),
         cmocka_unit_test(room_releases_free_frames_only),
         cmocka_unit_test(return_names_at_most_the_cap),
