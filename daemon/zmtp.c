@@ -353,13 +353,15 @@ static void process_input(struct daemon *d, struct ctl_conn *c)
         c->in_len -= pos;
     }
     /* A frame begun and not complete is timed (ctl_housekeep drops it past
-     * CTL_PARTIAL_MS, however slowly it trickles in); an empty buffer goes,
-     * so that an idle connection holds no input memory. */
+     * CTL_PARTIAL_MS, however slowly it trickles in); an emptied buffer
+     * grown past one read's chunk goes, so that no connection keeps a large
+     * message's memory (one of READ_CHUNK stays: freed after every message,
+     * each request would cost the main loop an allocation). */
     if (c->in_len == 0 || c->held)
         c->partial_ms = 0;
     else if (!c->partial_ms || pos)
         c->partial_ms = mb_now_ms();
-    if (c->in_len == 0 && c->in) {
+    if (c->in_len == 0 && c->in_cap > READ_CHUNK) {
         free(c->in);
         c->in = NULL;
         c->in_cap = 0;
