@@ -1013,6 +1013,15 @@ static uint32_t usable(const struct frame_pool *p, const struct free_list *own, 
     return p->fresh.n[k] + (own ? own->n[k] : 0);
 }
 
+/* Usable order-k frames of uid (own: its list) past what a grant takes of
+ * them (need[k]). */
+static uint32_t unneeded(const struct frame_pool *p, const struct free_list *own,
+                         const uint32_t *need, unsigned k)
+{
+    uint32_t u = usable(p, own, k);
+    return u > need[k] ? u - need[k] : 0;
+}
+
 /* Make room in the budget for a grant to `uid` (need[k]: frames of order k
  * it still takes; deficit: the bytes missing, 0 when a frame count is the
  * limit): release one free frame another uid held last (it can never serve
@@ -1031,10 +1040,8 @@ static bool release_surplus(struct frame_pool *p, const uint32_t *need, uid_t ui
     }
     struct free_list *own = uid_list(p, uid, false);
     uint32_t spare[MB_ORDERS];
-    for (unsigned k = 0; k < MB_ORDERS; k++) {
-        uint32_t u = usable(p, own, k);
-        spare[k] = u > need[k] ? u - need[k] : 0;
-    }
+    for (unsigned k = 0; k < MB_ORDERS; k++)
+        spare[k] = unneeded(p, own, need, k);
     int k = release_order(p, spare, deficit);
     if (k < 0)
         return false;
@@ -1054,10 +1061,8 @@ static uint64_t releasable(struct frame_pool *p, const uint32_t *need, uid_t uid
             for (unsigned k = 0; k < MB_ORDERS; k++)
                 b += (uint64_t)p->by_uid[i]->n[k] * obytes(p, k);
     const struct free_list *own = uid_list(p, uid, false);
-    for (unsigned k = 0; k < MB_ORDERS; k++) {
-        uint32_t u = usable(p, own, k);
-        b += u > need[k] ? (uint64_t)(u - need[k]) * obytes(p, k) : 0;
-    }
+    for (unsigned k = 0; k < MB_ORDERS; k++)
+        b += (uint64_t)unneeded(p, own, need, k) * obytes(p, k);
     return b;
 }
 

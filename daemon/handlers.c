@@ -277,19 +277,17 @@ void grant_now(struct daemon *d, struct session *s, uint64_t bytes, struct grant
                                 "%u free frames released for room",
                    mb_format_size(covered, c, sizeof(c)), n, (unsigned long long)s->id,
                    (t1 - t0) / 1e6, l->created, l->create_ns / 1e6, l->wait_ns / 1e6, l->released);
-        char t[32];
-        if (err == MB_ENOMEM && d->pool.device_room)   /* the device, not the budget */
-            mb_reply_error(rep, err, "cannot grant %s in %u frames: the device is full (it "
-                                     "holds %s of frames; %s of %s budget in use)",
-                           mb_format_size(covered, c, sizeof(c)), n,
-                           mb_format_size(d->pool.bytes_total, t, sizeof(t)),
-                           mb_format_size(d->pool.bytes_granted, a, sizeof(a)),
-                           mb_format_size(d->pool.budget_bytes, b, sizeof(b)));
-        else
-            mb_reply_error(rep, err, "cannot grant %s in %u frames: %s (%s of %s budget in use)",
-                           mb_format_size(covered, c, sizeof(c)), n, mb_strerror(err),
-                           mb_format_size(d->pool.bytes_granted, a, sizeof(a)),
-                           mb_format_size(d->pool.budget_bytes, b, sizeof(b)));
+        /* The device, not the budget, when a frame found it full. */
+        bool device = err == MB_ENOMEM && d->pool.device_room;
+        char t[32], holds[64] = "";
+        if (device)
+            snprintf(holds, sizeof(holds), "it holds %s of frames; ",
+                     mb_format_size(d->pool.bytes_total, t, sizeof(t)));
+        mb_reply_error(rep, err, "cannot grant %s in %u frames: %s (%s%s of %s budget in use)",
+                       mb_format_size(covered, c, sizeof(c)), n,
+                       device ? "the device is full" : mb_strerror(err), holds,
+                       mb_format_size(d->pool.bytes_granted, a, sizeof(a)),
+                       mb_format_size(d->pool.budget_bytes, b, sizeof(b)));
         return;
     }
     s->frames += n;
