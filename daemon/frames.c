@@ -1446,6 +1446,7 @@ void frame_pool_adopt(struct frame_pool *p)
         memmove(p->ready, p->ready + i, (p->n_ready - i) * sizeof(*p->ready));
     p->n_ready -= i;
     p->adopted += i;
+    p->made_ahead += i;
     if (i)
         pthread_cond_broadcast(&p->wake);   /* room in ready[]: the workers may go on */
     for (uint32_t k = 0; k < p->n_rex_done; k++) {

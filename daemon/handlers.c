@@ -624,6 +624,7 @@ static int fill_status(struct daemon *d, Mb__StatusReply *sr)
     sr->descriptors = frame_pool_exported(&d->pool);
     sr->reexports = d->pool.reexports;
     sr->exported_ahead = d->pool.exported_ahead;
+    sr->made_ahead = d->pool.made_ahead;
     sr->exports_dropped = d->pool.exports_dropped;
     sr->frame_slots = d->pool.next_unused - 1;
     sr->released_room = d->pool.released_room;

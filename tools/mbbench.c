@@ -365,6 +365,8 @@ int bench_daemon_status(struct bench_daemon *d, struct bench_dstatus *out)
     out->requests = s->requests;
     out->grant_creates = s->grant_creates;
     out->reexports = s->reexports;
+    out->exported_ahead = s->exported_ahead;
+    out->made_ahead = s->made_ahead;
     out->frames_total = s->frames_total;
     out->frames_free = s->frames_free;
     out->frames_granted = s->frames_granted;

@@ -106,6 +106,8 @@ struct bench_dstatus {
     uint64_t frame_bytes, budget_bytes, bytes_granted, bytes_free, requests;
     uint64_t grant_creates;      /* frames grants created on their own path, so far */
     uint64_t reexports;          /* frames exported again to be passed on, so far */
+    uint64_t exported_ahead;     /* returned frames the daemon's workers exported again */
+    uint64_t made_ahead;         /* fresh frames the daemon's workers made (and exported) */
     uint32_t frames_total, frames_free, frames_granted, sessions;
     uint32_t descriptors;   /* exported descriptors the daemon holds (StatusReply) */
 };

@@ -530,6 +530,8 @@ struct strat_result {
     bool creates_known;
     uint64_t grant_creates;     /* MoonBright: frames the daemon created on grant paths meanwhile */
     uint64_t reexports;         /* MoonBright: frames it exported again to pass them on */
+    uint64_t exported_ahead;    /* MoonBright: returned frames its workers exported again */
+    uint64_t made_ahead;        /* MoonBright: fresh frames its workers made and exported */
     mb_client_stats at_peak;    /* MoonBright: the client's figures when reserved peaked */
     mb_client_stats delta;      /* MoonBright: the heap's counters over the run */
     struct bench_summary alloc, free;
@@ -708,11 +710,13 @@ static int run_strategy(struct replay_ctx *x, const struct replay_cfg *cfg, stru
     struct bench_dstatus ds;
     mb_client_stats st0 = { 0 }, st1 = { 0 };
     bool mb = is_mb(x->kind);
-    uint64_t creates0 = 0, reexports0 = 0;
+    uint64_t creates0 = 0, reexports0 = 0, ahead0 = 0, made0 = 0;
     bool creates_known = mb && x->d && bench_daemon_status(x->d, &ds) == 0;
     if (creates_known) {
         creates0 = ds.grant_creates;
         reexports0 = ds.reexports;
+        ahead0 = ds.exported_ahead;
+        made0 = ds.made_ahead;
     }
     if (mb)
         mb_stats(x->c, &st0);
@@ -889,6 +893,8 @@ static int run_strategy(struct replay_ctx *x, const struct replay_cfg *cfg, stru
         r->creates_known = true;
         r->grant_creates = ds.grant_creates - creates0;
         r->reexports = ds.reexports - reexports0;
+        r->exported_ahead = ds.exported_ahead - ahead0;
+        r->made_ahead = ds.made_ahead - made0;
     }
     if (mb && mb_stats(x->c, &st1) == 0) {
         r->daemon_requests = st1.daemon_requests - st0.daemon_requests;
@@ -1158,9 +1164,13 @@ static void print_json(const char *trace, const char *format, size_t nreq, uint3
         if (r->creates_known) {
             jw_u64(&w, "daemon_grant_creates", r->grant_creates);
             jw_u64(&w, "daemon_reexports", r->reexports);
+            jw_u64(&w, "daemon_exported_ahead", r->exported_ahead);
+            jw_u64(&w, "daemon_made_ahead", r->made_ahead);
         } else {
             jw_null(&w, "daemon_grant_creates");
             jw_null(&w, "daemon_reexports");
+            jw_null(&w, "daemon_exported_ahead");
+            jw_null(&w, "daemon_made_ahead");
         }
         if (mb) {
             /* Where the reserved bytes were when they peaked. */

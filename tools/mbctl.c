@@ -331,10 +331,10 @@ static void print_status_head(const Mb__StatusReply *s)
            "in the frame table\n",
            s->frames_total, mb_format_size(s->frame_bytes, f, sizeof(f)), s->frames_free,
            mb_format_size(s->bytes_free, fr, sizeof(fr)), s->frames_granted, s->frame_slots);
-    printf("handles  %u exported descriptors held; frames exported again: %llu ahead, %llu on a "
-           "grant's path; %llu given up for room\n", s->descriptors,
-           (unsigned long long)s->exported_ahead, (unsigned long long)s->reexports,
-           (unsigned long long)s->exports_dropped);
+    printf("handles  %u exported descriptors held; %llu fresh frames made ahead; frames exported "
+           "again: %llu ahead, %llu on a grant's path; %llu given up for room\n", s->descriptors,
+           (unsigned long long)s->made_ahead, (unsigned long long)s->exported_ahead,
+           (unsigned long long)s->reexports, (unsigned long long)s->exports_dropped);
     printf("budget   %s, %s granted\n", mb_format_size(s->budget_bytes, a, sizeof(a)),
            mb_format_size(s->bytes_granted, b, sizeof(b)));
     printf("requests %llu served, %llu malformed, %llu refused (%llu over quota), %llu errors\n",
@@ -403,7 +403,7 @@ static int cli_status(struct ctl *ctl, int argc, char **argv)
                "\"grant_creates\":%llu,\"released_device_full\":%llu,\"descriptors\":%u,"
                "\"reexports\":%llu,\"exported_ahead\":%llu,\"exports_dropped\":%llu,"
                "\"warm_full_grants\":%llu,\"frame_slots\":%u,\"released_room\":%llu,"
-               "\"sessions_omitted\":%u,\"tenants\":[",
+               "\"sessions_omitted\":%u,\"made_ahead\":%llu,\"tenants\":[",
                s->device, s->pid, (unsigned long long)s->uptime_ms,
                (unsigned long long)s->frame_bytes, (unsigned long long)s->budget_bytes,
                s->frames_total, s->frames_free, s->frames_granted,
@@ -418,7 +418,8 @@ static int cli_status(struct ctl *ctl, int argc, char **argv)
                s->descriptors, (unsigned long long)s->reexports,
                (unsigned long long)s->exported_ahead, (unsigned long long)s->exports_dropped,
                (unsigned long long)s->warm_full_grants, s->frame_slots,
-               (unsigned long long)s->released_room, s->sessions_omitted);
+               (unsigned long long)s->released_room, s->sessions_omitted,
+               (unsigned long long)s->made_ahead);
         /* "tenants" lists sessions (each with its tenant's name), as before. */
         for (size_t i = 0; i < s->n_sessions; i++) {
             const Mb__SessionInfo *si = s->sessions[i];
