@@ -113,6 +113,7 @@ struct free_list {
  *   no FREE frame is tainted or adopted (those end when let go)
  *   n_exported_held_order[k] counts the FREE frames of order k a uid held
  *   that hold an exported descriptor (fresh frames always hold theirs)
+ *   n_granted_fd counts the GRANTED frames that hold one
  *   bytes_total + bytes of ready[] and of frames being created == committed
  *     <= budget_bytes; n_total + n_ready + creating == n_committed
  *   the reuse queue holds exactly the slots marked reusable, each once, all
@@ -186,7 +187,12 @@ struct frame_pool {
     uint64_t warm_full_grants;   /* grants that took free frames past warm_max (main thread) */
     bool export_ahead;           /* the workers export returned frames again (default on) */
     bool unexport;               /* frames passed on keep no descriptor here (default on,
-                                  * where the backend can; MOONBRIGHTD_UNEXPORT=0) */
+                                  * where the backend can; MOONBRIGHTD_UNEXPORT=0) ... */
+    bool keep_granted;           /* ... but while the daemon's descriptors are within
+                                  * free_descriptors_max (default on;
+                                  * MOONBRIGHTD_KEEP_GRANTED=0) */
+    uint32_t n_granted_fd;       /* GRANTED frames that kept their descriptor */
+    uint32_t drop_cursor;        /* where drop_granted_fd looks next */
     uint32_t n_exported_held_order[MB_ORDERS]; /* free frames of order k a uid held
                                   * that hold an exported descriptor (written by the
                                   * main thread, read by the workers: atomic) */
@@ -403,6 +409,14 @@ struct frame *frame_pool_at(struct frame_pool *p, uint32_t slot, uint32_t *id);
 uint32_t frame_pool_exported(const struct frame_pool *p);
 /* ... of them, free frames a uid held (n_exported_held_order's sum). */
 uint32_t frame_pool_exported_held(const struct frame_pool *p);
+/* A descriptor for the GRANTED frame f, being passed on without one (an
+ * export on the caller's path, counted in reexports); 0 or an MB_ error. */
+int frame_pool_export_passed(struct frame_pool *p, struct frame *f);
+/* The GRANTED frame f was passed on (the message holds its own reference to
+ * the descriptor): the daemon's stays while keep_granted and its
+ * descriptors are within free_descriptors_max, so that the frame, returned,
+ * is granted again with no export; else it goes (unexport). */
+void frame_pool_passed(struct frame_pool *p, struct frame *f);
 bool frame_pool_is_valid(const struct frame_pool *p);
 
 struct tenant {

@@ -196,6 +196,62 @@ uint32_t frame_pool_exported_held(const struct frame_pool *p)
     return n;
 }
 
+/* Fresh free frames (each holds its descriptor). */
+static uint32_t fresh_free(const struct frame_pool *p)
+{
+    uint32_t fresh = 0;
+    for (unsigned k = 0; k < MB_ORDERS; k++)
+        fresh += __atomic_load_n(&p->fresh.n[k], __ATOMIC_RELAXED);
+    return fresh;
+}
+
+/* The descriptors the books hold (main thread): fresh free frames',
+ * returned free frames' and granted frames' (those being exported again
+ * or made by the workers are not in the books yet). */
+static uint32_t descriptors_booked(const struct frame_pool *p)
+{
+    return fresh_free(p) + frame_pool_exported_held(p) + p->n_granted_fd;
+}
+
+int frame_pool_export_passed(struct frame_pool *p, struct frame *f)
+{
+    uint64_t t0 = mb_now_ns();
+    int rc = p->be->ops->export_fd(p->be, &f->mem);
+    p->last.reexported++;
+    p->last.reexport_ns += mb_now_ns() - t0;
+    p->reexports++;
+    if (rc == 0)
+        p->n_granted_fd++;
+    return rc;
+}
+
+void frame_pool_passed(struct frame_pool *p, struct frame *f)
+{
+    if (!p->unexport || f->mem.fd < 0 ||
+        (p->keep_granted && descriptors_booked(p) <= p->free_descriptors_max))
+        return;
+    p->be->ops->unexport(p->be, &f->mem);
+    p->n_granted_fd--;
+}
+
+/* One granted frame's descriptor goes: the first after drop_cursor, the
+ * slot of the last one that went (n_granted_fd > 0: there is one). */
+static void drop_granted_fd(struct frame_pool *p)
+{
+    uint32_t n = p->next_unused - 1;   /* slots 1 .. n */
+    for (uint32_t i = 1; i <= n; i++) {
+        uint32_t slot = 1 + (p->drop_cursor + i - 1) % n;
+        struct frame *f = &p->frames[slot];
+        if (f->state == FRAME_GRANTED && f->mem.fd >= 0) {
+            p->be->ops->unexport(p->be, &f->mem);
+            p->n_granted_fd--;
+            p->exports_dropped++;
+            p->drop_cursor = slot;
+            return;
+        }
+    }
+}
+
 uint32_t frame_pool_exported(const struct frame_pool *p)
 {
     uint32_t n = 0;
@@ -1205,9 +1261,7 @@ static void timed_wait(struct frame_pool *p, long ms)
  * least (the fresh counts are the main thread's: hints to the workers). */
 static uint32_t reexport_room(const struct frame_pool *p)
 {
-    uint32_t fresh = 0;
-    for (unsigned k = 0; k < MB_ORDERS; k++)
-        fresh += __atomic_load_n(&p->fresh.n[k], __ATOMIC_RELAXED);
+    uint32_t fresh = fresh_free(p);
     uint32_t room = fresh < p->free_descriptors_max ? p->free_descriptors_max - fresh : 0;
     return room > p->exported_held_min ? room : p->exported_held_min;
 }
@@ -1398,14 +1452,18 @@ int frame_pool_prefill(struct frame_pool *p, uint64_t bytes)
 }
 
 /* Fresh frames adopted after returned ones were exported again can take
- * the free frames' descriptors past free_descriptors_max: returned frames
- * give theirs up (a close; the handle stays), from the order that holds
- * the most, down to reexport_room, and wait in the export queue for room
- * again. */
+ * the daemon's descriptors past free_descriptors_max: granted frames that
+ * kept theirs give them up first, then returned frames (a close; the
+ * handle stays), from the order that holds the most, down to
+ * reexport_room, and wait in the export queue for room again. */
 static void drop_excess_exports(struct frame_pool *p)
 {
     if (!exports_ahead(p))
         return;
+    /* Granted frames' descriptors go first: a free frame's serves the next
+     * grant of its order, a granted frame's only once it is returned. */
+    while (p->n_granted_fd && descriptors_booked(p) > p->free_descriptors_max)
+        drop_granted_fd(p);
     uint32_t room = reexport_room(p);
     for (uint32_t held = frame_pool_exported_held(p); held > room; held--) {
         unsigned most = 0;
@@ -1622,6 +1680,7 @@ int frame_pool_grant_orders(struct frame_pool *p, const uint8_t *orders, uint32_
         f->state = FRAME_GRANTED;
         f->owner = session;
         f->last_tenant = tenant;
+        p->n_granted_fd += f->mem.fd >= 0;
         p->n_granted++;
         p->bytes_granted += obytes(p, k);
         ids[i] = frame_id(p, slot);
@@ -1670,6 +1729,8 @@ void frame_pool_note_importer(struct frame_pool *p, uint32_t id, uid_t uid)
 /* A granted frame goes back to its free list (or ends, if adopted). */
 static void ungrant(struct frame_pool *p, uint32_t slot)
 {
+    p->n_granted_fd -= p->frames[slot].mem.fd >= 0;   /* (returned with it: granted again
+                                                         * with no export) */
     p->n_granted--;
     p->bytes_granted -= obytes(p, p->frames[slot].order);
     push_free(p, slot);
@@ -1867,7 +1928,7 @@ uint32_t frame_pool_reclaim(struct frame_pool *p, uint64_t session, uint64_t *by
 
 bool frame_pool_is_valid(const struct frame_pool *p)
 {
-    uint32_t total = 0, granted = 0, free_count = 0;
+    uint32_t total = 0, granted = 0, granted_fd = 0, free_count = 0;
     uint32_t exported_order[MB_ORDERS] = { 0 };
     uint64_t bytes = 0, bytes_granted = 0, bytes_free = 0;
     uint32_t reusable = 0, queued = 0, last = 0;
@@ -1896,6 +1957,7 @@ bool frame_pool_is_valid(const struct frame_pool *p)
             return false;
         if (f->state == FRAME_GRANTED) {
             granted++;
+            granted_fd += f->mem.fd >= 0;
             bytes_granted += obytes(p, f->order);
         }
     }
@@ -1928,7 +1990,7 @@ bool frame_pool_is_valid(const struct frame_pool *p)
             return false;
         free_count += in_order[k];
     }
-    return reusable == p->n_reusable &&
+    return reusable == p->n_reusable && granted_fd == p->n_granted_fd &&
            total == p->n_total && granted == p->n_granted && free_count == p->n_free &&
            p->n_free + p->n_granted == p->n_total && bytes == p->bytes_total &&
            bytes_granted == p->bytes_granted && bytes_free == p->bytes_free &&

@@ -141,40 +141,37 @@ static void h_hello(struct request_ctx *rc, const Mb__Request *req, Mb__Reply *r
  * send_frame_fds). */
 static int send_fds(struct daemon *d, struct session *s, const uint32_t *ids, uint32_t n)
 {
-    const struct mb_backend_ops *ops = d->be->ops;
     for (uint32_t off = 0; off < n; off += MB_CHAN_MAX_FDS) {
         struct mb_chan_msg m = { .type = MB_CHAN_FRAMES, .session_id = s->id };
         int fds[MB_CHAN_MAX_FDS];
-        struct mb_mem *mem[MB_CHAN_MAX_FDS];
+        struct frame *f[MB_CHAN_MAX_FDS];
         m.count = n - off < MB_CHAN_MAX_FDS ? n - off : MB_CHAN_MAX_FDS;
         for (uint32_t i = 0; i < m.count; i++) {
             m.ids[i] = ids[off + i];
-            mem[i] = &frame_pool_get(&d->pool, ids[off + i])->mem;
-            if (mem[i]->fd < 0) {
-                uint64_t t0 = mb_now_ns();
-                int rc = ops->export_fd(d->be, mem[i]);
-                d->pool.last.reexported++;
-                d->pool.last.reexport_ns += mb_now_ns() - t0;
-                d->pool.reexports++;
+            f[i] = frame_pool_get(&d->pool, ids[off + i]);
+            if (f[i]->mem.fd < 0) {
+                int rc = frame_pool_export_passed(&d->pool, f[i]);
                 if (rc != 0)
                     return rc;
             }
-            fds[i] = mem[i]->fd;
+            fds[i] = f[i]->mem.fd;
         }
         int rc = mb_chan_send(s->chan, &m, fds);
         if (rc != 0)
             return rc;
-        for (uint32_t i = 0; d->pool.unexport && i < m.count; i++)
-            ops->unexport(d->be, mem[i]);   /* the message holds its own reference */
+        for (uint32_t i = 0; i < m.count; i++)
+            frame_pool_passed(&d->pool, f[i]);
     }
     return 0;
 }
 
 /* Descriptors travel on the handle channel before the reply, in batches.
- * A frame passed on keeps no exported descriptor here (where the backend
- * can let go of it): the daemon's descriptors are its free frames', not
- * one for every frame it ever granted. A frame granted again, or shared,
- * is exported again first (counted in d->pool.last and reexports). */
+ * A frame passed on keeps its exported descriptor here only while the
+ * daemon's descriptors are within free_descriptors_max (frame_pool_passed;
+ * where the backend can let go of one): the daemon's descriptors are
+ * mostly its free frames', not one for every frame it ever granted. A
+ * frame granted again, or shared, without one is exported again first
+ * (counted in d->pool.last and reexports). */
 int send_frame_fds(struct daemon *d, struct session *s, const uint32_t *ids, uint32_t n)
 {
     /* Exports on this path go first: the reserve's workers start no create

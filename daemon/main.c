@@ -573,6 +573,7 @@ int main(int argc, char **argv)
         goto out;
     d.pool.export_ahead = !env_off("MOONBRIGHTD_EXPORT_AHEAD");
     d.pool.unexport = d.be->ops->unexport && !env_off("MOONBRIGHTD_UNEXPORT");
+    d.pool.keep_granted = !env_off("MOONBRIGHTD_KEEP_GRANTED");
     {
         const char *sd = o.state_dir ? o.state_dir : getenv("STATE_DIRECTORY");
         char journal[300];

@@ -859,7 +859,7 @@ static void ended_frame_drops_its_exports(void **state)
     start_workers(&p, 0);
     uint32_t id, other;
     assert_int_equal(frame_pool_grant(&p, 1, 1, 0, 1, &id), 0);
-    b->ops->unexport(b, &frame_pool_get(&p, id)->mem);   /* its descriptor went with the grant */
+    frame_pool_passed(&p, frame_pool_get(&p, id));   /* its descriptor went with the grant */
     frame_pool_path_busy(&p, 1);
     assert_int_equal(frame_pool_return(&p, &id, 1, 1), 0);   /* free: queued to export again */
     pthread_mutex_lock(&p.lock);
@@ -894,7 +894,7 @@ static void grants_take_exported_frames_first(void **state)
     p.unexport = true;
     uint32_t ids[2], id;
     assert_int_equal(frame_pool_grant(&p, 2, 1, 0, 1, ids), 0);
-    b->ops->unexport(b, &frame_pool_get(&p, ids[0])->mem);   /* it went with the grant */
+    frame_pool_passed(&p, frame_pool_get(&p, ids[0]));   /* it went with the grant */
     assert_int_equal(frame_pool_return(&p, &ids[1], 1, 1), 0);
     assert_int_equal(frame_pool_return(&p, &ids[0], 1, 1), 0);   /* the latest returned */
     assert_int_equal(frame_pool_exported_held(&p), 1);
@@ -921,7 +921,7 @@ static void room_made_from_frames_without_descriptors(void **state)
     p.unexport = true;
     uint32_t ids[2], big;
     assert_int_equal(frame_pool_grant(&p, 2, 1, 0, 1, ids), 0);
-    b->ops->unexport(b, &frame_pool_get(&p, ids[1])->mem);   /* it went with the grant */
+    frame_pool_passed(&p, frame_pool_get(&p, ids[1]));   /* it went with the grant */
     assert_int_equal(frame_pool_return(&p, ids, 2, 1), 0);
     uint8_t order[1] = { 1 };   /* 2 units: one free unit must go */
     assert_int_equal(frame_pool_grant_orders(&p, order, 1, 1, 0, 1, &big), 0);
@@ -970,7 +970,7 @@ static void exports_wait_at_the_cap(void **state)
     uint32_t ids[4], id;
     assert_int_equal(frame_pool_grant(&p, 4, 1, 0, 1, ids), 0);
     for (int i = 0; i < 4; i++)
-        b->ops->unexport(b, &frame_pool_get(&p, ids[i])->mem);
+        frame_pool_passed(&p, frame_pool_get(&p, ids[i]));
     assert_int_equal(frame_pool_return(&p, ids, 4, 1), 0);   /* four to export again */
     assert_true(wait_exports(&p, 2, 2));
     uint64_t ahead = p.exported_ahead;
@@ -1002,9 +1002,9 @@ static void exports_share_room_among_orders(void **state)
     uint8_t order = 1;
     assert_int_equal(frame_pool_grant_orders(&p, &order, 1, 1, 0, 1, &two), 0);
     assert_int_equal(frame_pool_grant(&p, 4, 1, 0, 1, ids), 0);
-    b->ops->unexport(b, &frame_pool_get(&p, two)->mem);
+    frame_pool_passed(&p, frame_pool_get(&p, two));
     for (int i = 0; i < 4; i++)
-        b->ops->unexport(b, &frame_pool_get(&p, ids[i])->mem);
+        frame_pool_passed(&p, frame_pool_get(&p, ids[i]));
     assert_int_equal(frame_pool_return(&p, &two, 1, 1), 0);
     assert_int_equal(frame_pool_return(&p, ids, 4, 1), 0);   /* later, order 0 */
     assert_true(wait_exports(&p, 2, 3));
@@ -1032,13 +1032,14 @@ static void excess_descriptors_given_up(void **state)
      * (fresh frames would take the room, and descriptors would go). */
     assert_int_equal(frame_pool_init(&p, b, FB, 6 * FB), 0);
     p.unexport = p.export_ahead = true;
-    p.free_descriptors_max = 3;
     p.exported_held_min = p.exported_order_min = 0;
     start_workers(&p, 0);
     uint32_t ids[4], two;
     uint8_t order = 1;
     assert_int_equal(frame_pool_grant(&p, 4, 1, 0, 1, ids), 0);
     assert_int_equal(frame_pool_grant_orders(&p, &order, 1, 1, 0, 1, &two), 0);
+    assert_int_equal(p.n_granted_fd, 5);   /* (under the default cap they keep them) */
+    p.free_descriptors_max = 3;
     assert_int_equal(frame_pool_return(&p, ids, 4, 1), 0);   /* with their descriptors */
     assert_int_equal(frame_pool_return(&p, &two, 1, 1), 0);
     assert_int_equal(frame_pool_exported_held(&p), 5);
@@ -1046,6 +1047,64 @@ static void excess_descriptors_given_up(void **state)
     assert_int_equal(p.n_exported_held_order[0], 2);
     assert_int_equal(p.n_exported_held_order[1], 1);
     assert_int_equal(p.exports_dropped, 2);
+    assert_true(frame_pool_is_valid(&p));
+    end_pool(&p);
+    mb_backend_close(b);
+}
+
+/* Granted frames passed on keep their descriptor while the daemon's are
+ * within the cap, and, returned, are granted again with no export; past
+ * the cap a frame passed on lets go of it, and fresh frames adopted later
+ * take the granted frames' descriptors before the free ones'. */
+static void granted_frames_keep_descriptors_within_the_cap(void **state)
+{
+    (void)state;
+    mb_backend *b;
+    assert_int_equal(mb_backend_host_open(0, &b), 0);
+    static struct frame_pool p;   /* (static: stop_workers may end it) */
+    /* The budget holds the four granted frames: the reserve makes none
+     * until it is raised. */
+    assert_int_equal(frame_pool_init(&p, b, FB, 4 * FB), 0);
+    p.unexport = p.export_ahead = p.keep_granted = true;
+    p.free_descriptors_max = 3;
+    p.exported_held_min = p.exported_order_min = 0;
+    start_workers(&p, 0);
+    uint32_t ids[4];
+    assert_int_equal(frame_pool_grant(&p, 4, 1, 0, 1, ids), 0);
+    for (int i = 0; i < 4; i++)
+        frame_pool_passed(&p, frame_pool_get(&p, ids[i]));   /* as send_fds does */
+    /* Four held one: the first to be passed on went down to the cap. */
+    assert_int_equal(p.n_granted_fd, 3);
+    assert_true(frame_pool_get(&p, ids[0])->mem.fd < 0);
+    for (int i = 1; i < 4; i++)
+        assert_true(frame_pool_get(&p, ids[i])->mem.fd >= 0);
+    assert_true(frame_pool_is_valid(&p));
+    /* Returned, the three are granted again as they are. */
+    assert_int_equal(frame_pool_return(&p, &ids[1], 3, 1), 0);
+    assert_int_equal(frame_pool_exported_held(&p), 3);
+    assert_int_equal(p.n_granted_fd, 0);
+    uint64_t reexports = p.reexports;
+    uint32_t again[3];
+    assert_int_equal(frame_pool_grant(&p, 3, 1, 0, 1, again), 0);
+    for (int i = 0; i < 3; i++)
+        assert_true(frame_pool_get(&p, again[i])->mem.fd >= 0);
+    assert_int_equal(p.reexports, reexports);
+    assert_int_equal(p.n_granted_fd, 3);
+    /* A fresh frame made ahead (room for one more) takes a granted frame's
+     * descriptor. */
+    uint64_t dropped = p.exports_dropped;
+    pthread_mutex_lock(&p.lock);
+    p.budget_bytes = 5 * FB;
+    p.reserve_bytes = FB;
+    pthread_cond_broadcast(&p.wake);
+    pthread_mutex_unlock(&p.lock);
+    for (int i = 0; i < 10000 && p.n_free == 0; i++) {
+        usleep(1000);
+        frame_pool_adopt(&p);
+    }
+    assert_int_equal(p.n_free, 1);
+    assert_int_equal(p.n_granted_fd, 2);
+    assert_int_equal(p.exports_dropped, dropped + 1);
     assert_true(frame_pool_is_valid(&p));
     end_pool(&p);
     mb_backend_close(b);
@@ -1427,6 +1486,7 @@ int main(void)
         cmocka_unit_test_teardown(exports_wait_at_the_cap, stop_workers),
         cmocka_unit_test_teardown(exports_share_room_among_orders, stop_workers),
         cmocka_unit_test_teardown(excess_descriptors_given_up, stop_workers),
+        cmocka_unit_test_teardown(granted_frames_keep_descriptors_within_the_cap, stop_workers),
         cmocka_unit_test_teardown(room_made_from_frames_without_descriptors, stop_workers),
         cmocka_unit_test_teardown(reserve_makes_room_on_a_full_device, stop_workers),
         cmocka_unit_test_teardown(reserve_room_takes_the_smallest_cover, stop_workers),
