@@ -182,8 +182,8 @@ struct frame_pool {
                                   * path (their descriptor went when last passed on) */
     uint64_t exported_ahead;     /* ... and by the workers, ahead of the grant */
     uint64_t made_ahead;         /* fresh frames the workers made (created, exported) */
-    uint64_t exports_dropped;    /* descriptors returned free frames gave up when
-                                  * fresh ones took the room (drop_excess_exports) */
+    uint64_t exports_dropped;    /* descriptors granted, then returned free, frames gave
+                                  * up when fresh ones took the room (drop_excess_exports) */
     uint64_t warm_full_grants;   /* grants that took free frames past warm_max (main thread) */
     bool export_ahead;           /* the workers export returned frames again (default on) */
     bool unexport;               /* frames passed on keep no descriptor here (default on,
