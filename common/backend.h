@@ -67,11 +67,6 @@ struct mb_backend_ops {
     /* Zero the whole of m. Synchronous: the memory reads zero when this
      * returns. May map m internally once (kept until release). */
     int (*scrub)(mb_backend *b, struct mb_mem *m);
-    /* Map m into this process once, at a private address kept until
-     * release (the mapping scrub uses): the daemon's own view of each frame
-     * it owns. NULL where a backend needs none (host: the memfd is the
-     * frame, and scrubbing punches holes in it). */
-    int (*map_own)(mb_backend *b, struct mb_mem *m);
     /* Fill mapped memory, ordered on stream (host: at once). */
     int (*memset)(mb_backend *b, void *va, int value, size_t bytes, void *stream);
 

@@ -825,15 +825,6 @@ static void cuda_close(mb_backend *b)
     free(b);
 }
 
-static int cuda_map_own(mb_backend *b, struct mb_mem *m)
-{
-    CUdeviceptr va = 0;
-    ENTER(b);
-    int rc = scrub_va(b, m, &va);
-    LEAVE();
-    return rc;
-}
-
 static const struct mb_backend_ops cuda_ops = {
     .create = cuda_create,
     .export_fd = cuda_export_fd,
@@ -846,7 +837,6 @@ static const struct mb_backend_ops cuda_ops = {
     .set_access = cuda_set_access,
     .unmap = cuda_unmap,
     .scrub = cuda_scrub,
-    .map_own = cuda_map_own,
     .memset = cuda_memset,
     .event_create = cuda_event_create,
     .event_destroy = cuda_event_destroy,

@@ -150,12 +150,12 @@ struct free_list {
 #define EXPORTED_ORDER_MIN 8
 /* Where a grant's time went: frames created on its path (create_ns, of it
  * wait_ns waiting for the reserve's workers and step_ns in the driver's
- * create, export and the daemon's own map; released: free frames ended to
- * make room), frames scrubbed for a new tenant. */
+ * create and export; released: free frames ended to make room), frames
+ * scrubbed for a new tenant (a frame's first scrub maps it here too). */
 struct grant_path {
     uint32_t created, released, scrubbed, reexported;
     uint64_t create_ns, wait_ns, scrub_ns, reexport_ns;
-    uint64_t step_ns[3];
+    uint64_t step_ns[2];
 };
 #ifndef MB_SPARES_MAX
 #define MB_SPARES_MAX 4

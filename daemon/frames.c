@@ -581,22 +581,22 @@ static uint32_t pop_to_release(struct frame_pool *p, struct free_list *l, unsign
     return unlink_free(p, l, first_free(l, k, 0));
 }
 
-/* Create, export and map one frame; ns (may be NULL) adds each step's
- * time: create, export, the daemon's own map. */
-static int make_mem(struct frame_pool *p, unsigned order, struct mb_mem *m, uint64_t ns[3])
+/* Create and export one frame; ns (may be NULL) adds each step's time:
+ * create, export. The daemon maps a frame itself only to scrub it (the
+ * backend's scrub maps it once, kept until release): most frames never
+ * change tenant, and a map here would add driver work, which other
+ * processes' maps wait behind, to every frame made. */
+static int make_mem(struct frame_pool *p, unsigned order, struct mb_mem *m, uint64_t ns[2])
 {
     *m = (struct mb_mem)MB_MEM_INIT;
-    uint64_t t[4];
+    uint64_t t[3];
     t[0] = mb_now_ns();
     int rc = p->be->ops->create(p->be, obytes(p, order), m);
     t[1] = mb_now_ns();
     if (rc == 0)
         rc = p->be->ops->export_fd(p->be, m);
     t[2] = mb_now_ns();
-    if (rc == 0 && p->be->ops->map_own)
-        rc = p->be->ops->map_own(p->be, m);   /* the daemon maps each frame once */
-    t[3] = mb_now_ns();
-    for (int i = 0; ns && i < 3; i++)
+    for (int i = 0; ns && i < 2; i++)
         ns[i] += t[i + 1] - t[i];
     if (rc != 0 && m->bytes)
         p->be->ops->release(p->be, m);

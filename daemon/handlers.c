@@ -303,8 +303,8 @@ void grant_now(struct daemon *d, struct session *s, uint64_t bytes, struct grant
                             "arrived; before it: checks %.2f ms, the warm plan %.2f ms (%ld page faults, %ld "
                             "preemptions); %.2f ms waiting for the frame lock to adopt %u made "
                             "frames): %u created "
-                            "on the path (%.2f ms: create %.2f, export %.2f, "
-                            "own map %.2f; %.2f ms waiting for the reserve's workers, %u free frames "
+                            "on the path (%.2f ms: create %.2f, export %.2f; "
+                            "%.2f ms waiting for the reserve's workers, %u free frames "
                             "released for room), %u scrubbed (%.2f ms), descriptors passed in %.2f ms "
                             "(%u exported again, %.2f ms)",
                mb_format_size(covered, b, sizeof(b)), n, (unsigned long long)s->id, (t2 - t0) / 1e6,
@@ -313,7 +313,7 @@ void grant_now(struct daemon *d, struct session *s, uint64_t bytes, struct grant
                (ru1.ru_minflt - ru0.ru_minflt) + (ru1.ru_majflt - ru0.ru_majflt),
                ru1.ru_nivcsw - ru0.ru_nivcsw, d->pool.adopt_wait_ns / 1e6, d->pool.adopted,
                l->created, l->create_ns / 1e6, l->step_ns[0] / 1e6, l->step_ns[1] / 1e6,
-               l->step_ns[2] / 1e6, l->wait_ns / 1e6, l->released, l->scrubbed,
+               l->wait_ns / 1e6, l->released, l->scrubbed,
                l->scrub_ns / 1e6, (t2 - t1) / 1e6, l->reexported, l->reexport_ns / 1e6);
     }
     if (err != 0) {
