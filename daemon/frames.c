@@ -1455,10 +1455,11 @@ int frame_pool_prefill(struct frame_pool *p, uint64_t bytes)
  * the daemon's descriptors past free_descriptors_max: granted frames that
  * kept theirs give them up first, then returned frames (a close; the
  * handle stays), from the order that holds the most, down to
- * reexport_room, and wait in the export queue for room again. */
+ * reexport_room, and wait in the export queue for room again (when the
+ * workers export ahead). */
 static void drop_excess_exports(struct frame_pool *p)
 {
-    if (!exports_ahead(p))
+    if (!p->unexport)
         return;
     /* Granted frames' descriptors go first: a free frame's serves the next
      * grant of its order, a granted frame's only once it is returned. */
