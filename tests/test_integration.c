@@ -4,7 +4,8 @@
  * sockets, one daemon per runtime directory, mbctl without a daemon, a
  * daemon restart under clients that hold and share memory, large frames
  * by the frame plan (reuse, scrubbing, re-creation) and by the exact plan
- * near a full budget, and the library's environment read with warnings. */
+ * near a full budget, granted frames that keep their descriptors, and the
+ * library's environment read with warnings. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -859,6 +860,44 @@ static void return_names_at_most_the_cap(void **state)
     assert_int_equal(mbt_daemon_stop(&d), 0);
 }
 
+/* A frame passed on keeps the daemon's descriptor while the daemon holds
+ * fewer than its cap: returned, it is granted again with no export. With
+ * MOONBRIGHTD_KEEP_GRANTED=0 granted frames hold none there. */
+static void granted_frames_keep_descriptors(void **state)
+{
+    (void)state;
+    static const char *const off[] = { "MOONBRIGHTD_KEEP_GRANTED=0", NULL };
+    for (int keep = 1; keep >= 0; keep--) {
+        struct mbt_daemon d;
+        assert_int_equal(mbt_daemon_start_env(&d, small_frames, keep ? NULL : off), 0);
+        struct mbt_session s;
+        assert_int_equal(mbt_session_open(&d, "keeper", &s), 0);
+        assert_int_equal(mbt_session_grant(&s, 8 * FRAME), 0);
+        assert_int_equal(s.n_frames, 8);
+        struct json *j = mbt_status(&d);
+        assert_non_null(j);
+        int total = (int)json_num(j, "frames_total"), granted = (int)json_num(j, "frames_granted");
+        assert_int_equal(granted, 8);
+        /* Free frames hold theirs either way (none was returned yet). */
+        assert_int_equal((int)json_num(j, "descriptors"), keep ? total : total - granted);
+        json_free(j);
+        if (keep) {
+            uint32_t ids[8];
+            memcpy(ids, s.frame_ids, sizeof(ids));
+            assert_int_equal(mbt_session_return(&s, ids, 8), 0);
+            assert_int_equal(mbt_session_grant(&s, 8 * FRAME), 0);
+            j = mbt_status(&d);
+            assert_non_null(j);
+            assert_int_equal((int)json_num(j, "reexports"), 0);
+            assert_int_equal((int)json_num(j, "exported_ahead"), 0);
+            assert_int_equal((int)json_num(j, "frames_granted"), 8);
+            json_free(j);
+        }
+        mbt_session_close(&s);
+        assert_int_equal(mbt_daemon_stop(&d), 0);
+    }
+}
+
 /* The daemon grows its descriptor table for its frames at start-up (up to
  * 131072 descriptors, or its limit), not in the exports of grants; this
  * process's table, grown by its client, holds a grant's descriptors; and
@@ -963,6 +1002,7 @@ int main(void)
         cmocka_unit_test(free_frames_leave_the_device_headroom),
         cmocka_unit_test(room_releases_free_frames_only),
         cmocka_unit_test(return_names_at_most_the_cap),
+        cmocka_unit_test(granted_frames_keep_descriptors),
         cmocka_unit_test(descriptor_table_grown_ahead),
     };
     if (getenv("MBT_FILTER"))   /* one test or a few: MBT_FILTER='device_full*' */
