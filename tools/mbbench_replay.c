@@ -707,17 +707,10 @@ static int run_strategy(struct replay_ctx *x, const struct replay_cfg *cfg, stru
     int rc = series_init(&r->s, p->steps / cfg->bucket + 2);
     uint64_t live = 0, step_live = 0, step_res = 0, step_daemon = 0;
     uint64_t t_start = bench_now_ns(), t_step = t_start;
-    struct bench_dstatus ds;
+    struct bench_dstatus ds, ds0;   /* ds0: the daemon's counters before the run */
     mb_client_stats st0 = { 0 }, st1 = { 0 };
     bool mb = is_mb(x->kind);
-    uint64_t creates0 = 0, reexports0 = 0, ahead0 = 0, made0 = 0;
-    bool creates_known = mb && x->d && bench_daemon_status(x->d, &ds) == 0;
-    if (creates_known) {
-        creates0 = ds.grant_creates;
-        reexports0 = ds.reexports;
-        ahead0 = ds.exported_ahead;
-        made0 = ds.made_ahead;
-    }
+    bool creates_known = mb && x->d && bench_daemon_status(x->d, &ds0) == 0;
     if (mb)
         mb_stats(x->c, &st0);
     /* Realloc, malloc, cudaMallocAsync: an allocation during which the
@@ -891,10 +884,10 @@ static int run_strategy(struct replay_ctx *x, const struct replay_cfg *cfg, stru
     r->waits_known = true;
     if (creates_known && bench_daemon_status(x->d, &ds) == 0) {
         r->creates_known = true;
-        r->grant_creates = ds.grant_creates - creates0;
-        r->reexports = ds.reexports - reexports0;
-        r->exported_ahead = ds.exported_ahead - ahead0;
-        r->made_ahead = ds.made_ahead - made0;
+        r->grant_creates = ds.grant_creates - ds0.grant_creates;
+        r->reexports = ds.reexports - ds0.reexports;
+        r->exported_ahead = ds.exported_ahead - ds0.exported_ahead;
+        r->made_ahead = ds.made_ahead - ds0.made_ahead;
     }
     if (mb && mb_stats(x->c, &st1) == 0) {
         r->daemon_requests = st1.daemon_requests - st0.daemon_requests;
