@@ -225,13 +225,19 @@ int frame_pool_export_passed(struct frame_pool *p, struct frame *f)
     return rc;
 }
 
+/* The GRANTED frame f lets go of the daemon's descriptor (it has one). */
+static void unexport_granted(struct frame_pool *p, struct frame *f)
+{
+    p->be->ops->unexport(p->be, &f->mem);
+    p->n_granted_fd--;
+}
+
 void frame_pool_passed(struct frame_pool *p, struct frame *f)
 {
     if (!p->unexport || f->mem.fd < 0 ||
         (p->keep_granted && descriptors_booked(p) <= p->free_descriptors_max))
         return;
-    p->be->ops->unexport(p->be, &f->mem);
-    p->n_granted_fd--;
+    unexport_granted(p, f);
 }
 
 /* One granted frame's descriptor goes: the first after drop_cursor, the
@@ -243,8 +249,7 @@ static void drop_granted_fd(struct frame_pool *p)
         uint32_t slot = 1 + (p->drop_cursor + i - 1) % n;
         struct frame *f = &p->frames[slot];
         if (f->state == FRAME_GRANTED && f->mem.fd >= 0) {
-            p->be->ops->unexport(p->be, &f->mem);
-            p->n_granted_fd--;
+            unexport_granted(p, f);
             p->exports_dropped++;
             p->drop_cursor = slot;
             return;
