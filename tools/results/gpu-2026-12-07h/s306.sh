@@ -3,7 +3,7 @@
 # (251a7d7) and a frame passed on keeps its descriptor within the cap (dfdd96c).
 # ctest -L gpu whole; the goal set (conversation replay: realloc, grow, vspace,
 # cudaMallocAsync; the pairs; bench_vspace growth; goals.py); grow alone on fresh
-# daemons, default and MOONBRIGHTD_KEEP_GRANTED=0 in turn, with the daemon's export
+# daemons, default and MOONBRIGHTD_KEEP_GRANTED=0, with the daemon's export
 # counts; xproc_probe2.c (another process's anchored exports and re-exports beside
 # this one's maps) if time is left. Run with bash.
 T0=$(date +%s)
@@ -15,7 +15,7 @@ CU=$(dirname $(dirname $(command -v nvcc)))
 B=$PWD/build-gpu
 cmake -S . -B $B -DCMAKE_BUILD_TYPE=Release -DCMAKE_C_FLAGS= >/dev/null && cmake --build $B -j16 2>&1 | grep -E "error|warning: "
 date -u
-(cd $B && timeout 200 ctest -L gpu --output-on-failure > $O/ctest.log 2>&1; echo "ctest rc=$?")
+(cd $B && timeout 170 ctest -L gpu --output-on-failure > $O/ctest.log 2>&1; echo "ctest rc=$?")
 grep -E "tests passed|Failed|\*\*\*|FAILED|LINE" $O/ctest.log | head -20
 W=tools/results/gpu-2026-12-06h/waits.py
 C=.gpu/azure_llm_conv_2023.csv
@@ -35,16 +35,16 @@ for r in d['strategies']:
   a=r['alloc_ns']
   print('%-10s'%sys.argv[2], r['strategy'], 'r/l %.3f'%r['reserved_over_live'], 'mean %.1f us'%(a['mean']/1e3), 'p99 %.0f'%(a['p99']/1e3), 'max %.2f ms'%(a['max']/1e6), 'waits', r.get('driver_waits'), 'grants', r.get('daemon_requests'), 'path-creates', r.get('daemon_grant_creates'), 'path-reexports', r.get('daemon_reexports'), 'exported-ahead', r.get('daemon_exported_ahead'), 'made-ahead', r.get('daemon_made_ahead'), 'desc', r.get('peak_daemon_descriptors'), 'import %.2f s'%(r.get('import_s') or 0), 'daemon %.2f s'%(r.get('daemon_wait_s') or 0))
 " $1 $2; }
-for mode in default keep0 default keep0; do
+for mode in default keep0; do
   case $mode in default) E=;; keep0) E=MOONBRIGHTD_KEEP_GRANTED=0;; esac
   [ -e $O/$mode.json ] && mode=$mode-b
-  LEFT=$((540 - $(date +%s) + T0)); [ $LEFT -lt 60 ] && break
+  LEFT=$((330 - $(date +%s) + T0)); [ $LEFT -lt 40 ] && break
   start $O/$mode.dlog 100G $E
   timeout 50 $B/tools/mbbench replay $C --json --quiet --strategies grow > $O/$mode.json 2>$O/$mode.err || echo "$mode rc=$?"
   kill $DP; wait $DP
   show $O/$mode.json $mode
 done
-LEFT=$((560 - $(date +%s) + T0)); echo "seconds left: $LEFT"
+LEFT=$((360 - $(date +%s) + T0)); echo "seconds left: $LEFT"
 if [ $LEFT -gt 40 ]; then
   gcc -O2 -I$CU/include $P/xproc_probe2.c -o /tmp/xprobe2 -L$CU/lib64/stubs -lcuda && timeout $((LEFT-5)) /tmp/xprobe2 3 2 2>&1 | tee $O/xproc2.txt
 fi
