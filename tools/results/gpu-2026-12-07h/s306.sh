@@ -1,8 +1,8 @@
 #!/bin/bash
 # The code of 15d4c38 on a GPU: the daemon maps a frame only at its first scrub
 # (251a7d7) and a frame passed on keeps its descriptor within the cap (dfdd96c).
-# ctest -L gpu whole; the goal set (conversation replay: realloc, grow, vspace,
-# cudaMallocAsync; the pairs; bench_vspace growth; goals.py); grow alone on fresh
+# The goal set (conversation replay: realloc, grow, vspace, cudaMallocAsync; the
+# pairs; bench_vspace growth; goals.py); ctest -L gpu whole; grow alone on fresh
 # daemons, default and MOONBRIGHTD_KEEP_GRANTED=0, with the daemon's export
 # counts; xproc_probe2.c (another process's anchored exports and re-exports beside
 # this one's maps) if time is left. Run with bash.
@@ -14,9 +14,6 @@ P=tools/results/gpu-2026-12-07h
 CU=$(dirname $(dirname $(command -v nvcc)))
 B=$PWD/build-gpu
 cmake -S . -B $B -DCMAKE_BUILD_TYPE=Release -DCMAKE_C_FLAGS= >/dev/null && cmake --build $B -j16 2>&1 | grep -E "error|warning: "
-date -u
-(cd $B && timeout 170 ctest -L gpu --output-on-failure > $O/ctest.log 2>&1; echo "ctest rc=$?")
-grep -E "tests passed|Failed|\*\*\*|FAILED|LINE" $O/ctest.log | head -20
 W=tools/results/gpu-2026-12-06h/waits.py
 C=.gpu/azure_llm_conv_2023.csv
 start() { RT=$(mktemp -d); env $3 MOONBRIGHT_LOG=info $B/daemon/moonbrightd --foreground --backend cuda --runtime-dir $RT --budget ${2:-100G} >$1 2>&1 & DP=$!; j=0; while [ ! -S $RT/gpu0.fds ] && [ $j -lt 300 ]; do sleep 0.1; j=$((j+1)); done; export MOONBRIGHT_RUNTIME_DIR=$RT; }
@@ -28,6 +25,9 @@ timeout 40 $B/tools/bench_vspace growth > $O/bench_vspace.txt 2>&1; echo "bench_
 kill $DP; wait $DP
 python3 $W - $O/conv.json
 python3 tools/goals.py $O/conv.json $O/latency.json $O/bench_vspace.txt
+date -u
+(cd $B && timeout 170 ctest -L gpu --output-on-failure > $O/ctest.log 2>&1; echo "ctest rc=$?")
+grep -E "tests passed|Failed|\*\*\*|FAILED|LINE" $O/ctest.log | head -20
 show() { python3 -c "
 import json,sys
 d=json.load(open(sys.argv[1]))
