@@ -394,6 +394,11 @@ int pagepool_take(struct pagepool *p, size_t n, uint64_t *out)
     note_demand(p, n, now);
     bool waited = false;
     int rc = 0;
+    /* What a wait found, for its line at debug level (MOONBRIGHT_LOG=debug):
+     * the pages free, the watermark, a refill already on its way. */
+    size_t free0 = p->n_free, low0 = p->low;
+    bool refilling = p->growers > 0;
+    uint64_t t0 = p->n_free < n ? mb_now_ns() : 0;
     while (rc == 0 && p->n_free < n) {
         waited = true;
         /* An extent on its way (the background thread's, or another
@@ -407,6 +412,7 @@ int pagepool_take(struct pagepool *p, size_t n, uint64_t *out)
     }
     if (waited)
         p->waits++;
+    uint64_t wait_ns = waited ? mb_now_ns() - t0 : 0;
     if (rc) {
         pthread_mutex_unlock(&p->lock);
         return rc;
@@ -426,6 +432,12 @@ int pagepool_take(struct pagepool *p, size_t n, uint64_t *out)
     bool kick = p->n_free < p->low && p->growers == 0;
     PP_CHECK(p);
     pthread_mutex_unlock(&p->lock);
+    if (waited)
+        mb_log(MB_LOG_DEBUG,
+               "a map of %zu %zu-KiB vspace pages waited %.2f ms: %zu pages were free "
+               "(watermark %zu), %s",
+               n, p->page_bytes >> 10, wait_ns / 1e6, free0, low0,
+               refilling ? "a refill already on its way" : "no refill on its way");
     if (kick && p->c->refill)
         refill_kick(p->c->refill);
     return 0;

@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -32,6 +33,7 @@
 #include "client.h"
 #include "harness.h"
 #include "json.h"
+#include "log.h"
 #include "pagepool.h"
 #include "refill.h"
 
@@ -367,7 +369,25 @@ static void test_refill_background(void **state)
     assert_int_equal(mb_vspace_create(g_c, (size_t)1 << 31, page, &v), 0);
     mb_client_stats st = stats_of(g_c);
     uint64_t waits0 = st.vspace_refill_waits;
+    /* The wait's debug line, caught from stderr. */
+    char logf[] = "/tmp/mbtest-vslog.XXXXXX";
+    int lfd = mkstemp(logf), saved = dup(STDERR_FILENO), level = mb_log_level();
+    assert_true(lfd >= 0 && saved >= 0);
+    fflush(stderr);
+    assert_int_equal(dup2(lfd, STDERR_FILENO), STDERR_FILENO);
+    mb_log_set_level(MB_LOG_DEBUG);
     assert_int_equal(mb_vspace_map_async(v, 0, n1, NULL), 0);
+    mb_log_set_level(level);
+    fflush(stderr);
+    assert_int_equal(dup2(saved, STDERR_FILENO), STDERR_FILENO);
+    close(saved);
+    char text[8192] = "";
+    ssize_t got = pread(lfd, text, sizeof(text) - 1, 0);
+    close(lfd);
+    unlink(logf);
+    assert_true(got > 0);
+    assert_non_null(strstr(text, "a map of 6400 64-KiB vspace pages waited"));
+    assert_non_null(strstr(text, "0 pages were free"));
     st = stats_of(g_c);
     assert_int_equal(st.vspace_refill_waits, waits0 + 1);   /* the pool was empty */
     /* The watermark is now n1 / 64 pages: the thread maps up to it. */
