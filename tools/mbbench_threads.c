@@ -11,7 +11,10 @@
  * checks that no freed block stayed out of the client's caches. Each row is
  * the median (nearest rank) of --repeat timed runs (one run lasts tens of
  * milliseconds, and single runs on a virtual machine vary by 2x); --json
- * also gives the fastest and slowest. */
+ * also gives the fastest and slowest. A run lasts from the first thread's
+ * start to the last thread's end, as the threads read the clock themselves:
+ * a main thread that wakes late from the start barrier (more threads than
+ * cores) would otherwise time only part of the run. */
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -83,13 +86,20 @@ static int one_free(struct shared *x, void *s, void *p)
     }
 }
 
+struct thread_arg {
+    struct shared *x;
+    uintptr_t id;
+    uint64_t t0, t1;            /* this thread's start and end (ns) */
+};
+
 static void *worker(void *arg)
 {
-    struct shared *x = *(struct shared **)arg;
-    uintptr_t id = (uintptr_t)((struct shared **)arg)[1];
+    struct thread_arg *a = arg;
+    struct shared *x = a->x;
     void *s = NULL, *live[LIVE] = { 0 };
-    int rc = make_stream(x, &s, 0x1000 * (id + 1));
+    int rc = make_stream(x, &s, 0x1000 * (a->id + 1));
     pthread_barrier_wait(&x->start);
+    a->t0 = bench_now_ns();
     for (long i = 0; rc == 0 && i < x->pairs; i++) {
         int k = (int)(i % LIVE);
         if (live[k] && (rc = one_free(x, s, live[k])) != 0)
@@ -108,6 +118,7 @@ static void *worker(void *arg)
         x->cu->cuStreamSynchronize(s);
         g_cs.destroy(s);
     }
+    a->t1 = bench_now_ns();
     if (rc)
         __atomic_compare_exchange_n(&x->err, &(int){ 0 }, rc, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED);
     return NULL;
@@ -117,21 +128,23 @@ static void *worker(void *arg)
 static double run(struct shared *x, int threads)
 {
     pthread_t t[MAX_THREADS];
-    void *args[MAX_THREADS][2];
+    struct thread_arg args[MAX_THREADS];
     x->err = 0;
-    pthread_barrier_init(&x->start, NULL, (unsigned)threads + 1);
+    pthread_barrier_init(&x->start, NULL, (unsigned)threads);
     for (int i = 0; i < threads; i++) {
-        args[i][0] = x;
-        args[i][1] = (void *)(uintptr_t)i;
-        pthread_create(&t[i], NULL, worker, args[i]);
+        args[i] = (struct thread_arg){ .x = x, .id = (uintptr_t)i };
+        pthread_create(&t[i], NULL, worker, &args[i]);
     }
-    pthread_barrier_wait(&x->start);
-    uint64_t t0 = bench_now_ns();
-    for (int i = 0; i < threads; i++)
+    uint64_t t0 = UINT64_MAX, t1 = 0;
+    for (int i = 0; i < threads; i++) {
         pthread_join(t[i], NULL);
-    uint64_t t1 = bench_now_ns();
+        t0 = args[i].t0 < t0 ? args[i].t0 : t0;
+        t1 = args[i].t1 > t1 ? args[i].t1 : t1;
+    }
     pthread_barrier_destroy(&x->start);
-    return x->err ? 0 : (double)threads * (double)x->pairs * 1e9 / (double)(t1 - t0);
+    if (x->err || t1 <= t0)
+        return 0;
+    return (double)threads * (double)x->pairs * 1e9 / (double)(t1 - t0);
 }
 
 int bench_threads(int argc, char **argv)
