@@ -10,6 +10,9 @@
  * every change is noted), so a rise noted once, in a window of its own,
  * still counts.
  *
+ * It also keeps, per window, the largest single take (`more`), for an owner
+ * that sizes what it keeps ready by the largest request it must cover.
+ *
  * Invariant (demand_is_valid): low <= what is held now, for callers that
  * report every fall (demand_note with more == 0). */
 #ifndef MB_CLIENT_DEMAND_H
@@ -26,6 +29,7 @@
 struct demand {
     int64_t win;                 /* the current window: ms / DEMAND_WINDOW_MS */
     size_t rise[DEMAND_WINDOWS]; /* per window, the largest rise above low; rise[i] current */
+    size_t take[DEMAND_WINDOWS]; /* per window, the largest single take */
     size_t low;                  /* the least held in the current window */
     size_t last;                 /* held after the latest note (its held + more) */
     int i;
@@ -51,11 +55,14 @@ static inline size_t demand_note(struct demand *d, size_t held, size_t more, int
         for (int64_t k = 0; k < steps; k++) {
             d->i = (d->i + 1) % DEMAND_WINDOWS;
             d->rise[d->i] = 0;
+            d->take[d->i] = 0;
         }
         d->win = w;
         d->low = d->last;   /* held from the window's start until now */
     }
     d->last = held + more;
+    if (more > d->take[d->i])
+        d->take[d->i] = more;
     if (held < d->low)
         d->low = held;
     if (held + more - d->low > d->rise[d->i])
@@ -66,10 +73,21 @@ static inline size_t demand_note(struct demand *d, size_t held, size_t more, int
     return peak;
 }
 
+/* The largest single take over the last DEMAND_WINDOWS windows, as of the
+ * latest demand_note. */
+static inline size_t demand_largest_take(const struct demand *d)
+{
+    size_t m = 0;
+    for (int k = 0; k < DEMAND_WINDOWS; k++)
+        m = d->take[k] > m ? d->take[k] : m;
+    return m;
+}
+
 /* A trim: what came before no longer counts. */
 static inline void demand_forget(struct demand *d, size_t held)
 {
     memset(d->rise, 0, sizeof(d->rise));
+    memset(d->take, 0, sizeof(d->take));
     d->low = d->last = held;
 }
 

@@ -27,8 +27,10 @@
 /* The free-page cap: the watermark and the extents are at most the pages in
  * use / LOW_SHARE (about 1.6 %), or LOW_FLOOR_BYTES of pages while the pool
  * is small (so the early part of a growing load, whose single requests
- * may take hundreds of pages, do not wait on the driver; at a peak of more
- * than 32 GiB of pages the share decides). */
+ * may take hundreds of pages, does not wait on the driver; at a peak of
+ * more than 32 GiB of pages the share decides). For the watermark that
+ * floor is at most twice the largest single take of the last second: a
+ * load of small requests keeps little free. */
 #define LOW_SHARE 64
 #define LOW_FLOOR_BYTES ((size_t)512 << 20)
 
@@ -297,10 +299,14 @@ static void reclaim(struct pagepool *p, bool wait, int64_t now)
     note_held(p, now);
 }
 
-/* The free-page cap for a pool with used pages in use (see LOW_SHARE). */
-static size_t cap_of(size_t used, size_t page_bytes)
+/* The free-page cap (see LOW_SHARE) of a pool; by_take: the floor as low
+ * as twice the largest take. Pool lock held. */
+static size_t cap_of(const struct pagepool *p, bool by_take)
 {
-    size_t share = used / LOW_SHARE, floor = LOW_FLOOR_BYTES / page_bytes;
+    size_t share = p->n_used / LOW_SHARE, floor = LOW_FLOOR_BYTES / p->page_bytes;
+    size_t take2 = 2 * demand_largest_take(&p->dm);
+    if (by_take && take2 < floor)
+        floor = take2;
     return share > floor ? share : floor;
 }
 
@@ -311,7 +317,7 @@ static size_t cap_of(size_t used, size_t page_bytes)
  * doubling the pool). Pool lock held. */
 static size_t low_of(const struct pagepool *p, size_t peak)
 {
-    size_t cap = cap_of(p->n_used, p->page_bytes);
+    size_t cap = cap_of(p, true);
     return 2 * peak < cap ? 2 * peak : cap;
 }
 
@@ -329,7 +335,7 @@ static void note_demand(struct pagepool *p, size_t n, int64_t now)
  * when that fails for memory or quota. A failure is an error for a caller
  * (refill false); the refill thread's tries again later, so it is news
  * only (near the budget it is expected). */
-static int map_extent(struct pagepool *p, size_t need, size_t low, size_t used, size_t total,
+static int map_extent(struct pagepool *p, size_t need, size_t low, size_t cap, size_t total,
                       bool refill, struct stitched **out)
 {
     mb_client *c = p->c;
@@ -339,7 +345,7 @@ static int map_extent(struct pagepool *p, size_t need, size_t low, size_t used, 
     size_t lo = unit, hi = unit << MB_MAX_ORDER;
     while (lo < (unit << EXTENT_MIN_ORDER) && lo < total * pb / 4)
         lo <<= 1;
-    while (hi > lo && hi > cap_of(used, pb) * pb)
+    while (hi > lo && hi > cap * pb)
         hi >>= 1;
     size_t bytes = lo;
     while (bytes < want && bytes < hi)
@@ -363,11 +369,11 @@ static int map_extent(struct pagepool *p, size_t need, size_t low, size_t used, 
  * delay_us its test hook. */
 static int grow_locked(struct pagepool *p, size_t need, bool refill, unsigned delay_us)
 {
-    size_t low = p->low, used = p->n_used, total = p->n_total;
+    size_t low = p->low, cap = cap_of(p, false), total = p->n_total;
     p->growers++;
     pthread_mutex_unlock(&p->lock);
     struct stitched *s;
-    int rc = map_extent(p, need, low, used, total, refill, &s);
+    int rc = map_extent(p, need, low, cap, total, refill, &s);
     if (delay_us) {
         struct timespec ts = { delay_us / 1000000u, (long)(delay_us % 1000000u) * 1000L };
         nanosleep(&ts, NULL);

@@ -1,6 +1,7 @@
 /* test_demand.c: demand over the last second (client/demand.h): rises
  * counted within and across windows, steady turnover counted as little,
- * and a window's rise forgotten after DEMAND_WINDOWS windows. Times are
+ * a window's rise forgotten after DEMAND_WINDOWS windows, and the largest
+ * single take kept for as long. Times are
  * given, not read: the checks do not depend on the machine's speed. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -58,12 +59,35 @@ static void rise_forgotten_after_a_second(void **state)
     assert_true(demand_is_valid(&d, 10));
 }
 
+/* The largest single take of the last second: the largest `more`, not the
+ * sum of the takes nor the rise; forgotten after DEMAND_WINDOWS windows
+ * and by a trim. */
+static void largest_take_over_a_second(void **state)
+{
+    (void)state;
+    struct demand d;
+    demand_init(&d, 0, 0);
+    assert_int_equal(demand_largest_take(&d), 0);
+    demand_note(&d, 0, 3, 10);
+    demand_note(&d, 3, 40, 20);
+    demand_note(&d, 43, 5, 150);   /* the next window */
+    assert_int_equal(demand_largest_take(&d), 40);
+    int64_t later = 20 + (int64_t)DEMAND_WINDOWS * DEMAND_WINDOW_MS;
+    demand_note(&d, 48, 2, later);   /* the window of the 40 has gone */
+    assert_int_equal(demand_largest_take(&d), 5);
+    demand_forget(&d, 50);
+    assert_int_equal(demand_largest_take(&d), 0);
+    demand_note(&d, 50, 7, later + 1);
+    assert_int_equal(demand_largest_take(&d), 7);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(rise_alone_in_its_window),
         cmocka_unit_test(steady_turnover_counts_little),
         cmocka_unit_test(rise_forgotten_after_a_second),
+        cmocka_unit_test(largest_take_over_a_second),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

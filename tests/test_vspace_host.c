@@ -1458,6 +1458,36 @@ static void test_refill_small_load(void **state)
     mb_close(c);
 }
 
+/* A load that rises by small takes keeps few free pages: the free-page
+ * floor is twice the largest take of the last second, up to 512 MiB.
+ * 2 000 pages (125 MiB) taken 8 at a time, the refill thread let act every
+ * 50 takes: at most 64 MiB free at any point (up to about 375 MiB when
+ * the floor was 512 MiB whatever the takes). */
+static void test_refill_small_takes(void **state)
+{
+    (void)state;
+    mb_client *c = open_patient("vspace-small-takes", "2G");
+    const size_t page = 64 << 10, n = 2000, k = 8;
+    mb_vspace *v;
+    assert_int_equal(mb_vspace_create(c, n * page, page, &v), 0);
+    size_t most_free = 0;
+    for (size_t i = 0; i < n / k; i++) {
+        assert_int_equal(mb_vspace_map_async(v, i * k, k, NULL), 0);
+        if (i % 50 == 0)
+            mbt_sleep_ms(20);   /* let the refill thread act on what it saw */
+        mb_client_stats st = stats_of(c);
+        most_free = st.vspace_free_bytes > most_free ? st.vspace_free_bytes : most_free;
+    }
+    mbt_sleep_ms(150);
+    mb_client_stats st = stats_of(c);
+    most_free = st.vspace_free_bytes > most_free ? st.vspace_free_bytes : most_free;
+    assert_int_equal(mb_vspace_mapped_pages(v), n);
+    assert_true(st.vspace_pool_bytes >= n * page);
+    assert_true(most_free <= (size_t)64 << 20);
+    mb_vspace_destroy(v);
+    mb_close(c);
+}
+
 /* Spare ranges follow what the bytes in use rise by, not how many
  * allocations come: one range at a time, allocated and freed 300 times
  * (a light load turning over fast), keeps little idle; 24 ranges live at
@@ -1789,6 +1819,7 @@ int main(void)
         cmocka_unit_test(test_refill_background),
         cmocka_unit_test(test_refill_steady_churn),
         cmocka_unit_test(test_refill_small_load),
+        cmocka_unit_test(test_refill_small_takes),
         cmocka_unit_test(test_map_during_refill),
         cmocka_unit_test(test_grow_tail),
         cmocka_unit_test(test_grow_reuse),

@@ -1,5 +1,5 @@
 #!/bin/bash
-# The code of 15d4c38 on a GPU: the daemon maps a frame only at its first scrub
+# The code of 25f0c99 on a GPU: the daemon maps a frame only at its first scrub
 # (251a7d7) and a frame passed on keeps its descriptor within the cap (dfdd96c).
 # The goal set (conversation replay: realloc, grow, vspace, cudaMallocAsync; the
 # pairs; bench_vspace growth; goals.py); ctest -L gpu whole; grow alone on fresh
@@ -10,7 +10,7 @@ T0=$(date +%s)
 . tools/gpu/use-deps.sh .gpudeps >/dev/null 2>&1
 date -u; nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 O=$OUT/s306; mkdir -p $O
-P=tools/results/gpu-2026-12-07h
+P=tools/results/gpu-2026-12-08
 CU=$(dirname $(dirname $(command -v nvcc)))
 B=$PWD/build-gpu
 cmake -S . -B $B -DCMAKE_BUILD_TYPE=Release -DCMAKE_C_FLAGS= >/dev/null && cmake --build $B -j16 2>&1 | grep -E "error|warning: "
