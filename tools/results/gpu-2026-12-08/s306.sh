@@ -1,5 +1,5 @@
 #!/bin/bash
-# The code of 25f0c99 on a GPU: the daemon maps a frame only at its first scrub
+# The code of 8dc0cac on a GPU (vspace watermark floors by the largest take); the daemon maps a frame only at its first scrub
 # (251a7d7) and a frame passed on keeps its descriptor within the cap (dfdd96c).
 # The goal set (conversation replay: realloc, grow, vspace, cudaMallocAsync; the
 # pairs; bench_vspace growth; goals.py); ctest -L gpu whole; grow alone on fresh
