@@ -304,9 +304,10 @@ static void reclaim(struct pagepool *p, bool wait, int64_t now)
 static size_t cap_of(const struct pagepool *p, bool by_take)
 {
     size_t share = p->n_used / LOW_SHARE, floor = LOW_FLOOR_BYTES / p->page_bytes;
-    size_t take2 = 2 * demand_largest_take(&p->dm);
-    if (by_take && take2 < floor)
-        floor = take2;
+    if (by_take) {
+        size_t take2 = 2 * demand_largest_take(&p->dm);
+        floor = take2 < floor ? take2 : floor;
+    }
     return share > floor ? share : floor;
 }
 
